@@ -1,0 +1,46 @@
+"""portal-shm: step RL envs that live in isolated runtimes as fast as if they were in-process.
+
+The agent-side API is imported lazily so that env runtimes, which only need
+``portal_shm.server``, never import gymnasium, rich or the agent's other dependencies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "make_vec": "make",
+    "make": "make",
+    "VectorPortal": "vector",
+    "Portal": "portal_env",
+    "EnvSpec": "spec",
+    "ProcessBackend": "process_backend",
+    "Backend": "backend",
+    "PortalError": "errors",
+    "EnvError": "errors",
+    "EnvNotFoundError": "errors",
+    "ServerDiedError": "errors",
+    "ProtocolMismatchError": "errors",
+    "PortalTimeoutError": "errors",
+    "ServerProtocolError": "errors",
+}
+
+__all__ = sorted(_LAZY) + ["serve", "__version__"]
+
+
+def serve(env_factory: Any, config: Any = None) -> None:
+    """Serve envs made by ``env_factory(**env_kwargs)`` to the agent that started this runtime."""
+    from .server import serve as _serve
+
+    _serve(env_factory, config)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'portal_shm' has no attribute {name!r}")

@@ -1,0 +1,48 @@
+"""The agent's end of one env server's control channel (ZeroMQ over ipc://, msgpack).
+
+Every wait here is sliced so that a dead server is noticed within ``POLL_SLICE`` seconds and an
+unresponsive one within the caller's timeout: the agent never hangs on a server.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import zmq
+
+from . import protocol as P
+from .errors import PortalTimeoutError, ServerProtocolError
+
+POLL_SLICE = 0.05
+
+
+class ControlChannel:
+    def __init__(self, context: zmq.Context, address: str) -> None:
+        self.address = address
+        self.socket = context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
+        self.socket.bind(address)
+
+    def send(self, message: dict) -> None:
+        self.socket.send(P.packb(message), copy=False)
+
+    def recv(self, check: Callable[[], None], timeout: Optional[float], what: str) -> dict:
+        """Receive one message; ``check`` raises if the server died, timeout raises after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.socket.poll(int(POLL_SLICE * 1000)):
+            check()
+            if deadline is not None and time.monotonic() > deadline:
+                raise PortalTimeoutError(f"no answer to {what} within {timeout} s")
+        data = self.socket.recv()
+        try:
+            message = P.unpackb(data)
+        except P.ProtocolError as exc:
+            raise ServerProtocolError(f"corrupt message during {what}: {exc}") from None
+        if not isinstance(message, dict) or not isinstance(message.get("cmd"), str):
+            raise ServerProtocolError(f"malformed message during {what}: {str(message)[:200]}")
+        return message
+
+    def close(self) -> None:
+        self.socket.close(linger=0)

@@ -1,0 +1,73 @@
+"""Where every array lives inside the shared-memory ring.
+
+The agent computes the layout once from the spaces and sends it to every server in the attach
+message, so both sides index the same bytes without recomputing anything. Each array has shape
+``(depth, num_envs, *leaf_shape)``: slot ``k`` of the ring holds one whole batch, and env ``i``
+writes only row ``i``. Arrays start on 64-byte boundaries so two arrays never share a cache line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .schema import is_fixed, leaf_shape_dtype, leaves
+
+ALIGN = 64
+MAILBOX_FIELDS = ("cmd", "slot", "prev_slot", "status", "extra", "seq", "pid", "spare")
+STATUS_OK = 0
+STATUS_ERROR = 1
+
+
+def _align(offset: int) -> int:
+    return (offset + ALIGN - 1) // ALIGN * ALIGN
+
+
+def ring_layout(obs_schema: dict, act_schema: dict, num_envs: int, depth: int, num_servers: int,
+                info_capacity: int) -> dict:
+    """Compute the byte layout of a ring for these spaces; returns a msgpack-able dict."""
+    fields: list[dict] = []
+    offset = 0
+
+    def add(name: str, shape: tuple, dtype: Any) -> None:
+        nonlocal offset
+        dtype = np.dtype(dtype)
+        offset = _align(offset)
+        fields.append({"name": name, "dtype": dtype.str, "shape": list(shape), "offset": offset})
+        offset += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+    for prefix, schema in (("obs", obs_schema), ("act", act_schema)):
+        for index, (_, leaf) in enumerate(leaves(schema)):
+            if is_fixed(leaf):
+                shape, dtype = leaf_shape_dtype(leaf)
+                add(f"{prefix}.{index}", (depth, num_envs) + shape, dtype)
+    add("reward", (depth, num_envs), np.float64)
+    add("terminated", (depth, num_envs), np.bool_)
+    add("truncated", (depth, num_envs), np.bool_)
+    add("info_len", (depth, num_envs), np.int64)
+    add("info", (depth, num_envs, info_capacity), np.uint8)
+    add("mailbox", (num_servers, len(MAILBOX_FIELDS)), np.int64)
+    return {
+        "fields": fields,
+        "size": _align(offset),
+        "depth": depth,
+        "num_envs": num_envs,
+        "num_servers": num_servers,
+        "info_capacity": info_capacity,
+    }
+
+
+def field_views(layout: dict, buffer: Any) -> dict[str, np.ndarray]:
+    """Numpy views of every array of the layout over ``buffer`` (an mmap of the ring)."""
+    size = len(buffer)
+    views = {}
+    for field in layout["fields"]:
+        dtype = np.dtype(field["dtype"])
+        shape = tuple(int(d) for d in field["shape"])
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset = int(field["offset"])
+        if offset < 0 or offset + nbytes > size:
+            raise ValueError(f"ring field {field['name']} lies outside the {size}-byte segment")
+        views[field["name"]] = np.ndarray(shape, dtype=dtype, buffer=buffer, offset=offset)
+    return views

@@ -1,0 +1,72 @@
+"""The embedded default backend: env servers as subprocesses of any Python interpreter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+import portal_shm
+
+from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode, read_tail
+from .server import CONFIG_ENV_VAR, encode_config
+
+
+class ProcessHandle(ServerHandle):
+    def __init__(self, process: subprocess.Popen, log_path: str, python: str) -> None:
+        self.process = process
+        self.log_path = log_path
+        self.python = python
+
+    def exit_status(self) -> Optional[str]:
+        code = self.process.poll()
+        return None if code is None else describe_returncode(code)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return read_tail(self.log_path, lines)
+
+    def stop(self, timeout: float) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def describe(self) -> str:
+        return f"process pid {self.process.pid}, python {self.python}"
+
+
+@dataclass(frozen=True)
+class ProcessBackend(Backend):
+    """Runs ``python -m portal_shm.server`` with ``python`` (the agent's own by default).
+
+    The server inherits the agent's environment variables and working directory. It runs in a
+    session of its own so that Ctrl-C in the terminal reaches only the agent, which then closes
+    the servers in order instead of racing them.
+    """
+
+    python: Optional[str] = None
+    name = "process"
+
+    def start(self, launch: ServerLaunch) -> ServerHandle:
+        python = self.python or sys.executable
+        env = dict(os.environ)
+        env[CONFIG_ENV_VAR] = encode_config(launch.config)
+        if python == sys.executable:
+            package_parent = os.path.dirname(os.path.dirname(os.path.abspath(portal_shm.__file__)))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        with open(launch.log_path, "ab") as log:
+            process = subprocess.Popen(
+                [python, "-m", "portal_shm.server"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return ProcessHandle(process, launch.log_path, python)

@@ -1,0 +1,154 @@
+"""Wire format of the control plane: msgpack with explicit numpy encoding, never pickle.
+
+Both sides import this module, so it must stay importable on Python 3.9 with numpy 1.x and
+nothing beyond numpy and msgpack. Decoding is written for untrusted input: an env runtime can
+send anything, and the worst it may cause in the agent is a ``ProtocolError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 1
+
+# Control message kinds (the "cmd" field).
+HELLO = "hello"
+ATTACH = "attach"
+READY = "ready"
+RESET = "reset"
+CALL = "call"
+SET_ATTR = "set_attr"
+RENDER = "render"
+CLOSE = "close"
+REPLY = "reply"
+ERROR = "error"
+EXTRA = "extra"
+
+# Mailbox commands written into shared memory before the doorbell semaphore is posted.
+CMD_NONE = 0
+CMD_STEP = 1
+CMD_CONTROL = 2
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+_EXT_NDARRAY = 1
+_EXT_NUMPY_SCALAR = 2
+_EXT_TUPLE = 3
+
+_SAFE_DTYPE_KINDS = frozenset("biufcSU?")
+
+
+class ProtocolError(Exception):
+    """A message that does not follow the protocol: corrupt, oversized or of an unsafe type."""
+
+
+def _checked_dtype(descr: Any) -> np.dtype:
+    if not isinstance(descr, str) or len(descr) > 16:
+        raise ProtocolError(f"invalid dtype descriptor {descr!r}")
+    try:
+        dtype = np.dtype(descr)
+    except TypeError as exc:
+        raise ProtocolError(f"invalid dtype descriptor {descr!r}") from exc
+    if dtype.kind not in _SAFE_DTYPE_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise ProtocolError(f"dtype {descr!r} is not allowed across the isolation boundary")
+    return dtype
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind not in _SAFE_DTYPE_KINDS:
+            raise TypeError(f"numpy arrays of dtype {obj.dtype} cannot be sent (object arrays are not allowed)")
+        header = msgpack.packb([obj.dtype.str, list(obj.shape)])
+        return msgpack.ExtType(_EXT_NDARRAY, header + np.ascontiguousarray(obj).tobytes())
+    if isinstance(obj, np.generic):
+        if obj.dtype.kind not in _SAFE_DTYPE_KINDS:
+            raise TypeError(f"numpy scalars of dtype {obj.dtype} cannot be sent")
+        return msgpack.ExtType(_EXT_NUMPY_SCALAR, msgpack.packb(obj.dtype.str) + obj.tobytes())
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, _packer_bytes(list(obj)))
+    if isinstance(obj, dict):
+        return dict(obj)
+    if isinstance(obj, list):
+        return list(obj)
+    if isinstance(obj, (bool, int, float, str, bytes)):
+        return _plain(obj)
+    raise TypeError(
+        f"values of type {type(obj).__module__}.{type(obj).__qualname__} cannot cross the isolation "
+        "boundary; send numbers, strings, bytes, lists, tuples, dicts or numpy arrays"
+    )
+
+
+def _plain(obj: Any) -> Any:
+    for base in (int, float, str, bytes):
+        if isinstance(obj, base):
+            return base(obj)
+    return obj
+
+
+def _packer_bytes(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_default, use_bin_type=True, strict_types=True)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_NDARRAY:
+        unpacker = msgpack.Unpacker(max_buffer_size=len(data) + 1, strict_map_key=False)
+        unpacker.feed(data)
+        try:
+            descr, shape = unpacker.unpack()
+        except Exception as exc:
+            raise ProtocolError("corrupt ndarray header") from exc
+        header_len = unpacker.tell()
+        dtype = _checked_dtype(descr)
+        if not isinstance(shape, list) or len(shape) > 32 or not all(
+            isinstance(d, int) and 0 <= d < 2**40 for d in shape
+        ):
+            raise ProtocolError(f"invalid ndarray shape {shape!r}")
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        payload = data[header_len:]
+        if count * dtype.itemsize != len(payload):
+            raise ProtocolError(f"ndarray payload of {len(payload)} bytes does not match {descr}{tuple(shape)}")
+        return np.frombuffer(payload, dtype=dtype).reshape(shape).copy()
+    if code == _EXT_NUMPY_SCALAR:
+        unpacker = msgpack.Unpacker(max_buffer_size=len(data) + 1)
+        unpacker.feed(data)
+        try:
+            descr = unpacker.unpack()
+        except Exception as exc:
+            raise ProtocolError("corrupt numpy scalar") from exc
+        dtype = _checked_dtype(descr)
+        payload = data[unpacker.tell():]
+        if len(payload) != dtype.itemsize:
+            raise ProtocolError("numpy scalar payload has the wrong size")
+        return np.frombuffer(payload, dtype=dtype)[0]
+    if code == _EXT_TUPLE:
+        value = unpackb(data)
+        if not isinstance(value, list):
+            raise ProtocolError("corrupt tuple")
+        return tuple(value)
+    raise ProtocolError(f"unknown msgpack extension type {code}")
+
+
+def packb(obj: Any) -> bytes:
+    """Encode a message; raises TypeError naming any value that has no safe encoding."""
+    return _packer_bytes(obj)
+
+
+def unpackb(data: bytes) -> Any:
+    """Decode a message from an untrusted peer; any malformation becomes a ``ProtocolError``."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(data)} bytes exceeds the limit of {MAX_MESSAGE_BYTES}")
+    try:
+        return msgpack.unpackb(
+            data,
+            ext_hook=_ext_hook,
+            raw=False,
+            strict_map_key=False,
+            use_list=True,
+        )
+    except ProtocolError:
+        raise
+    except Exception as exc:
+        raise ProtocolError(f"undecodable message: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,430 @@
+"""The env server: hosts one or more envs of a runtime and steps them into the shared ring.
+
+This is the only part of portal-shm that runs inside env runtimes, so it depends on nothing but
+numpy, pyzmq, posix_ipc and msgpack, and stays Python 3.9 compatible. Start it with
+``python -m portal_shm.server --config JSON`` (what the backends do) or call ``serve(factory)``
+from an image's entry script; either way the agent passes its connection details in the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fcntl
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable, Optional
+
+import numpy as np
+import zmq
+
+from . import protocol as P
+from .envs import LegacyEnv, get_attr, is_legacy, make_env, set_attr
+from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
+from .ring import Doorbell, Ring, unlink_semaphore, unlink_shm
+from .schema import is_fixed, leaves, space_to_schema
+
+CONFIG_ENV_VAR = "PORTAL_SHM_SERVER_CONFIG"
+IDLE_CHECK_SECONDS = 0.5
+NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
+
+_CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
+
+
+class AgentGone(Exception):
+    """The agent that owns this server has exited; the server cleans up and stops."""
+
+
+def _error_message(exc: BaseException, env_index: Optional[int], phase: str) -> dict:
+    return {
+        "cmd": P.ERROR,
+        "env_index": env_index,
+        "phase": phase,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
+
+
+def _packable_dict(mapping: Any) -> dict:
+    out = {}
+    for key, value in dict(mapping or {}).items():
+        try:
+            P.packb(value)
+        except (TypeError, ValueError, OverflowError):
+            value = repr(value)
+        out[str(key)] = value
+    return out
+
+
+def _leaf_getter(path: tuple) -> Callable[[Any], Any]:
+    def get(value: Any) -> Any:
+        for part in path:
+            value = value[part]
+        return value
+
+    return get
+
+
+def _action_reader(schema: dict, views: dict, counter: list) -> Callable[[int, int], Any]:
+    """Build a function (slot, env_index) -> action with the structure of the action space."""
+    kind = schema["kind"]
+    if kind == "Dict":
+        parts = [(key, _action_reader(sub, views, counter)) for key, sub in schema["spaces"]]
+        return lambda k, i: {key: read(k, i) for key, read in parts}
+    if kind == "Tuple":
+        items = [_action_reader(sub, views, counter) for sub in schema["spaces"]]
+        return lambda k, i: tuple(read(k, i) for read in items)
+    array = views[f"act.{counter[0]}"]
+    counter[0] += 1
+    if array.ndim == 2:
+        return lambda k, i: array[k, i]
+    return lambda k, i: array[k, i].copy()
+
+
+class EnvServer:
+    """Serves the envs ``env_indices`` of one portal until the agent closes it or goes away."""
+
+    def __init__(self, config: dict, envs: list) -> None:
+        self.config = config
+        self.env_indices = [int(i) for i in config["env_indices"]]
+        self.envs = envs
+        self.autoreset = [False] * len(envs)
+        self.last_var_obs: list = [None] * len(envs)
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 2000)
+        self.socket.connect(config["control_address"])
+        self._lock_fd: Optional[int] = None
+        self.ring: Optional[Ring] = None
+        self.go: Optional[Doorbell] = None
+        self.done: Optional[Doorbell] = None
+
+    # -- plumbing -------------------------------------------------------------------------
+    def send(self, message: dict) -> None:
+        self.socket.send(P.packb(message), copy=False)
+
+    def agent_alive(self) -> bool:
+        """The agent holds an exclusive flock on its lock file for as long as it lives."""
+        path = self.config.get("lock_path")
+        if not path:
+            return True
+        if self._lock_fd is None:
+            try:
+                self._lock_fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        return False
+
+    def recv(self) -> dict:
+        while not self.socket.poll(int(IDLE_CHECK_SECONDS * 1000)):
+            if not self.agent_alive():
+                raise AgentGone()
+        message = P.unpackb(self.socket.recv())
+        if not isinstance(message, dict):
+            raise P.ProtocolError("control message is not a map")
+        return message
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def handshake(self) -> None:
+        first = self.envs[0]
+        self.send({
+            "cmd": P.HELLO,
+            "protocol": P.PROTOCOL_VERSION,
+            "server_index": self.config["server_index"],
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "numpy": np.__version__,
+            "observation_spaces": [space_to_schema(env.observation_space) for env in self.envs],
+            "action_spaces": [space_to_schema(env.action_space) for env in self.envs],
+            "metadata": _packable_dict(getattr(first, "metadata", {})),
+            "render_mode": getattr(first, "render_mode", None),
+        })
+        attach = self.recv()
+        if attach.get("cmd") != P.ATTACH:
+            raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
+        self.autoreset_mode = attach["autoreset_mode"]
+        self.ring = Ring(attach["shm_name"], attach["layout"], create=False)
+        self.go = Doorbell(attach["go"], create=False)
+        self.done = Doorbell(attach["done"], create=False)
+        self.shm_names = (attach["shm_name"], attach["go"], attach["done"])
+        self._bind_views(attach["observation_schema"], attach["action_schema"])
+        self.send({"cmd": P.READY, "server_index": self.config["server_index"]})
+
+    def _bind_views(self, obs_schema: dict, act_schema: dict) -> None:
+        views = self.ring.views
+        self.mailbox = views["mailbox"][self.config["server_index"]]
+        self.obs_fixed = []
+        self.obs_var = []
+        for index, (path, leaf) in enumerate(leaves(obs_schema)):
+            if is_fixed(leaf):
+                self.obs_fixed.append((_leaf_getter(path), views[f"obs.{index}"]))
+            else:
+                self.obs_var.append((index, _leaf_getter(path)))
+        self.read_action = _action_reader(act_schema, views, [0])
+        self.reward = views["reward"]
+        self.terminated = views["terminated"]
+        self.truncated = views["truncated"]
+        self.info_len = views["info_len"]
+        self.info = views["info"]
+        self.info_capacity = self.info.shape[2]
+
+    def serve_forever(self) -> None:
+        mailbox = self.mailbox
+        while True:
+            if not self.go.wait(IDLE_CHECK_SECONDS):
+                if not self.agent_alive():
+                    raise AgentGone()
+                continue
+            cmd = int(mailbox[_CMD])
+            if cmd == P.CMD_STEP:
+                self.step(int(mailbox[_SLOT]))
+                self.done.ring()
+            elif cmd == P.CMD_CONTROL:
+                if not self.control(self.recv()):
+                    return
+
+    def cleanup(self, agent_gone: bool) -> None:
+        """Release everything; when the agent died, also unlink what it can no longer unlink."""
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+        if self.ring is not None:
+            self.ring.close()
+        for bell in (self.go, self.done):
+            if bell is not None:
+                bell.close()
+        if agent_gone:
+            if self.ring is not None:
+                unlink_shm(self.shm_names[0])
+                unlink_semaphore(self.shm_names[1])
+                unlink_semaphore(self.shm_names[2])
+            run_dir = self.config.get("run_dir")
+            if run_dir and os.path.isdir(run_dir):
+                for name in os.listdir(run_dir):
+                    try:
+                        os.unlink(os.path.join(run_dir, name))
+                    except OSError:
+                        pass
+                try:
+                    os.rmdir(run_dir)
+                except OSError:
+                    pass
+        self.socket.close(linger=0 if agent_gone else 2000)
+        self.context.term()
+
+    # -- the hot path ---------------------------------------------------------------------
+    def _write(self, k: int, j: int, i: int, obs: Any, payload: list) -> None:
+        for get, array in self.obs_fixed:
+            array[k, i] = get(obs)
+        if self.obs_var:
+            var = {index: get(obs) for index, get in self.obs_var}
+            self.last_var_obs[j] = var
+            payload.append(var)
+
+    def _publish(self, k: int, i: int, infos: list, payload: list, extras: dict) -> None:
+        """Write the env's infos (and variable-layout obs) blob, spilling to ZeroMQ when big."""
+        if not payload and not any(infos):
+            self.info_len[k, i] = 0
+            return
+        blob = P.packb([infos, payload[0] if payload else None])
+        if len(blob) <= self.info_capacity:
+            self.info[k, i, : len(blob)] = np.frombuffer(blob, np.uint8)
+            self.info_len[k, i] = len(blob)
+        else:
+            self.info_len[k, i] = -1
+            extras[i] = blob
+
+    def step(self, k: int) -> None:
+        mailbox = self.mailbox
+        extras: dict = {}
+        mode = self.autoreset_mode
+        for j, env in enumerate(self.envs):
+            i = self.env_indices[j]
+            payload: list = []
+            try:
+                if mode == NEXT_STEP and self.autoreset[j]:
+                    obs, info = env.reset()
+                    reward, terminated, truncated = 0.0, False, False
+                    infos = [info]
+                else:
+                    if mode == DISABLED and self.autoreset[j]:
+                        raise RuntimeError(
+                            f"env {i} ended its episode and autoreset_mode is DISABLED: "
+                            "call reset(options={'reset_mask': mask}) for it before stepping"
+                        )
+                    obs, reward, terminated, truncated, info = env.step(self.read_action(k, i))
+                    infos = [info]
+                    if mode == SAME_STEP and (terminated or truncated):
+                        infos = [{"final_obs": obs, "final_info": info}]
+                        obs, info = env.reset()
+                        infos.append(info)
+                self.reward[k, i] = reward
+                self.terminated[k, i] = terminated
+                self.truncated[k, i] = truncated
+                self._write(k, j, i, obs, payload)
+                self.autoreset[j] = bool(terminated or truncated)
+                self._publish(k, i, infos, payload, extras)
+            except Exception as exc:
+                self.send(_error_message(exc, i, "step"))
+                mailbox[_STATUS] = STATUS_ERROR
+                mailbox[_EXTRA] = 0
+                return
+        if extras:
+            self.send({"cmd": P.EXTRA, "blobs": extras})
+        mailbox[_EXTRA] = 1 if extras else 0
+        mailbox[_STATUS] = STATUS_OK
+
+    # -- control messages -----------------------------------------------------------------
+    def control(self, message: dict) -> bool:
+        """Handle one control message; False once the server should stop."""
+        cmd = message.get("cmd")
+        env_index = None
+        try:
+            if cmd == P.RESET:
+                self.reset(message)
+                self.send({"cmd": P.REPLY, "extras": self._reset_extras})
+            elif cmd == P.CALL:
+                results = []
+                for j, env in enumerate(self.envs):
+                    env_index = self.env_indices[j]
+                    attr = get_attr(env, message["name"])
+                    results.append(attr(*message["args"], **message["kwargs"]) if callable(attr) else attr)
+                self._reply_results(results, message["name"])
+            elif cmd == P.SET_ATTR:
+                for j, env in enumerate(self.envs):
+                    env_index = self.env_indices[j]
+                    set_attr(env, message["name"], message["values"][j])
+                self.send({"cmd": P.REPLY})
+            elif cmd == P.RENDER:
+                results = []
+                for j, env in enumerate(self.envs):
+                    env_index = self.env_indices[j]
+                    results.append(env.render())
+                self._reply_results(results, "render")
+            elif cmd == P.CLOSE:
+                for j, env in enumerate(self.envs):
+                    env_index = self.env_indices[j]
+                    env.close()
+                self.envs = []
+                self.send({"cmd": P.REPLY})
+                return False
+            else:
+                raise P.ProtocolError(f"unknown control command {cmd!r}")
+        except Exception as exc:
+            if cmd == P.RESET:
+                env_index = self._reset_env_index
+            self.send(_error_message(exc, env_index, str(cmd)))
+        return True
+
+    def _reply_results(self, results: list, name: str) -> None:
+        try:
+            data = P.packb({"cmd": P.REPLY, "results": results})
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TypeError(f"the result of {name!r} cannot be sent to the agent: {exc}") from None
+        self.socket.send(data, copy=False)
+
+    def reset(self, message: dict) -> None:
+        k, prev = int(message["slot"]), int(message["prev_slot"])
+        seeds, options, mask = message["seeds"], message.get("options"), message.get("mask")
+        self._reset_extras = {}
+        for j, env in enumerate(self.envs):
+            i = self.env_indices[j]
+            self._reset_env_index = i
+            payload: list = []
+            if mask is None or mask[j]:
+                obs, info = env.reset(seed=seeds[j], options=options)
+                self.autoreset[j] = False
+                self._write(k, j, i, obs, payload)
+                self._publish(k, i, [info], payload, self._reset_extras)
+            else:
+                for _, array in self.obs_fixed:
+                    array[k, i] = array[prev, i]
+                if self.obs_var:
+                    payload.append(self.last_var_obs[j])
+                self._publish(k, i, [], payload, self._reset_extras)
+
+
+def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
+    spec = config.get("env") or {}
+    kwargs = dict(spec.get("kwargs") or {})
+    envs = []
+    for _ in config["env_indices"]:
+        env = factory(**kwargs) if factory is not None else make_env(spec["id"], kwargs)
+        legacy = spec.get("legacy")
+        if legacy or (legacy is None and is_legacy(env)):
+            env = LegacyEnv(env)
+        envs.append(env)
+    return envs
+
+
+def run(config: dict, factory: Optional[Callable[..., Any]] = None) -> int:
+    """Create the envs, shake hands with the agent and serve until closed; returns an exit code."""
+    server = None
+    try:
+        envs = _create_envs(config, factory)
+    except Exception as exc:
+        context = zmq.Context()
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 5000)
+        socket.connect(config["control_address"])
+        message = _error_message(exc, None, "make")
+        message["env_index"] = int(config["env_indices"][0])
+        socket.send(P.packb(message))
+        socket.close()
+        context.term()
+        return 3
+    server = EnvServer(config, envs)
+    agent_gone = False
+    try:
+        server.handshake()
+        server.serve_forever()
+        return 0
+    except AgentGone:
+        agent_gone = True
+        return 0
+    finally:
+        server.cleanup(agent_gone)
+
+
+def load_config(argv: Optional[list] = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m portal_shm.server", description=__doc__)
+    parser.add_argument("--config", help=f"JSON connection config (default: ${CONFIG_ENV_VAR})")
+    args, _ = parser.parse_known_args(argv)
+    raw = args.config or os.environ.get(CONFIG_ENV_VAR)
+    if not raw:
+        parser.error(f"no config: pass --config JSON or set {CONFIG_ENV_VAR}; the agent's backend does this")
+    return decode_config(raw)
+
+
+def encode_config(config: dict) -> str:
+    """The config as one environment-variable-safe string (msgpack keeps tuples and arrays)."""
+    return "b64:" + base64.b64encode(P.packb(config)).decode("ascii")
+
+
+def decode_config(raw: str) -> dict:
+    if raw.startswith("b64:"):
+        return P.unpackb(base64.b64decode(raw[4:]))
+    return json.loads(raw)
+
+
+def serve(env_factory: Callable[..., Any], config: Optional[dict] = None) -> None:
+    """Serve envs made by ``env_factory(**env_kwargs)``: the body of an image's entry script."""
+    sys.exit(run(config or load_config(), env_factory))
+
+
+def main(argv: Optional[list] = None) -> None:
+    sys.exit(run(load_config(argv)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,595 @@
+"""VectorPortal: a gymnasium ``VectorEnv`` whose envs live in isolated runtimes.
+
+Data path of one step: the agent writes the actions into ring slot ``k``, writes ``STEP k`` into
+each server's mailbox and rings its doorbell; each server steps its envs and writes observations,
+rewards, flags and an infos blob into row ``i`` of slot ``k``, then rings back. The observations
+returned are numpy views of slot ``k``: no copy, no allocation.
+
+Validity of returned batches (``copy=False``, the default): the arrays returned by ``step`` or
+``reset`` are views of one ring slot and stay valid until ``ring_depth - 1`` further calls of
+``step``/``reset`` have returned; the next call after that writes the same slot again. Keep them
+longer by copying (``np.copy``, ``torch.tensor``, writing them into a rollout buffer) or pass
+``copy=True`` to get fresh arrays every step, as gymnasium's SyncVectorEnv does.
+"""
+
+from __future__ import annotations
+
+import copy as copy_module
+import math
+import os
+import time
+import weakref
+from enum import Enum
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import zmq
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from . import protocol as P
+from .backend import ServerHandle, ServerLaunch
+from .control import POLL_SLICE, ControlChannel
+from .errors import (EnvError, EnvNotFoundError, PortalError, PortalTimeoutError,
+                     ProtocolMismatchError, ServerDiedError, ServerProtocolError)
+from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
+from .resources import PortalResources
+from .ring import Doorbell, Ring
+from .schema import is_fixed, leaves, schema_to_space
+from .spec import EnvSpec
+
+_CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
+
+
+class AsyncState(Enum):
+    DEFAULT = "default"
+    WAITING_STEP = "step"
+
+
+class _Server:
+    """The agent's view of one env server: its envs, channel, doorbells and process handle."""
+
+    def __init__(self, index: int, env_indices: list, spec: EnvSpec) -> None:
+        self.index = index
+        self.env_indices = env_indices
+        self.spec = spec
+        self.handle: Optional[ServerHandle] = None
+        self.channel: Optional[ControlChannel] = None
+        self.go: Optional[Doorbell] = None
+        self.done: Optional[Doorbell] = None
+        self.hello: dict = {}
+
+    def check_alive(self) -> None:
+        status = self.handle.exit_status() if self.handle is not None else None
+        if status is not None:
+            raise ServerDiedError(self.index, self.env_indices, status, self.handle.log_tail(),
+                                  self.handle.describe())
+
+
+class _Session:
+    """Everything a portal holds outside Python's heap, released exactly once (close, GC or exit)."""
+
+    def __init__(self) -> None:
+        self.resources = PortalResources()
+        self.context = zmq.Context()
+        self.servers: list[_Server] = []
+        self.ring: Optional[Ring] = None
+        self.closed = False
+
+    def shutdown(self, graceful: bool = True, timeout: float = 5.0) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if graceful and self.ring is not None:
+                for server in self.servers:
+                    if server.handle is None or server.handle.exit_status() is not None:
+                        continue
+                    try:
+                        server.channel.send({"cmd": P.CLOSE})
+                        self.ring.views["mailbox"][server.index, _CMD] = P.CMD_CONTROL
+                        server.go.ring()
+                    except Exception:
+                        pass
+                deadline = time.monotonic() + timeout
+                for server in self.servers:
+                    while server.handle is not None and server.handle.exit_status() is None:
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.005)
+            for server in self.servers:
+                if server.handle is not None:
+                    server.handle.stop(timeout=1.0)
+        finally:
+            for server in self.servers:
+                for bell in (server.go, server.done):
+                    if bell is not None:
+                        bell.close()
+                if server.channel is not None:
+                    server.channel.close()
+            if self.ring is not None:
+                self.ring.close()
+            self.context.term()
+            self.resources.release()
+
+
+def _split(num_envs: int, envs_per_server: int) -> list[list[int]]:
+    return [list(range(s, min(s + envs_per_server, num_envs))) for s in range(0, num_envs, envs_per_server)]
+
+
+def _tree_copy(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: _tree_copy(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_tree_copy(v) for v in value)
+    return copy_module.deepcopy(value)
+
+
+class VectorPortal(VectorEnv):
+    """Steps envs that live in other runtimes as one batched gymnasium ``VectorEnv``.
+
+    Args:
+        envs: one ``EnvSpec`` per env (``make_vec`` builds this list for you). Consecutive envs
+            with equal specs share env servers, ``envs_per_server`` each.
+        autoreset_mode: gymnasium's ``AutoresetMode`` (NEXT_STEP, SAME_STEP or DISABLED).
+        copy: return fresh arrays every call instead of ring views (see the module docstring for
+            how long views stay valid).
+        ring_depth: number of batches the ring holds; a returned view survives ``ring_depth - 1``
+            further calls.
+        envs_per_server: envs hosted by one server process. Default: spread the envs over as many
+            servers as there are CPU cores; one process per core avoids wake-up storms.
+        info_capacity: bytes reserved per env and slot for its encoded infos; larger infos (e.g.
+            SAME_STEP's ``final_obs``) travel over the control channel instead.
+        startup_timeout: seconds to wait for servers to create their envs and connect.
+        step_timeout: seconds a step, reset or call may take before ``PortalTimeoutError``;
+            None waits as long as the servers live (a dead server is always reported at once).
+    """
+
+    def __init__(
+        self,
+        envs: Sequence[EnvSpec],
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = False,
+        ring_depth: int = 4,
+        envs_per_server: Optional[int] = None,
+        info_capacity: int = 4096,
+        startup_timeout: float = 120.0,
+        step_timeout: Optional[float] = None,
+    ) -> None:
+        specs = list(envs)
+        if not specs:
+            raise ValueError("VectorPortal needs at least one env spec")
+        if not all(isinstance(spec, EnvSpec) for spec in specs):
+            raise TypeError("VectorPortal(envs) takes a list of portal_shm.EnvSpec; use portal_shm.make_vec(id, n)")
+        if ring_depth < 2:
+            raise ValueError(f"ring_depth must be at least 2, got {ring_depth}")
+        self.num_envs = len(specs)
+        self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        self.copy = copy
+        self.ring_depth = ring_depth
+        self.step_timeout = step_timeout
+        self.closed = False
+        self._state = AsyncState.DEFAULT
+        self._broken: Optional[BaseException] = None
+        self._slot = -1
+        self._raw_infos = False
+        self._session = _Session()
+        self._finalizer = weakref.finalize(self, self._session.shutdown)
+        try:
+            self._start(specs, envs_per_server, startup_timeout, info_capacity)
+        except BaseException:
+            self._finalizer()
+            self.closed = True
+            raise
+
+    # -- start-up ------------------------------------------------------------------------
+    def _start(self, specs: list, envs_per_server: Optional[int], timeout: float, info_capacity: int) -> None:
+        session = self._session
+        if envs_per_server is None:
+            envs_per_server = math.ceil(self.num_envs / min(self.num_envs, os.cpu_count() or 1))
+        groups: list[list[int]] = []
+        for i, spec in enumerate(specs):
+            if groups and spec.shares_server_with(specs[groups[-1][0]]) and len(groups[-1]) < envs_per_server:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        for index, env_indices in enumerate(groups):
+            server = _Server(index, env_indices, specs[env_indices[0]])
+            session.servers.append(server)
+            server.channel = ControlChannel(session.context, session.resources.socket_address(index))
+            config = {
+                "protocol": P.PROTOCOL_VERSION,
+                "server_index": index,
+                "env_indices": env_indices,
+                "env": server.spec.to_config(),
+                "control_address": server.channel.address,
+                "lock_path": session.resources.lock_path,
+                "run_dir": session.resources.run_dir,
+            }
+            launch = ServerLaunch(index, env_indices, config, session.resources.run_dir,
+                                  session.resources.log_path(index))
+            server.handle = server.spec.backend.start(launch)
+        for server in session.servers:
+            server.hello = self._expect(server, P.HELLO, timeout, "start-up")
+            if server.hello.get("protocol") != P.PROTOCOL_VERSION:
+                raise ProtocolMismatchError(
+                    f"env server {server.index} speaks portal-shm protocol {server.hello.get('protocol')}, "
+                    f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
+                    f"env runtime ({server.handle.describe()})"
+                )
+        obs_schemas = [s for server in session.servers for s in self._schemas(server, "observation_spaces")]
+        act_schemas = [s for server in session.servers for s in self._schemas(server, "action_spaces")]
+        self._obs_schema, self._act_schema = obs_schemas[0], act_schemas[0]
+        try:
+            self.single_observation_space = schema_to_space(self._obs_schema)
+            self.single_action_space = schema_to_space(self._act_schema)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ServerProtocolError(f"env 0 describes its spaces in a way the agent cannot use: {exc}") from None
+        for i, (obs, act) in enumerate(zip(obs_schemas, act_schemas)):
+            if schema_to_space(obs) != self.single_observation_space:
+                raise RuntimeError(
+                    f"env {i} has observation space {schema_to_space(obs)}, env 0 has "
+                    f"{self.single_observation_space}: all envs of a VectorPortal need the same spaces"
+                )
+            if schema_to_space(act) != self.single_action_space:
+                raise RuntimeError(
+                    f"env {i} has action space {schema_to_space(act)}, env 0 has {self.single_action_space}"
+                )
+        if not is_fixed(self._act_schema):
+            raise ValueError(f"action space {self.single_action_space} has no fixed layout; it cannot live in the ring")
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        first = session.servers[0].hello
+        self.metadata = dict(first.get("metadata") or {})
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = first.get("render_mode")
+
+        layout = ring_layout(self._obs_schema, self._act_schema, self.num_envs, self.ring_depth,
+                             len(session.servers), info_capacity)
+        session.ring = Ring(session.resources.shm_name, layout, create=True)
+        views = session.ring.views
+        self._mailbox = views["mailbox"]
+        self._reward, self._terminated, self._truncated = views["reward"], views["terminated"], views["truncated"]
+        self._info_len, self._info = views["info_len"], views["info"]
+        self._info_capacity = info_capacity
+        self._act_leaves = [views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))]
+        self._obs_var_leaves = [j for j, (_, leaf) in enumerate(leaves(self._obs_schema)) if not is_fixed(leaf)]
+        self._build_obs = self._obs_builder(self._obs_schema, views, [0])
+        self._obs_slots = [self._build_obs(k, None) for k in range(self.ring_depth)] if not self._obs_var_leaves else None
+        self._var_obs: list = [None] * self.num_envs
+
+        for server in session.servers:
+            server.go = Doorbell(session.resources.semaphore_name(server.index, "g"), create=True)
+            server.done = Doorbell(session.resources.semaphore_name(server.index, "d"), create=True)
+            server.channel.send({
+                "cmd": P.ATTACH,
+                "shm_name": session.ring.name,
+                "layout": layout,
+                "go": server.go.name,
+                "done": server.done.name,
+                "autoreset_mode": self.autoreset_mode.value,
+                "observation_schema": self._obs_schema,
+                "action_schema": self._act_schema,
+            })
+        for server in session.servers:
+            self._expect(server, P.READY, timeout, "start-up")
+
+    def _schemas(self, server: _Server, key: str) -> list:
+        schemas = server.hello.get(key)
+        if not isinstance(schemas, list) or len(schemas) != len(server.env_indices):
+            raise ServerProtocolError(f"env server {server.index} sent a handshake without valid {key}")
+        return schemas
+
+    def _obs_builder(self, schema: dict, views: dict, counter: list) -> Callable[[int, Optional[list]], Any]:
+        kind = schema["kind"]
+        if kind == "Dict":
+            parts = [(key, self._obs_builder(sub, views, counter)) for key, sub in schema["spaces"]]
+            return lambda k, var: {key: build(k, var) for key, build in parts}
+        if kind == "Tuple":
+            items = [self._obs_builder(sub, views, counter) for sub in schema["spaces"]]
+            return lambda k, var: tuple(build(k, var) for build in items)
+        index = counter[0]
+        counter[0] += 1
+        if is_fixed(schema):
+            array = views[f"obs.{index}"]
+            return lambda k, var: array[k]
+        return lambda k, var: tuple(env_var[index] for env_var in var)
+
+    # -- waiting on servers --------------------------------------------------------------
+    def _error(self, server: _Server, message: dict) -> EnvError:
+        cls = EnvNotFoundError if str(message.get("type", "")).endswith("EnvNotFound") else EnvError
+        return cls(message.get("env_index"), str(message.get("phase")), str(message.get("type")),
+                   str(message.get("message")), str(message.get("traceback", "")), server.handle.describe())
+
+    def _expect(self, server: _Server, cmd: str, timeout: Optional[float], what: str) -> dict:
+        message = server.channel.recv(server.check_alive, timeout, f"{what} of env server {server.index}")
+        if message["cmd"] == P.ERROR:
+            raise self._error(server, message)
+        if message["cmd"] != cmd:
+            raise ServerProtocolError(f"env server {server.index} sent {message['cmd']!r} during {what}, expected {cmd!r}")
+        return message
+
+    def _wait_done(self, server: _Server, deadline: Optional[float]) -> None:
+        done = server.done
+        if done.wait(POLL_SLICE):
+            return
+        while True:
+            server.check_alive()
+            if deadline is not None and time.monotonic() > deadline:
+                raise PortalTimeoutError(
+                    f"env server {server.index} (envs {server.env_indices}) did not finish its step within "
+                    f"{self.step_timeout if self.step_timeout is not None else ''} s [runtime: {server.handle.describe()}]"
+                )
+            if done.wait(POLL_SLICE):
+                return
+
+    def _check_usable(self) -> None:
+        if self.closed:
+            raise ClosedEnvironmentError("this VectorPortal is closed")
+        if self._broken is not None:
+            raise PortalError(f"this VectorPortal cannot continue after an earlier failure: {self._broken}")
+
+    def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, KeyboardInterrupt)):
+            self._broken = exc
+
+    def _next_slot(self) -> tuple[int, int]:
+        prev = self._slot
+        self._slot = (self._slot + 1) % self.ring_depth
+        return self._slot, max(prev, 0)
+
+    # -- infos and observations ----------------------------------------------------------
+    def _gather(self, k: int, extras: dict) -> dict:
+        infos: dict = {}
+        lengths = self._info_len[k]
+        for i in np.flatnonzero(lengths):
+            i = int(i)
+            length = int(lengths[i])
+            if length == -1 and i in extras:
+                blob = extras[i]
+            elif 0 < length <= self._info_capacity:
+                blob = self._info[k, i, :length].tobytes()
+            else:
+                raise ServerProtocolError(f"env {i} wrote an invalid infos length {length}")
+            try:
+                entry = P.unpackb(blob)
+            except P.ProtocolError as exc:
+                raise ServerProtocolError(f"env {i} wrote corrupt infos: {exc}") from None
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
+                    and all(isinstance(d, dict) for d in entry[0])):
+                raise ServerProtocolError(f"env {i} wrote infos of an unexpected shape")
+            for env_info in entry[0]:
+                if env_info:
+                    infos = {**infos, **env_info} if self._raw_infos else self._add_info(infos, env_info, i)
+            if entry[1] is not None:
+                self._var_obs[i] = entry[1]
+        return infos
+
+    def _observations(self, k: int) -> Any:
+        if self._obs_slots is not None:
+            obs = self._obs_slots[k]
+        else:
+            try:
+                obs = self._build_obs(k, self._var_obs)
+            except (KeyError, TypeError, IndexError) as exc:
+                raise ServerProtocolError(f"an env sent an incomplete variable-layout observation: {exc}") from None
+        return _tree_copy(obs) if self.copy else obs
+
+    # -- the gymnasium API ---------------------------------------------------------------
+    def reset(self, *, seed: int | list | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        """Reset all envs (or those in ``options["reset_mask"]``) exactly as SyncVectorEnv does."""
+        self._check_usable()
+        if self._state is not AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"calling `reset` while waiting for a pending call to `{self._state.value}` to complete",
+                str(self._state.value),
+            )
+        if seed is None:
+            seeds = [None] * self.num_envs
+        elif isinstance(seed, (int, np.integer)):
+            seeds = [int(seed) + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(
+                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
+            )
+        mask = None
+        if options is not None and "reset_mask" in options:
+            mask = options.pop("reset_mask")
+            if not isinstance(mask, np.ndarray):
+                raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+            if mask.shape != (self.num_envs,):
+                raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}")
+            if mask.dtype != np.bool_:
+                raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+            if not np.any(mask):
+                raise ValueError(
+                    f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
+                )
+        k, prev = self._next_slot()
+        servers = self._session.servers
+        try:
+            for server in servers:
+                envs = server.env_indices
+                server.channel.send({
+                    "cmd": P.RESET,
+                    "slot": k,
+                    "prev_slot": prev,
+                    "seeds": [seeds[i] for i in envs],
+                    "options": options,
+                    "mask": None if mask is None else [bool(mask[i]) for i in envs],
+                })
+                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
+                server.go.ring()
+            extras, error = self._replies("reset")
+            if error is not None:
+                raise error
+            infos = self._gather(k, extras)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        return self._observations(k), infos
+
+    def _replies(self, what: str) -> tuple[dict, Optional[EnvError]]:
+        """Collect one reply per server (always all of them, to stay in step); first error wins."""
+        extras: dict = {}
+        results: list = []
+        error = None
+        for server in self._session.servers:
+            message = server.channel.recv(server.check_alive, self.step_timeout, f"{what} of env server {server.index}")
+            if message["cmd"] == P.ERROR:
+                error = error or self._error(server, message)
+            elif message["cmd"] == P.REPLY:
+                extras.update(message.get("extras") or {})
+                results.extend(message.get("results") or [])
+            else:
+                raise ServerProtocolError(f"env server {server.index} answered {what} with {message['cmd']!r}")
+        self._results = results
+        return extras, error
+
+    def step_async(self, actions: Any) -> None:
+        """Write the actions into the ring and wake every server; returns at once."""
+        self._check_usable()
+        if self._state is not AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `step_async` while waiting for a pending call to `{self._state.value}` to complete.",
+                str(self._state.value),
+            )
+        k, _ = self._next_slot()
+        self._write_actions(k, actions)
+        mailbox = self._mailbox
+        for server in self._session.servers:
+            mailbox[server.index, _CMD] = P.CMD_STEP
+            mailbox[server.index, _SLOT] = k
+            server.go.ring()
+        self._state = AsyncState.WAITING_STEP
+
+    def _write_actions(self, k: int, actions: Any) -> None:
+        leaves_out = self._act_leaves
+        if len(leaves_out) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple"):
+            values = [actions]
+        else:
+            values = [self._leaf(actions, path) for path, _ in leaves(self._act_schema)]
+        for target, value in zip(leaves_out, values):
+            row = target[k]
+            array = np.asarray(value)
+            if array.shape != row.shape:
+                raise ValueError(
+                    f"actions of shape {array.shape} do not match the batched action space "
+                    f"{self.action_space} (expected shape {row.shape})"
+                )
+            np.copyto(row, array, casting="unsafe")
+
+    @staticmethod
+    def _leaf(actions: Any, path: tuple) -> Any:
+        for part in path:
+            actions = actions[part]
+        return actions
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Wait for the step started by ``step_async``; see the module docstring for view validity."""
+        if self.closed:
+            raise ClosedEnvironmentError("this VectorPortal is closed")
+        if self._state is not AsyncState.WAITING_STEP:
+            raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", AsyncState.WAITING_STEP.value)
+        timeout = self.step_timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        k = self._slot
+        extras: dict = {}
+        error: Optional[EnvError] = None
+        try:
+            for server in self._session.servers:
+                self._wait_done(server, deadline)
+                row = self._mailbox[server.index]
+                if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
+                    message = server.channel.recv(server.check_alive, timeout, f"step of env server {server.index}")
+                    if message["cmd"] == P.ERROR:
+                        error = error or self._error(server, message)
+                    elif message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict):
+                        extras.update(message["blobs"])
+                    else:
+                        raise ServerProtocolError(f"env server {server.index} sent {message['cmd']!r} during a step")
+            self._state = AsyncState.DEFAULT
+            if error is not None:
+                raise error
+            infos = self._gather(k, extras)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        reward, terminated, truncated = self._reward[k], self._terminated[k], self._truncated[k]
+        if self.copy:
+            reward, terminated, truncated = reward.copy(), terminated.copy(), truncated.copy()
+        return self._observations(k), reward, terminated, truncated, infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Step every env once; observations are ring views unless ``copy=True``."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def _control(self, messages: list, what: str) -> list:
+        self._check_usable()
+        if self._state is not AsyncState.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"calling `{what}` while waiting for a pending call to `{self._state.value}` to complete",
+                str(self._state.value),
+            )
+        try:
+            for server, message in zip(self._session.servers, messages):
+                server.channel.send(message)
+                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
+                server.go.ring()
+            _, error = self._replies(what)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        if error is not None:
+            raise error
+        if len(self._results) not in (0, self.num_envs):
+            raise ServerProtocolError(f"env servers returned {len(self._results)} results for {self.num_envs} envs")
+        return self._results
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` on every env (or read it, when it is not callable); results must be msgpack-able."""
+        message = {"cmd": P.CALL, "name": name, "args": list(args), "kwargs": kwargs}
+        return tuple(self._control([message] * len(self._session.servers), f"call({name!r})"))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list | tuple | Any) -> None:
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        messages = [{"cmd": P.SET_ATTR, "name": name, "values": [values[i] for i in server.env_indices]}
+                    for server in self._session.servers]
+        self._control(messages, f"set_attr({name!r})")
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Each env's ``render()`` result, as SyncVectorEnv returns them."""
+        return tuple(self._control([{"cmd": P.RENDER}] * len(self._session.servers), "render"))
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop the servers and remove the ring, semaphores, sockets and run directory."""
+        self._finalizer()
+
+    @property
+    def servers(self) -> list[dict]:
+        """Where each env lives: server index, env indices, runtime description."""
+        return [{"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe()}
+                for s in self._session.servers if s.handle is not None]
+
+    @property
+    def shm_name(self) -> str:
+        return self._session.resources.shm_name
+
+    def __repr__(self) -> str:
+        return f"VectorPortal({self._session.servers[0].spec.id if self._session.servers else '?'}, num_envs={self.num_envs})"
