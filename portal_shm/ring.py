@@ -37,14 +37,13 @@ class Ring:
         self.views: dict[str, np.ndarray] = field_views(layout, self._mmap)
 
     def close(self) -> None:
-        """Drop the mapping; views still held elsewhere keep it alive until they go."""
+        """Drop our references; the mapping is unmapped once the last view of it is gone.
+
+        Never ``mmap.close()`` here: numpy views do not pin the mapping, and a batch the caller
+        still holds would then point at unmapped memory (a segfault instead of stale data).
+        """
         self.views = {}
-        if self._mmap is not None:
-            try:
-                self._mmap.close()
-            except BufferError:
-                pass  # a caller still holds a view; the mapping goes with it
-            self._mmap = None
+        self._mmap = None
 
     def unlink(self) -> None:
         unlink_shm(self.name)

@@ -33,6 +33,7 @@ from .backend import ServerHandle, ServerLaunch
 from .control import POLL_SLICE, ControlChannel
 from .errors import (EnvError, EnvNotFoundError, PortalError, PortalTimeoutError,
                      ProtocolMismatchError, ServerDiedError, ServerProtocolError)
+from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
 from .resources import PortalResources
 from .ring import Doorbell, Ring
@@ -345,10 +346,9 @@ class VectorPortal(VectorEnv):
     # -- infos and observations ----------------------------------------------------------
     def _gather(self, k: int, extras: dict) -> dict:
         infos: dict = {}
-        lengths = self._info_len[k]
-        for i in np.flatnonzero(lengths):
-            i = int(i)
-            length = int(lengths[i])
+        for i, length in enumerate(self._info_len[k].tolist()):
+            if length == 0:
+                continue
             if length == -1 and i in extras:
                 blob = extras[i]
             elif 0 < length <= self._info_capacity:
@@ -364,7 +364,7 @@ class VectorPortal(VectorEnv):
                 raise ServerProtocolError(f"env {i} wrote infos of an unexpected shape")
             for env_info in entry[0]:
                 if env_info:
-                    infos = {**infos, **env_info} if self._raw_infos else self._add_info(infos, env_info, i)
+                    infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, i, self.num_envs)
             if entry[1] is not None:
                 self._var_obs[i] = entry[1]
         return infos

@@ -1,0 +1,58 @@
+"""Exact structural comparison of gymnasium results: same types, dtypes, shapes and values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def assert_same(actual: Any, expected: Any, path: str = "result") -> None:
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), f"{path}: {type(actual)} is not a dict"
+        assert set(actual) == set(expected), f"{path}: keys {sorted(actual)} != {sorted(expected)}"
+        for key in expected:
+            assert_same(actual[key], expected[key], f"{path}[{key!r}]")
+    elif isinstance(expected, (tuple, list)):
+        assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
+        for index, (a, e) in enumerate(zip(actual, expected)):
+            assert_same(a, e, f"{path}[{index}]")
+    elif isinstance(expected, np.ndarray):
+        assert isinstance(actual, np.ndarray), f"{path}: {type(actual)} is not an ndarray"
+        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
+        assert actual.shape == expected.shape, f"{path}: shape {actual.shape} != {expected.shape}"
+        if expected.dtype == object:
+            for index in np.ndindex(expected.shape):
+                assert_same(actual[index], expected[index], f"{path}{list(index)}")
+        else:
+            assert np.array_equal(actual, expected, equal_nan=expected.dtype.kind in "fc"), f"{path}: values differ"
+    else:
+        assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
+        assert actual == expected or (actual != actual and expected != expected), f"{path}: {actual!r} != {expected!r}"
+
+
+def snapshot(value: Any) -> Any:
+    """A deep copy that detaches ring views (results must be kept past the ring's depth)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: snapshot(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(snapshot(v) for v in value)
+    return value
+
+
+def rollout(envs: Any, steps: int, seed: int, mode: str) -> list:
+    """Seeded rollout with seeded random actions; in Disabled mode, finished envs are reset by mask."""
+    envs.action_space.seed(seed)
+    records = [snapshot(envs.reset(seed=seed))]
+    for _ in range(steps):
+        actions = envs.action_space.sample()
+        result = envs.step(actions)
+        records.append(snapshot(result))
+        _, _, terminated, truncated, _ = result
+        done = np.logical_or(terminated, truncated)
+        if mode == "Disabled" and done.any():
+            records.append(snapshot(envs.reset(options={"reset_mask": done.copy()})))
+    return records

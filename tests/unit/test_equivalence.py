@@ -1,0 +1,63 @@
+"""A VectorPortal returns exactly what gymnasium's SyncVectorEnv returns, in every autoreset mode."""
+
+import gymnasium as gym
+import pytest
+
+import portal_shm
+from portal_shm.example_envs import NestedEnv
+from tests.compare import assert_same, rollout
+
+MODES = ["NextStep", "SameStep", "Disabled"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cartpole_matches_sync_vector_env(mode):
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=30)] * 3,
+                                             autoreset_mode=mode)
+    envs = portal_shm.make_vec("CartPole-v1", 3, max_episode_steps=30, vector_kwargs={"autoreset_mode": mode})
+    try:
+        assert envs.single_observation_space == expected_envs.single_observation_space
+        assert envs.action_space == expected_envs.action_space
+        assert envs.metadata == expected_envs.metadata
+        assert_same(rollout(envs, 120, seed=11, mode=mode), rollout(expected_envs, 120, seed=11, mode=mode))
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("envs_per_server", [1, 2])
+def test_nested_spaces_and_sparse_infos_match(mode, envs_per_server):
+    expected_envs = gym.vector.SyncVectorEnv([NestedEnv] * 4, autoreset_mode=mode)
+    envs = portal_shm.make_vec("portal_shm.example_envs:NestedEnv", 4,
+                               vector_kwargs={"autoreset_mode": mode, "envs_per_server": envs_per_server})
+    try:
+        assert envs.observation_space == expected_envs.observation_space
+        assert envs.single_action_space == expected_envs.single_action_space
+        assert_same(rollout(envs, 60, seed=3, mode=mode), rollout(expected_envs, 60, seed=3, mode=mode))
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+def test_reset_options_and_seed_lists_match():
+    expected_envs = gym.vector.SyncVectorEnv([NestedEnv] * 3)
+    envs = portal_shm.make_vec("portal_shm.example_envs:NestedEnv", 3)
+    try:
+        for kwargs in ({"seed": [4, 7, 9], "options": {"note": "hi"}}, {"seed": 2}):
+            assert_same(envs.reset(**kwargs), expected_envs.reset(**kwargs))
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+def test_final_obs_travels_even_when_larger_than_the_info_slot():
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=5)] * 2,
+                                             autoreset_mode="SameStep")
+    envs = portal_shm.make_vec("CartPole-v1", 2, max_episode_steps=5,
+                               vector_kwargs={"autoreset_mode": "SameStep", "info_capacity": 16})
+    try:
+        assert_same(rollout(envs, 12, seed=0, mode="SameStep"), rollout(expected_envs, 12, seed=0, mode="SameStep"))
+    finally:
+        envs.close()
+        expected_envs.close()
