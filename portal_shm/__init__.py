@@ -11,8 +11,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "make_vec": "make",
-    "make": "make",
+    "make_vec": "api",
+    "make": "api",
     "VectorPortal": "vector",
     "Portal": "portal_env",
     "EnvSpec": "spec",

@@ -32,6 +32,13 @@ class EnvError(PortalError):
 class EnvNotFoundError(EnvError):
     """The env id or entry point does not exist in the env's runtime."""
 
+    def __init__(self, env_index: Optional[int], phase: str, error_type: str, message: str,
+                 remote_traceback: str, runtime: str = "") -> None:
+        super().__init__(env_index, phase, error_type, message, "", runtime)
+        self.remote_traceback = remote_traceback
+        self.args = (f"{message} [runtime: {runtime}]; install the package that registers it in that runtime, "
+                     "or pass an entry point 'package.module:callable'",)
+
 
 class ServerDiedError(PortalError):
     """An env server process or container exited while the agent needed it."""

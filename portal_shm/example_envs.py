@@ -144,3 +144,42 @@ class FaultyEnv(gym.Env):
 
     def close(self):
         self._maybe_fail("close")
+
+
+class LegacyCounterEnv:
+    """An env written against the pre-0.26 gym API: ``seed()``, ``reset() -> obs``, 4-tuple steps.
+
+    Deliberately not a gymnasium.Env: this is how old code bases look, and the server must adapt it.
+    """
+
+    metadata = {"render.modes": ["rgb_array"]}
+
+    def __init__(self, limit: int = 5):
+        self.observation_space = spaces.Box(0, 100, (2,), np.int64)
+        self.action_space = spaces.Discrete(3)
+        self.limit = limit
+        self.rng = np.random.RandomState(0)
+        self.count = 0
+        self.t = 0
+
+    def seed(self, seed=None):
+        self.rng = np.random.RandomState(seed)
+        return [seed]
+
+    def reset(self):
+        self.count = int(self.rng.randint(0, 10))
+        self.t = 0
+        return np.array([self.count, self.t], np.int64)
+
+    def step(self, action):
+        self.t += 1
+        self.count += int(action)
+        done = self.count >= 12 or self.t >= self.limit
+        info = {"TimeLimit.truncated": True} if self.t >= self.limit and self.count < 12 else {}
+        return np.array([self.count, self.t], np.int64), float(action), done, info
+
+    def render(self, mode="human"):
+        return np.zeros((2, 2, 3), np.uint8)
+
+    def close(self):
+        pass

@@ -11,6 +11,7 @@ from typing import Optional
 import portal_shm
 
 from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode, read_tail
+from .errors import PortalError
 from .server import CONFIG_ENV_VAR, encode_config
 
 
@@ -60,13 +61,19 @@ class ProcessBackend(Backend):
             package_parent = os.path.dirname(os.path.dirname(os.path.abspath(portal_shm.__file__)))
             env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         with open(launch.log_path, "ab") as log:
-            process = subprocess.Popen(
-                [python, "-m", "portal_shm.server"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+            try:
+                process = subprocess.Popen(
+                    [python, "-m", "portal_shm.server"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise PortalError(
+                    f"cannot start an env server with interpreter {python!r}: {exc}; "
+                    "pass python= the path of an existing Python that has portal-shm installed"
+                ) from None
         return ProcessHandle(process, launch.log_path, python)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import faulthandler
 import fcntl
 import json
 import os
@@ -42,7 +43,7 @@ def _error_message(exc: BaseException, env_index: Optional[int], phase: str) -> 
         "cmd": P.ERROR,
         "env_index": env_index,
         "phase": phase,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "type": type(exc).__qualname__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
@@ -419,10 +420,12 @@ def decode_config(raw: str) -> dict:
 
 def serve(env_factory: Callable[..., Any], config: Optional[dict] = None) -> None:
     """Serve envs made by ``env_factory(**env_kwargs)``: the body of an image's entry script."""
+    faulthandler.enable()
     sys.exit(run(config or load_config(), env_factory))
 
 
 def main(argv: Optional[list] = None) -> None:
+    faulthandler.enable()
     sys.exit(run(load_config(argv)))
 
 

@@ -77,11 +77,14 @@ class _Session:
         self.servers: list[_Server] = []
         self.ring: Optional[Ring] = None
         self.closed = False
+        self.graceful = True
 
-    def shutdown(self, graceful: bool = True, timeout: float = 5.0) -> None:
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""
         if self.closed:
             return
         self.closed = True
+        graceful = self.graceful
         try:
             if graceful and self.ring is not None:
                 for server in self.servers:
@@ -337,6 +340,7 @@ class VectorPortal(VectorEnv):
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, KeyboardInterrupt)):
             self._broken = exc
+            self._session.graceful = False
 
     def _next_slot(self) -> tuple[int, int]:
         prev = self._slot

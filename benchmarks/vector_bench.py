@@ -1,0 +1,420 @@
+#!/usr/bin/env python
+"""Side-by-side throughput and latency of portal_shm against gymnasium's vector envs.
+
+Run (from the repository root)::
+
+    python benchmarks/vector_bench.py                                  # full default matrix
+    python benchmarks/vector_bench.py --scenarios null:84x84x4 --num-envs 1,8 --seconds 1 --repeat 1
+    python benchmarks/vector_bench.py --json benchmarks/results/vector_bench_2core.json
+
+Systems: ``portal`` (portal_shm.make_vec, process backend, zero-copy ring views), ``sync``
+(gymnasium SyncVectorEnv) and ``async`` (gymnasium AsyncVectorEnv, shared_memory=True).
+Scenarios: ``null:AxBxC`` (portal_shm.example_envs.NullEnv returning a preallocated uint8 frame of
+that shape: pure transport cost) or any gymnasium id, e.g. ``ALE/Pong-v5``.
+
+Method: every (scenario, N) cell builds all systems, resets each once with ``--seed`` and then
+runs them interleaved (portal sync async portal sync async ...) ``--repeat`` times, each run
+being ``--warmup`` batched steps followed by ``--seconds`` of timed steps with actions
+precomputed from a seeded rng. Each ``step`` call is timed with perf_counter_ns into a
+preallocated array (p50/p99 latency). For gymnasium ids the script also measures one env stepped
+in a plain loop in this process ("raw") and ``os.cpu_count()`` such loops in parallel processes,
+summed (the "ceiling"). Agent-side allocations of portal are measured separately with
+tracemalloc over ``--alloc-steps`` steps.
+
+Targets checked at N=8 (PASS/FAIL printed at the end):
+  * null scenarios: portal >= 5x async env-steps/s;
+  * gymnasium ids: portal >= 0.8x the ceiling;
+  * portal: no observation-sized allocation on the agent side in any step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable, Optional
+
+import gymnasium as gym
+import numpy as np
+
+import portal_shm
+from portal_shm.example_envs import NullEnv
+
+try:  # registers ALE/... ids, here and in spawned ceiling workers
+    import ale_py
+    gym.register_envs(ale_py)
+except ImportError:
+    ale_py = None
+
+SYSTEMS = ("portal", "sync", "async")
+ORDER = SYSTEMS + ("raw", "ceiling")  # raw and ceiling: gymnasium ids only
+NULL_ENTRY_POINT = "portal_shm.example_envs:NullEnv"
+ACTION_BATCHES = 256
+LATENCY_CAPACITY = 1 << 21  # batched steps one timed run may record
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str  # "null:210x160x3" or a gymnasium id
+    shape: Optional[tuple] = None  # set for null scenarios
+
+    def env_fn(self) -> Callable[[], gym.Env]:
+        shape = self.shape
+        return (lambda: NullEnv(shape=shape)) if shape is not None else (lambda: gym.make(self.name))
+
+
+def parse_scenario(text: str) -> Scenario:
+    if text.startswith("null:"):
+        try:
+            shape = tuple(int(d) for d in text[len("null:"):].lower().split("x"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad null scenario {text!r}; expected null:AxBxC") from None
+        if not shape or min(shape) < 1:
+            raise argparse.ArgumentTypeError(f"bad null scenario {text!r}; dimensions must be positive")
+        return Scenario(text, shape)
+    return Scenario(text)
+
+
+def make_system(system: str, sc: Scenario, n: int, envs_per_server: Optional[int]) -> gym.vector.VectorEnv:
+    if system == "portal":
+        vector_kwargs = {} if envs_per_server is None else {"envs_per_server": envs_per_server}
+        if sc.shape is not None:
+            return portal_shm.make_vec(NULL_ENTRY_POINT, n, vector_kwargs=vector_kwargs, shape=sc.shape)
+        return portal_shm.make_vec(sc.name, n, vector_kwargs=vector_kwargs)
+    if system == "sync":
+        return gym.vector.SyncVectorEnv([sc.env_fn() for _ in range(n)])
+    if system == "async":
+        return gym.vector.AsyncVectorEnv([sc.env_fn() for _ in range(n)], shared_memory=True)
+    raise ValueError(f"unknown system {system!r}")
+
+
+def close_quietly(envs: gym.vector.VectorEnv, failed: bool) -> None:
+    try:
+        if failed and isinstance(envs, gym.vector.AsyncVectorEnv):
+            envs.close(terminate=True)
+        else:
+            envs.close()
+    except BaseException as exc:  # keep closing the others
+        print(f"warning: closing {type(envs).__name__} failed: {exc!r}", file=sys.stderr)
+
+
+def sample_actions(space: gym.Space, seed: int) -> list:
+    space.seed(seed)
+    return [space.sample() for _ in range(ACTION_BATCHES)]
+
+
+def timed_run(envs: gym.vector.VectorEnv, actions: list, seconds: float, warmup: int, lat: np.ndarray) -> dict:
+    """Warm up, then step for ``seconds``; every step's latency goes into ``lat`` (ns)."""
+    k = len(actions)
+    for i in range(warmup):
+        envs.step(actions[i % k])
+    n, cap = 0, len(lat)
+    start = now = time.perf_counter_ns()
+    end = start + int(seconds * 1e9)
+    while now < end and n < cap:
+        action = actions[n % k]
+        before = time.perf_counter_ns()
+        envs.step(action)
+        now = time.perf_counter_ns()
+        lat[n] = now - before
+        n += 1
+    elapsed = (now - start) / 1e9
+    p50, p99 = np.percentile(lat[:n], [50, 99]) / 1e3
+    return {"batched_steps": n, "env_steps": n * envs.num_envs, "seconds": elapsed,
+            "steps_per_s": n * envs.num_envs / elapsed, "p50_us": float(p50), "p99_us": float(p99),
+            "mean_us": float(lat[:n].mean() / 1e3)}
+
+
+def obs_nbytes(space: gym.Space) -> int:
+    if isinstance(space, gym.spaces.Box):
+        return int(np.prod(space.shape)) * space.dtype.itemsize
+    return int(gym.spaces.flatten(space, space.sample()).nbytes)
+
+
+def agent_allocations(envs: gym.vector.VectorEnv, actions: list, steps: int, warmup: int) -> dict:
+    """Per step: the peak of traced memory above its level before the step (transient) and,
+    over the whole window, the blocks >= one observation that were still alive at the end."""
+    threshold = obs_nbytes(envs.single_observation_space)
+    k = len(actions)
+    for i in range(warmup):
+        envs.step(actions[i % k])
+    transient = np.zeros(steps, np.int64)
+    tracemalloc.start()
+    try:
+        before = sum(1 for t in tracemalloc.take_snapshot().traces if t.size >= threshold)
+        for i in range(steps):
+            tracemalloc.reset_peak()
+            level, _ = tracemalloc.get_traced_memory()
+            envs.step(actions[i % k])
+            _, peak = tracemalloc.get_traced_memory()
+            transient[i] = peak - level
+        after = sum(1 for t in tracemalloc.take_snapshot().traces if t.size >= threshold)
+    finally:
+        tracemalloc.stop()
+    return {"steps": steps, "obs_bytes": threshold, "steps_with_obs_sized_alloc": int((transient >= threshold).sum()),
+            "max_transient_bytes": int(transient.max()), "mean_transient_bytes": float(transient.mean()),
+            "retained_obs_sized_blocks": after - before}
+
+
+def raw_loop(env: gym.Env, actions: list, seconds: float) -> float:
+    """One env stepped in a plain loop (resetting on done); returns env-steps/s."""
+    k, n = len(actions), 0
+    start = now = time.perf_counter()
+    while now - start < seconds:
+        _, _, terminated, truncated, _ = env.step(actions[n % k])
+        if terminated or truncated:
+            env.reset()
+        n += 1
+        now = time.perf_counter()
+    return n / (now - start)
+
+
+def single_env(sc: Scenario, seed: int, warmup: int) -> tuple[gym.Env, list]:
+    env = sc.env_fn()()
+    actions = sample_actions(env.action_space, seed)
+    env.reset(seed=seed)
+    for i in range(warmup):
+        env.step(actions[i % len(actions)])
+    return env, actions
+
+
+def ceiling_worker(name: str, seconds: float, seed: int, warmup: int, go: Any, stop: Any, queue: Any) -> None:
+    env, actions = single_env(parse_scenario(name), seed, warmup)
+    try:
+        while True:
+            go.wait()
+            if stop.is_set():
+                return
+            queue.put(raw_loop(env, actions, seconds))
+    finally:
+        env.close()
+
+
+class CeilingPool:
+    """os.cpu_count() processes, each with one env, that run raw loops simultaneously on demand."""
+
+    def __init__(self, sc: Scenario, args: argparse.Namespace) -> None:
+        ctx = mp.get_context("spawn")
+        self.workers, self.seconds = os.cpu_count() or 1, args.seconds
+        self.go, self.stop, self.queue = ctx.Barrier(self.workers + 1), ctx.Event(), ctx.Queue()
+        self.procs = [ctx.Process(target=ceiling_worker, daemon=True, args=(
+            sc.name, args.seconds, args.seed + w, args.warmup, self.go, self.stop, self.queue)) for w in range(self.workers)]
+        for p in self.procs:
+            p.start()
+
+    def run(self) -> float:
+        """Summed env-steps/s of one simultaneous round of raw loops."""
+        self.go.wait(timeout=300)  # the first round also waits for the workers to build their envs
+        return sum(self.queue.get(timeout=60 + 2 * self.seconds) for _ in range(self.workers))
+
+    def close(self, failed: bool = False) -> None:
+        if not failed:
+            self.stop.set()
+            try:
+                self.go.wait(timeout=10)
+            except Exception:
+                pass
+        for p in self.procs:
+            p.join(timeout=0 if failed else 10)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+
+def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray) -> tuple[list, Optional[dict]]:
+    """Build every system for (scenario, N), run them interleaved, close them all."""
+    built: dict = {}
+    single: Optional[tuple] = None
+    pool: Optional[CeilingPool] = None
+    samples: list = []
+    allocs = None
+    failed = True
+    try:
+        for system in sorted(args.systems, key=lambda s: s != "async"):  # fork async workers first
+            envs = built[system] = make_system(system, sc, n, args.envs_per_server)
+            envs.reset(seed=args.seed)
+        actions = {s: sample_actions(e.action_space, args.seed) for s, e in built.items()}
+        if sc.shape is None:  # gymnasium id: also the raw loop and the cpu_count ceiling, interleaved
+            single, pool = single_env(sc, args.seed, args.warmup), CeilingPool(sc, args)
+        for r in range(args.repeat):
+            for system in list(args.systems) + (["raw", "ceiling"] if pool else []):
+                if system == "raw":
+                    result: dict = {"steps_per_s": raw_loop(*single, args.seconds), "p50_us": None, "p99_us": None}
+                elif system == "ceiling":
+                    result = {"steps_per_s": pool.run(), "p50_us": None, "p99_us": None, "procs": pool.workers}
+                else:
+                    result = timed_run(built[system], actions[system], args.seconds, args.warmup, lat)
+                samples.append({"scenario": sc.name, "num_envs": n, "system": system, "repeat": r, **result})
+                print(f"  {sc.name} N={n} {system:7s} rep {r}: {result['steps_per_s']:12,.0f} env-steps/s",
+                      file=sys.stderr, flush=True)
+        if "portal" in built and args.alloc_steps > 0:
+            allocs = agent_allocations(built["portal"], actions["portal"], args.alloc_steps, args.warmup)
+            allocs.update(scenario=sc.name, num_envs=n)
+        failed = False
+    finally:
+        for envs in built.values():
+            close_quietly(envs, failed)
+        if single is not None:
+            single[0].close()
+        if pool is not None:
+            pool.close(failed)
+    return samples, allocs
+
+
+def summarize(samples: list, allocs: list) -> list:
+    """One row per (scenario, N, system): median [min, max] env-steps/s, latencies and ratios."""
+    alloc_of = {(a["scenario"], a["num_envs"]): a for a in allocs}
+    groups: dict = {}
+    for s in samples:
+        groups.setdefault((s["scenario"], s["num_envs"], s["system"]), []).append(s)
+    median = {key: float(np.median([s["steps_per_s"] for s in group])) for key, group in groups.items()}
+    rows = []
+    for (name, n, system), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], ORDER.index(kv[0][2]))):
+        rates = [s["steps_per_s"] for s in group]
+        p50s, p99s = [s["p50_us"] for s in group if s["p50_us"] is not None], [s["p99_us"] for s in group if s["p99_us"] is not None]
+        ceiling, async_ = median.get((name, n, "ceiling")), median.get((name, n, "async"))
+        alloc = alloc_of.get((name, n)) if system == "portal" else None
+        rows.append({
+            "scenario": name, "num_envs": n, "system": system, "steps_per_s_median": median[(name, n, system)],
+            "steps_per_s_min": min(rates), "steps_per_s_max": max(rates),
+            "p50_us_median": float(np.median(p50s)) if p50s else None,
+            "p99_us_median": float(np.median(p99s)) if p99s else None,
+            "x_ceiling": median[(name, n, system)] / ceiling if ceiling else None,
+            "x_async": median[(name, n, system)] / async_ if async_ else None,
+            "alloc": None if alloc is None else f"{alloc['steps_with_obs_sized_alloc']}/{alloc['steps']}",
+        })
+    return rows
+
+
+def check_targets(rows: list, allocs: list) -> list:
+    targets = []
+    for row in rows:
+        if row["system"] != "portal" or row["num_envs"] != 8:
+            continue
+        if row["scenario"].startswith("null:") and row["x_async"] is not None:
+            targets.append({"target": f"{row['scenario']} N=8: portal >= 5x async", "value": row["x_async"],
+                            "ok": row["x_async"] >= 5.0})
+        if row["x_ceiling"] is not None:
+            targets.append({"target": f"{row['scenario']} N=8: portal >= 0.8x ceiling", "value": row["x_ceiling"],
+                            "ok": row["x_ceiling"] >= 0.8})
+    for a in allocs:
+        bad = a["steps_with_obs_sized_alloc"] + max(a["retained_obs_sized_blocks"], 0)
+        targets.append({"target": f"{a['scenario']} N={a['num_envs']}: portal 0 obs-sized allocations per step",
+                        "value": bad / a["steps"], "ok": bad == 0})
+    return targets
+
+
+def render(rows: list, targets: list, leftovers: list) -> str:
+    def fmt(value: Optional[float], spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    header = (f"{'scenario':<16} {'N':>3} {'system':<7} {'env-steps/s median [min - max]':>34} "
+              f"{'p50 us':>9} {'p99 us':>9} {'x ceil':>6} {'x async':>7} {'obs allocs':>10}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        spread = f"{r['steps_per_s_median']:,.0f} [{r['steps_per_s_min']:,.0f} - {r['steps_per_s_max']:,.0f}]"
+        lines.append(f"{r['scenario']:<16} {r['num_envs']:>3} {r['system']:<7} {spread:>34} "
+                     f"{fmt(r['p50_us_median'], '9.1f'):>9} {fmt(r['p99_us_median'], '9.1f'):>9} "
+                     f"{fmt(r['x_ceiling'], '6.2f'):>6} {fmt(r['x_async'], '7.2f'):>7} {r['alloc'] or '-':>10}")
+    lines += ["", f"raw: one env in a plain loop in the agent process; ceiling: {os.cpu_count()} such loops in "
+              "parallel processes, summed (both measured inside each cell, interleaved with the systems).",
+              "obs allocs: portal steps (of the tracemalloc window) that allocated >= one observation's bytes.", ""]
+    lines += [f"{'PASS' if t['ok'] else 'FAIL'}  {t['target']}  (measured {t['value']:.2f})" for t in targets]
+    lines.append(f"leftover /dev/shm entries of this process: {leftovers or 'none'}")
+    return "\n".join(lines)
+
+
+def machine_info() -> dict:
+    def grep(path: str, key: str) -> Optional[str]:
+        try:
+            with open(path) as f:
+                return next((line.split(":", 1)[1].strip() for line in f if line.startswith(key)), None)
+        except OSError:
+            return None
+
+    versions = {}
+    for package in ("numpy", "gymnasium", "ale-py", "pyzmq", "portal-shm"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"cpu_model": grep("/proc/cpuinfo", "model name"), "cpu_count": os.cpu_count(),
+            "mem_total": grep("/proc/meminfo", "MemTotal"), "platform": platform.platform(),
+            "python": sys.version.split()[0], "versions": versions}
+
+
+def own_leftovers() -> list:
+    tag = f"psm-{os.getpid()}-"
+    try:
+        return sorted(name for name in os.listdir("/dev/shm") if tag in name)
+    except OSError:
+        return []
+
+
+def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Targets: portal >= 5x async on null scenarios at N=8; portal >= 0.8x the "
+                                       "cpu_count ceiling on gym ids at N=8; zero obs-sized agent allocations per step.")
+    csv = lambda text: [s.strip() for s in text.split(",") if s.strip()]  # noqa: E731
+    p.add_argument("--systems", type=csv, default=list(SYSTEMS), help="comma list of portal,sync,async")
+    p.add_argument("--scenarios", type=lambda t: [parse_scenario(s) for s in csv(t)],
+                   default=[parse_scenario(s) for s in ("null:210x160x3", "null:84x84x4", "ALE/Pong-v5")],
+                   help="comma list of null:AxBxC and/or gymnasium ids (default null:210x160x3,null:84x84x4,ALE/Pong-v5)")
+    p.add_argument("--num-envs", type=lambda t: [int(x) for x in csv(t)], default=[1, 2, 4, 8, 16, 64],
+                   help="comma list of N (default 1,2,4,8,16,64)")
+    p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per run (default 2)")
+    p.add_argument("--repeat", type=int, default=3, help="interleaved repetitions per cell (default 3)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed batched steps before each run (default 10)")
+    p.add_argument("--alloc-steps", type=int, default=200, help="portal steps under tracemalloc (0: skip)")
+    p.add_argument("--envs-per-server", type=int, default=None, help="portal vector_kwargs envs_per_server")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="PATH", help="write raw samples, summary and machine info here")
+    args = p.parse_args(argv)
+    unknown = set(args.systems) - set(SYSTEMS)
+    if unknown or not args.systems:
+        p.error(f"unknown systems {sorted(unknown)}; choose from {','.join(SYSTEMS)}")
+    if args.repeat < 1 or args.seconds <= 0 or min(args.num_envs, default=0) < 1:
+        p.error("--repeat, --seconds and every --num-envs value must be positive")
+    return args
+
+
+def main(argv: Optional[list] = None) -> int:
+    args = parse_args(argv)
+    lat = np.zeros(LATENCY_CAPACITY, np.int64)
+    samples: list = []
+    allocs: list = []
+    interrupted = False
+    try:
+        for sc in args.scenarios:
+            for n in args.num_envs:
+                cell_samples, alloc = run_cell(sc, n, args, lat)
+                samples += cell_samples
+                allocs += [alloc] if alloc else []
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: every env was closed; reporting what was measured", file=sys.stderr)
+    rows = summarize(samples, allocs)
+    targets = check_targets(rows, allocs)
+    leftovers = own_leftovers()
+    print(render(rows, targets, leftovers), flush=True)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        report = {"machine": machine_info(), "command": sys.argv,
+                  "args": {**vars(args), "scenarios": [s.name for s in args.scenarios]},
+                  "interrupted": interrupted, "samples": samples, "allocations": allocs,
+                  "summary": rows, "targets": targets, "leftover_shm": leftovers}
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

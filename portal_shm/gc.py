@@ -1,0 +1,100 @@
+"""Reclaiming what dead agents left behind: shared-memory segments, semaphores, run directories.
+
+A leftover is only touched when its owner is provably gone: the run directory's lock file is
+free (the agent held an exclusive flock on it for its whole life), or, for a segment without a
+run directory, no process with the owner's pid exists. A live portal is never touched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+from dataclasses import dataclass
+
+from .resources import PREFIX, run_base_dir
+from .ring import unlink_semaphore, unlink_shm
+
+SHM_DIR = "/dev/shm"
+_NAME = re.compile(rf"^(?P<sem>sem\.)?(?P<tag>{PREFIX}-(?P<pid>\d+)-[0-9a-f]+)(?P<rest>.*)$")
+
+
+@dataclass
+class Leftover:
+    kind: str  # "segment", "semaphore" or "run dir"
+    name: str
+    owner_pid: int
+    size: int
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _lock_free(run_dir: str) -> bool:
+    try:
+        fd = os.open(os.path.join(run_dir, "agent.lock"), os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _owner_gone(tag: str, pid: int) -> bool:
+    run_dir = os.path.join(run_base_dir(), tag)
+    if os.path.isdir(run_dir):
+        return _lock_free(run_dir)
+    return not _pid_alive(pid)
+
+
+def find_leftovers() -> list[Leftover]:
+    """Everything named like a portal's resource whose owning agent is gone."""
+    found = []
+    if os.path.isdir(SHM_DIR):
+        for entry in sorted(os.listdir(SHM_DIR)):
+            match = _NAME.match(entry)
+            if match and _owner_gone(match["tag"], int(match["pid"])):
+                try:
+                    size = os.stat(os.path.join(SHM_DIR, entry)).st_size
+                except OSError:
+                    continue
+                kind = "semaphore" if match["sem"] else "segment"
+                found.append(Leftover(kind, entry, int(match["pid"]), size))
+    base = run_base_dir()
+    if os.path.isdir(base):
+        for entry in sorted(os.listdir(base)):
+            match = _NAME.match(entry)
+            path = os.path.join(base, entry)
+            if match and not match["rest"] and os.path.isdir(path) and _owner_gone(entry, int(match["pid"])):
+                found.append(Leftover("run dir", path, int(match["pid"]), 0))
+    return found
+
+
+def remove(leftover: Leftover) -> None:
+    if leftover.kind == "segment":
+        unlink_shm("/" + leftover.name)
+    elif leftover.kind == "semaphore":
+        unlink_semaphore("/" + leftover.name[len("sem."):])
+    else:
+        shutil.rmtree(leftover.name, ignore_errors=True)
+
+
+def collect(dry_run: bool = False) -> list[Leftover]:
+    """Find and (unless ``dry_run``) remove every leftover of dead portals; returns what was found."""
+    leftovers = find_leftovers()
+    if not dry_run:
+        for leftover in leftovers:
+            remove(leftover)
+    return leftovers

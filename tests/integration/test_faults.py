@@ -1,0 +1,216 @@
+"""Faults inside env runtimes surface as clear agent-side errors, quickly, and leave nothing behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import portal_shm
+from portal_shm import EnvSpec, VectorPortal
+
+FAULTY = "portal_shm.example_envs:FaultyEnv"
+
+
+def leftovers(tag_prefix: str = "psm-") -> list:
+    shm = [name for name in os.listdir("/dev/shm") if tag_prefix in name]
+    run_dirs = [name for name in os.listdir("/tmp") if name.startswith(tag_prefix)]
+    return shm + run_dirs
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def faulty_pair(**fault):
+    """Env 0 healthy, env 1 faulty: two servers, so the error must name env 1."""
+    return VectorPortal([EnvSpec(FAULTY, {"fault": "none"}), EnvSpec(FAULTY, fault)], step_timeout=20)
+
+
+def _server_pids(envs) -> list:
+    return [int(s["runtime"].split()[2].rstrip(",")) for s in envs.servers]
+
+
+def test_exception_in_step_names_env_and_carries_traceback():
+    envs = faulty_pair(fault="raise", phase="step", after=2)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, np.int64))
+        with pytest.raises(portal_shm.EnvError) as info:
+            envs.step(np.zeros(2, np.int64))
+        assert info.value.env_index == 1
+        assert "FaultyEnv failed in step on purpose" in str(info.value)
+        assert "_maybe_fail" in info.value.remote_traceback
+        assert info.value.phase == "step"
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("phase", ["reset", "render", "close"])
+def test_exception_in_other_phases(phase):
+    envs = faulty_pair(fault="raise", phase=phase)
+    try:
+        if phase == "close":
+            envs.reset(seed=0)
+            envs.call("close")
+        else:
+            with pytest.raises(portal_shm.EnvError, match=f"env 1 raised ValueError in {phase}"):
+                envs.reset(seed=0) if phase == "reset" else envs.render()
+    except portal_shm.EnvError as exc:
+        assert phase == "close" and exc.env_index == 1
+    finally:
+        envs.close()
+    assert envs.closed
+
+
+def test_exception_in_call_is_reported_and_portal_keeps_working():
+    envs = portal_shm.make_vec("CartPole-v1", 2)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(portal_shm.EnvError, match="no_such_method"):
+            envs.call("no_such_method")
+        envs.step(np.zeros(2, np.int64))
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("fault,status", [("segfault", "SIGSEGV"), ("exit", "exit code 7")])
+def test_dying_server_is_reported_with_exit_status(fault, status):
+    envs = faulty_pair(fault=fault, phase="step", after=1)
+    try:
+        envs.reset(seed=0)
+        started = time.monotonic()
+        with pytest.raises(portal_shm.ServerDiedError, match=status) as info:
+            envs.step(np.zeros(2, np.int64))
+        assert time.monotonic() - started < 5
+        assert info.value.env_indices == [1]
+        with pytest.raises(portal_shm.PortalError, match="cannot continue"):
+            envs.step(np.zeros(2, np.int64))
+    finally:
+        envs.close()
+
+
+def test_sigkilled_server_is_reported():
+    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 1})
+    try:
+        envs.reset(seed=0)
+        os.kill(_server_pids(envs)[1], signal.SIGKILL)
+        with pytest.raises(portal_shm.ServerDiedError, match="SIGKILL"):
+            for _ in range(100):
+                envs.step(np.zeros(2, np.int64))
+    finally:
+        envs.close()
+
+
+def test_hanging_server_times_out():
+    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "hang", "phase": "step", "after": 1})], step_timeout=0.5)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(portal_shm.PortalTimeoutError, match="did not finish"):
+            envs.step(np.zeros(1, np.int64))
+        pids = _server_pids(envs)
+    finally:
+        envs.close()
+    assert all(_pid_gone(pid) for pid in pids)
+
+
+def test_unknown_env_id_fails_fast_naming_the_id():
+    started = time.monotonic()
+    with pytest.raises(portal_shm.EnvNotFoundError, match="NoSuchEnv-v0"):
+        portal_shm.make_vec("NoSuchEnv-v0", 2)
+    with pytest.raises(portal_shm.EnvNotFoundError, match="no_such_module"):
+        portal_shm.make_vec("no_such_module:make", 1)
+    assert time.monotonic() - started < 30
+
+
+def test_close_removes_segments_sockets_and_processes():
+    before = set(leftovers())
+    envs = portal_shm.make_vec("CartPole-v1", 3)
+    tag = envs.shm_name.lstrip("/")
+    pids = _server_pids(envs)
+    assert any(tag in name for name in leftovers())
+    envs.reset(seed=0)
+    obs, *_ = envs.step(np.zeros(3, np.int64))
+    envs.close()
+    assert set(leftovers()) <= before
+    assert all(_pid_gone(pid) for pid in pids)
+    assert obs.shape == (3, 4)  # a batch still held stays readable after close, never a crash
+
+
+AGENT = textwrap.dedent("""
+    import sys, time, numpy as np, portal_shm
+    from portal_shm import EnvSpec, VectorPortal
+    envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": "hang", "phase": sys.argv[1]})])
+    print(envs.shm_name, " ".join(s["runtime"].split()[2].rstrip(",") for s in envs.servers), flush=True)
+    if sys.argv[1] == "step":
+        envs.reset(seed=0)
+        print("stepping", flush=True)
+        envs.step(np.zeros(1, np.int64))
+    elif sys.argv[1] == "reset":
+        print("resetting", flush=True)
+        envs.reset(seed=0)
+    else:
+        print("idle", flush=True)
+        time.sleep(600)
+""")
+
+
+def _start_agent(mode: str) -> tuple:
+    process = subprocess.Popen([sys.executable, "-c", AGENT, mode], stdout=subprocess.PIPE, text=True)
+    shm_name, *pids = process.stdout.readline().split()
+    assert process.stdout.readline().strip() in ("stepping", "resetting", "idle")
+    time.sleep(0.5)
+    return process, shm_name.lstrip("/"), [int(p) for p in pids]
+
+
+def _wait_until_clean(tag: str, pids: list, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(tag in name for name in leftovers()) and all(_pid_gone(pid) for pid in pids):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"left behind after {seconds} s: {[n for n in leftovers() if tag in n]}, "
+                         f"live servers {[p for p in pids if not _pid_gone(p)]}")
+
+
+@pytest.mark.parametrize("phase", ["step", "reset"])
+def test_ctrl_c_during_a_hung_call_exits_and_cleans_up(phase):
+    process, tag, pids = _start_agent(phase)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) != 0
+    _wait_until_clean(tag, pids, 10)
+
+
+def test_servers_clean_up_after_their_agent_is_sigkilled():
+    process, tag, pids = _start_agent("idle")
+    process.kill()
+    process.wait()
+    _wait_until_clean(tag, pids, 10)
+
+
+def test_gc_reclaims_only_dead_owners():
+    from portal_shm.gc import collect
+
+    process = subprocess.Popen([sys.executable, "-c", "import posix_ipc, os, sys; "
+                                "posix_ipc.SharedMemory(f'/psm-{os.getpid()}-abcdef01', posix_ipc.O_CREX, size=4096); "
+                                "print(os.getpid(), flush=True)"], stdout=subprocess.PIPE, text=True)
+    dead_pid = int(process.stdout.readline())
+    process.wait()
+    envs = portal_shm.make_vec("CartPole-v1", 1)
+    try:
+        collected = collect()
+        names = [item.name for item in collected]
+        assert f"psm-{dead_pid}-abcdef01" in names
+        assert not any(envs.shm_name.lstrip("/") in name for name in names)
+        envs.reset(seed=0)
+        envs.step(np.zeros(1, np.int64))
+    finally:
+        envs.close()
