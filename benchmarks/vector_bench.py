@@ -1,30 +1,29 @@
 #!/usr/bin/env python
 """Side-by-side throughput and latency of portal_shm against gymnasium's vector envs.
 
-Run (from the repository root)::
+Run from the repository root::
 
-    python benchmarks/vector_bench.py                                  # full default matrix
+    python benchmarks/vector_bench.py                                    # full default matrix
     python benchmarks/vector_bench.py --scenarios null:84x84x4 --num-envs 1,8 --seconds 1 --repeat 1
     python benchmarks/vector_bench.py --json benchmarks/results/vector_bench_2core.json
 
 Systems: ``portal`` (portal_shm.make_vec, process backend, zero-copy ring views), ``sync``
 (gymnasium SyncVectorEnv) and ``async`` (gymnasium AsyncVectorEnv, shared_memory=True).
-Scenarios: ``null:AxBxC`` (portal_shm.example_envs.NullEnv returning a preallocated uint8 frame of
-that shape: pure transport cost) or any gymnasium id, e.g. ``ALE/Pong-v5``.
+Scenarios: ``null:AxBxC`` (portal_shm.example_envs.NullEnv, a preallocated uint8 frame of that
+shape: pure transport cost) or any gymnasium id, e.g. ``ALE/Pong-v5``.
 
-Method: every (scenario, N) cell builds all systems, resets each once with ``--seed`` and then
-runs them interleaved (portal sync async portal sync async ...) ``--repeat`` times, each run
-being ``--warmup`` batched steps followed by ``--seconds`` of timed steps with actions
-precomputed from a seeded rng. Each ``step`` call is timed with perf_counter_ns into a
-preallocated array (p50/p99 latency). For gymnasium ids the script also measures one env stepped
-in a plain loop in this process ("raw") and ``os.cpu_count()`` such loops in parallel processes,
-summed (the "ceiling"). Agent-side allocations of portal are measured separately with
-tracemalloc over ``--alloc-steps`` steps.
+Method: each (scenario, N) cell builds every system, resets it once with ``--seed`` and runs the
+systems interleaved (portal sync async portal sync async ...) ``--repeat`` times; a run is
+``--warmup`` untimed batched steps, then ``--seconds`` of steps with actions precomputed from a
+seeded rng, each ``step`` call timed with perf_counter_ns into a preallocated array (p50/p99).
+For gymnasium ids two references join the rotation: ``raw``, one env stepped in a plain loop
+in this process, and ``ceiling``, ``os.cpu_count()`` such loops in parallel processes, summed.
+Portal's agent-side allocations are measured apart, with tracemalloc over ``--alloc-steps`` steps.
 
-Targets checked at N=8 (PASS/FAIL printed at the end):
+Targets checked at N=8 (PASS/FAIL at the end of the table):
   * null scenarios: portal >= 5x async env-steps/s;
   * gymnasium ids: portal >= 0.8x the ceiling;
-  * portal: no observation-sized allocation on the agent side in any step.
+  * every cell: no observation-sized allocation on portal's agent side in any step.
 """
 
 from __future__ import annotations
@@ -47,17 +46,17 @@ import numpy as np
 import portal_shm
 from portal_shm.example_envs import NullEnv
 
-try:  # registers ALE/... ids, here and in spawned ceiling workers
+try:  # registers the ALE/... ids, here and in the spawned ceiling workers
     import ale_py
     gym.register_envs(ale_py)
 except ImportError:
-    ale_py = None
+    pass
 
 SYSTEMS = ("portal", "sync", "async")
 ORDER = SYSTEMS + ("raw", "ceiling")  # raw and ceiling: gymnasium ids only
 NULL_ENTRY_POINT = "portal_shm.example_envs:NullEnv"
 ACTION_BATCHES = 256
-LATENCY_CAPACITY = 1 << 21  # batched steps one timed run may record
+LATENCY_CAPACITY = 1 << 21  # batched steps that one timed run may record
 
 
 @dataclass(frozen=True)
@@ -66,36 +65,34 @@ class Scenario:
     shape: Optional[tuple] = None  # set for null scenarios
 
     def env_fn(self) -> Callable[[], gym.Env]:
-        shape = self.shape
-        return (lambda: NullEnv(shape=shape)) if shape is not None else (lambda: gym.make(self.name))
+        shape, name = self.shape, self.name
+        return (lambda: NullEnv(shape=shape)) if shape is not None else (lambda: gym.make(name))
 
 
 def parse_scenario(text: str) -> Scenario:
-    if text.startswith("null:"):
-        try:
-            shape = tuple(int(d) for d in text[len("null:"):].lower().split("x"))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"bad null scenario {text!r}; expected null:AxBxC") from None
-        if not shape or min(shape) < 1:
-            raise argparse.ArgumentTypeError(f"bad null scenario {text!r}; dimensions must be positive")
-        return Scenario(text, shape)
-    return Scenario(text)
+    if not text.startswith("null:"):
+        return Scenario(text)
+    try:
+        shape = tuple(int(d) for d in text[len("null:"):].lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"bad null scenario {text!r}; expected null:AxBxC with positive sizes")
+    return Scenario(text, shape)
 
 
 def make_system(system: str, sc: Scenario, n: int, envs_per_server: Optional[int]) -> gym.vector.VectorEnv:
     if system == "portal":
         vector_kwargs = {} if envs_per_server is None else {"envs_per_server": envs_per_server}
-        if sc.shape is not None:
-            return portal_shm.make_vec(NULL_ENTRY_POINT, n, vector_kwargs=vector_kwargs, shape=sc.shape)
-        return portal_shm.make_vec(sc.name, n, vector_kwargs=vector_kwargs)
+        env_kwargs = {} if sc.shape is None else {"shape": sc.shape}
+        return portal_shm.make_vec(sc.name if sc.shape is None else NULL_ENTRY_POINT, n,
+                                   vector_kwargs=vector_kwargs, **env_kwargs)
     if system == "sync":
         return gym.vector.SyncVectorEnv([sc.env_fn() for _ in range(n)])
-    if system == "async":
-        return gym.vector.AsyncVectorEnv([sc.env_fn() for _ in range(n)], shared_memory=True)
-    raise ValueError(f"unknown system {system!r}")
+    return gym.vector.AsyncVectorEnv([sc.env_fn() for _ in range(n)], shared_memory=True)
 
 
-def close_quietly(envs: gym.vector.VectorEnv, failed: bool) -> None:
+def close_quietly(envs: Any, failed: bool) -> None:
     try:
         if failed and isinstance(envs, gym.vector.AsyncVectorEnv):
             envs.close(terminate=True)
@@ -111,7 +108,7 @@ def sample_actions(space: gym.Space, seed: int) -> list:
 
 
 def timed_run(envs: gym.vector.VectorEnv, actions: list, seconds: float, warmup: int, lat: np.ndarray) -> dict:
-    """Warm up, then step for ``seconds``; every step's latency goes into ``lat`` (ns)."""
+    """Warm up, then step for ``seconds``; each step's latency (ns) goes into ``lat``."""
     k = len(actions)
     for i in range(warmup):
         envs.step(actions[i % k])
@@ -127,44 +124,38 @@ def timed_run(envs: gym.vector.VectorEnv, actions: list, seconds: float, warmup:
         n += 1
     elapsed = (now - start) / 1e9
     p50, p99 = np.percentile(lat[:n], [50, 99]) / 1e3
-    return {"batched_steps": n, "env_steps": n * envs.num_envs, "seconds": elapsed,
-            "steps_per_s": n * envs.num_envs / elapsed, "p50_us": float(p50), "p99_us": float(p99),
-            "mean_us": float(lat[:n].mean() / 1e3)}
-
-
-def obs_nbytes(space: gym.Space) -> int:
-    if isinstance(space, gym.spaces.Box):
-        return int(np.prod(space.shape)) * space.dtype.itemsize
-    return int(gym.spaces.flatten(space, space.sample()).nbytes)
+    return {"batched_steps": n, "seconds": elapsed, "steps_per_s": n * envs.num_envs / elapsed,
+            "p50_us": float(p50), "p99_us": float(p99), "mean_us": float(lat[:n].mean() / 1e3)}
 
 
 def agent_allocations(envs: gym.vector.VectorEnv, actions: list, steps: int, warmup: int) -> dict:
-    """Per step: the peak of traced memory above its level before the step (transient) and,
-    over the whole window, the blocks >= one observation that were still alive at the end."""
-    threshold = obs_nbytes(envs.single_observation_space)
-    k = len(actions)
+    """Per step, the peak of traced memory above its level before the step (transient); over the
+    window, the count of blocks of at least one observation's bytes still alive at its end."""
+    space = envs.single_observation_space
+    threshold = int(np.prod(space.shape)) * space.dtype.itemsize if isinstance(space, gym.spaces.Box) \
+        else int(gym.spaces.flatten(space, space.sample()).nbytes)
     for i in range(warmup):
-        envs.step(actions[i % k])
+        envs.step(actions[i % len(actions)])
     transient = np.zeros(steps, np.int64)
+    big_blocks = lambda: sum(1 for t in tracemalloc.take_snapshot().traces if t.size >= threshold)  # noqa: E731
     tracemalloc.start()
     try:
-        before = sum(1 for t in tracemalloc.take_snapshot().traces if t.size >= threshold)
+        before = big_blocks()
         for i in range(steps):
             tracemalloc.reset_peak()
             level, _ = tracemalloc.get_traced_memory()
-            envs.step(actions[i % k])
-            _, peak = tracemalloc.get_traced_memory()
-            transient[i] = peak - level
-        after = sum(1 for t in tracemalloc.take_snapshot().traces if t.size >= threshold)
+            envs.step(actions[i % len(actions)])
+            transient[i] = tracemalloc.get_traced_memory()[1] - level
+        retained = big_blocks() - before
     finally:
         tracemalloc.stop()
     return {"steps": steps, "obs_bytes": threshold, "steps_with_obs_sized_alloc": int((transient >= threshold).sum()),
             "max_transient_bytes": int(transient.max()), "mean_transient_bytes": float(transient.mean()),
-            "retained_obs_sized_blocks": after - before}
+            "retained_obs_sized_blocks": retained}
 
 
 def raw_loop(env: gym.Env, actions: list, seconds: float) -> float:
-    """One env stepped in a plain loop (resetting on done); returns env-steps/s."""
+    """One env stepped in a plain loop, resetting on done; returns env-steps/s."""
     k, n = len(actions), 0
     start = now = time.perf_counter()
     while now - start < seconds:
@@ -198,7 +189,7 @@ def ceiling_worker(name: str, seconds: float, seed: int, warmup: int, go: Any, s
 
 
 class CeilingPool:
-    """os.cpu_count() processes, each with one env, that run raw loops simultaneously on demand."""
+    """os.cpu_count() processes with one env each that run raw loops simultaneously on demand."""
 
     def __init__(self, sc: Scenario, args: argparse.Namespace) -> None:
         ctx = mp.get_context("spawn")
@@ -214,7 +205,7 @@ class CeilingPool:
         self.go.wait(timeout=300)  # the first round also waits for the workers to build their envs
         return sum(self.queue.get(timeout=60 + 2 * self.seconds) for _ in range(self.workers))
 
-    def close(self, failed: bool = False) -> None:
+    def close(self, failed: bool) -> None:
         if not failed:
             self.stop.set()
             try:
@@ -229,19 +220,17 @@ class CeilingPool:
 
 
 def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray) -> tuple[list, Optional[dict]]:
-    """Build every system for (scenario, N), run them interleaved, close them all."""
+    """Build every system for (scenario, N), run them interleaved, close them all whatever happens."""
     built: dict = {}
     single: Optional[tuple] = None
     pool: Optional[CeilingPool] = None
-    samples: list = []
-    allocs = None
-    failed = True
+    samples, allocs, failed = [], None, True
     try:
-        for system in sorted(args.systems, key=lambda s: s != "async"):  # fork async workers first
-            envs = built[system] = make_system(system, sc, n, args.envs_per_server)
-            envs.reset(seed=args.seed)
+        for system in sorted(args.systems, key=lambda s: s != "async"):  # fork async's workers first
+            built[system] = make_system(system, sc, n, args.envs_per_server)
+            built[system].reset(seed=args.seed)
         actions = {s: sample_actions(e.action_space, args.seed) for s, e in built.items()}
-        if sc.shape is None:  # gymnasium id: also the raw loop and the cpu_count ceiling, interleaved
+        if sc.shape is None:
             single, pool = single_env(sc, args.seed, args.warmup), CeilingPool(sc, args)
         for r in range(args.repeat):
             for system in list(args.systems) + (["raw", "ceiling"] if pool else []):
@@ -262,7 +251,7 @@ def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray) ->
         for envs in built.values():
             close_quietly(envs, failed)
         if single is not None:
-            single[0].close()
+            close_quietly(single[0], failed)
         if pool is not None:
             pool.close(failed)
     return samples, allocs
@@ -275,17 +264,16 @@ def summarize(samples: list, allocs: list) -> list:
     for s in samples:
         groups.setdefault((s["scenario"], s["num_envs"], s["system"]), []).append(s)
     median = {key: float(np.median([s["steps_per_s"] for s in group])) for key, group in groups.items()}
+    mid = lambda values: float(np.median(values)) if values else None  # noqa: E731
     rows = []
     for (name, n, system), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], ORDER.index(kv[0][2]))):
-        rates = [s["steps_per_s"] for s in group]
-        p50s, p99s = [s["p50_us"] for s in group if s["p50_us"] is not None], [s["p99_us"] for s in group if s["p99_us"] is not None]
         ceiling, async_ = median.get((name, n, "ceiling")), median.get((name, n, "async"))
         alloc = alloc_of.get((name, n)) if system == "portal" else None
         rows.append({
             "scenario": name, "num_envs": n, "system": system, "steps_per_s_median": median[(name, n, system)],
-            "steps_per_s_min": min(rates), "steps_per_s_max": max(rates),
-            "p50_us_median": float(np.median(p50s)) if p50s else None,
-            "p99_us_median": float(np.median(p99s)) if p99s else None,
+            "steps_per_s_min": min(s["steps_per_s"] for s in group), "steps_per_s_max": max(s["steps_per_s"] for s in group),
+            "p50_us_median": mid([s["p50_us"] for s in group if s["p50_us"] is not None]),
+            "p99_us_median": mid([s["p99_us"] for s in group if s["p99_us"] is not None]),
             "x_ceiling": median[(name, n, system)] / ceiling if ceiling else None,
             "x_async": median[(name, n, system)] / async_ if async_ else None,
             "alloc": None if alloc is None else f"{alloc['steps_with_obs_sized_alloc']}/{alloc['steps']}",
@@ -295,9 +283,7 @@ def summarize(samples: list, allocs: list) -> list:
 
 def check_targets(rows: list, allocs: list) -> list:
     targets = []
-    for row in rows:
-        if row["system"] != "portal" or row["num_envs"] != 8:
-            continue
+    for row in (r for r in rows if r["system"] == "portal" and r["num_envs"] == 8):
         if row["scenario"].startswith("null:") and row["x_async"] is not None:
             targets.append({"target": f"{row['scenario']} N=8: portal >= 5x async", "value": row["x_async"],
                             "ok": row["x_async"] >= 5.0})
@@ -312,9 +298,7 @@ def check_targets(rows: list, allocs: list) -> list:
 
 
 def render(rows: list, targets: list, leftovers: list) -> str:
-    def fmt(value: Optional[float], spec: str) -> str:
-        return "-" if value is None else format(value, spec)
-
+    fmt = lambda value, spec: "-" if value is None else format(value, spec)  # noqa: E731
     header = (f"{'scenario':<16} {'N':>3} {'system':<7} {'env-steps/s median [min - max]':>34} "
               f"{'p50 us':>9} {'p99 us':>9} {'x ceil':>6} {'x async':>7} {'obs allocs':>10}")
     lines = [header, "-" * len(header)]
@@ -323,8 +307,8 @@ def render(rows: list, targets: list, leftovers: list) -> str:
         lines.append(f"{r['scenario']:<16} {r['num_envs']:>3} {r['system']:<7} {spread:>34} "
                      f"{fmt(r['p50_us_median'], '9.1f'):>9} {fmt(r['p99_us_median'], '9.1f'):>9} "
                      f"{fmt(r['x_ceiling'], '6.2f'):>6} {fmt(r['x_async'], '7.2f'):>7} {r['alloc'] or '-':>10}")
-    lines += ["", f"raw: one env in a plain loop in the agent process; ceiling: {os.cpu_count()} such loops in "
-              "parallel processes, summed (both measured inside each cell, interleaved with the systems).",
+    lines += ["", f"raw: one env in a plain loop in this process; ceiling: {os.cpu_count()} such loops in parallel "
+              "processes, summed (both measured in every cell, interleaved with the systems).",
               "obs allocs: portal steps (of the tracemalloc window) that allocated >= one observation's bytes.", ""]
     lines += [f"{'PASS' if t['ok'] else 'FAIL'}  {t['target']}  (measured {t['value']:.2f})" for t in targets]
     lines.append(f"leftover /dev/shm entries of this process: {leftovers or 'none'}")
@@ -339,44 +323,41 @@ def machine_info() -> dict:
         except OSError:
             return None
 
-    versions = {}
-    for package in ("numpy", "gymnasium", "ale-py", "pyzmq", "portal-shm"):
+    def version(package: str) -> Optional[str]:
         try:
-            versions[package] = metadata.version(package)
+            return metadata.version(package)
         except metadata.PackageNotFoundError:
-            versions[package] = None
+            return None
+
     return {"cpu_model": grep("/proc/cpuinfo", "model name"), "cpu_count": os.cpu_count(),
             "mem_total": grep("/proc/meminfo", "MemTotal"), "platform": platform.platform(),
-            "python": sys.version.split()[0], "versions": versions}
+            "python": sys.version.split()[0],
+            "versions": {p: version(p) for p in ("numpy", "gymnasium", "ale-py", "pyzmq", "portal-shm")}}
 
 
 def own_leftovers() -> list:
+    """/dev/shm names (segments and semaphores) that portals of this process left behind."""
     tag = f"psm-{os.getpid()}-"
-    try:
-        return sorted(name for name in os.listdir("/dev/shm") if tag in name)
-    except OSError:
-        return []
+    return sorted(name for name in os.listdir("/dev/shm") if tag in name) if os.path.isdir("/dev/shm") else []
 
 
 def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Targets: portal >= 5x async on null scenarios at N=8; portal >= 0.8x the "
-                                       "cpu_count ceiling on gym ids at N=8; zero obs-sized agent allocations per step.")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n")[-1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     csv = lambda text: [s.strip() for s in text.split(",") if s.strip()]  # noqa: E731
-    p.add_argument("--systems", type=csv, default=list(SYSTEMS), help="comma list of portal,sync,async")
+    p.add_argument("--systems", type=csv, default=list(SYSTEMS), help="comma list of portal,sync,async (default all)")
     p.add_argument("--scenarios", type=lambda t: [parse_scenario(s) for s in csv(t)],
                    default=[parse_scenario(s) for s in ("null:210x160x3", "null:84x84x4", "ALE/Pong-v5")],
-                   help="comma list of null:AxBxC and/or gymnasium ids (default null:210x160x3,null:84x84x4,ALE/Pong-v5)")
+                   help="comma list of null:AxBxC and gymnasium ids (default null:210x160x3,null:84x84x4,ALE/Pong-v5)")
     p.add_argument("--num-envs", type=lambda t: [int(x) for x in csv(t)], default=[1, 2, 4, 8, 16, 64],
                    help="comma list of N (default 1,2,4,8,16,64)")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per run (default 2)")
     p.add_argument("--repeat", type=int, default=3, help="interleaved repetitions per cell (default 3)")
     p.add_argument("--warmup", type=int, default=10, help="untimed batched steps before each run (default 10)")
-    p.add_argument("--alloc-steps", type=int, default=200, help="portal steps under tracemalloc (0: skip)")
-    p.add_argument("--envs-per-server", type=int, default=None, help="portal vector_kwargs envs_per_server")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", metavar="PATH", help="write raw samples, summary and machine info here")
+    p.add_argument("--alloc-steps", type=int, default=200, help="portal steps under tracemalloc (default 200, 0 skips)")
+    p.add_argument("--envs-per-server", type=int, default=None, help="portal's envs_per_server (default: its own)")
+    p.add_argument("--seed", type=int, default=0, help="seed of resets and action samples (default 0)")
+    p.add_argument("--json", metavar="PATH", help="write raw samples, summary and machine info to PATH")
     args = p.parse_args(argv)
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown or not args.systems:
@@ -407,10 +388,10 @@ def main(argv: Optional[list] = None) -> int:
     print(render(rows, targets, leftovers), flush=True)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        report = {"machine": machine_info(), "command": sys.argv,
+        report = {"machine": machine_info(), "command": sys.argv, "interrupted": interrupted,
                   "args": {**vars(args), "scenarios": [s.name for s in args.scenarios]},
-                  "interrupted": interrupted, "samples": samples, "allocations": allocs,
-                  "summary": rows, "targets": targets, "leftover_shm": leftovers}
+                  "samples": samples, "allocations": allocs, "summary": rows, "targets": targets,
+                  "leftover_shm": leftovers}
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
     return 130 if interrupted else 0

@@ -183,3 +183,26 @@ class LegacyCounterEnv:
 
     def close(self):
         pass
+
+
+class TextObsEnv(gym.Env):
+    """A Dict observation with a Text leaf: no fixed layout, so it travels beside the ring."""
+
+    def __init__(self):
+        self.observation_space = spaces.Dict({"pos": spaces.Box(-5.0, 5.0, (2,), np.float32),
+                                              "msg": spaces.Text(6, min_length=1)})
+        self.action_space = spaces.Discrete(3)
+        self.t = 0
+
+    def _obs(self) -> dict:
+        return {"pos": self.np_random.uniform(-5, 5, 2).astype(np.float32),
+                "msg": "".join(self.np_random.choice(list("abcxyz"), int(self.np_random.integers(1, 7))))}
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(action), False, self.t >= 4, {}

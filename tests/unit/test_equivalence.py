@@ -61,3 +61,17 @@ def test_final_obs_travels_even_when_larger_than_the_info_slot():
     finally:
         envs.close()
         expected_envs.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_variable_layout_text_leaf_matches(mode):
+    from portal_shm.example_envs import TextObsEnv
+
+    expected_envs = gym.vector.SyncVectorEnv([TextObsEnv] * 3, autoreset_mode=mode)
+    envs = portal_shm.make_vec("portal_shm.example_envs:TextObsEnv", 3, vector_kwargs={"autoreset_mode": mode})
+    try:
+        assert envs.observation_space == expected_envs.observation_space
+        assert_same(rollout(envs, 20, seed=5, mode=mode), rollout(expected_envs, 20, seed=5, mode=mode))
+    finally:
+        envs.close()
+        expected_envs.close()
