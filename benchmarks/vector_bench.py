@@ -3,9 +3,8 @@
 
 Run from the repository root::
 
-    python benchmarks/vector_bench.py                                    # full default matrix
+    python benchmarks/vector_bench.py --json benchmarks/results/vector_bench_2core.json   # full matrix
     python benchmarks/vector_bench.py --scenarios null:84x84x4 --num-envs 1,8 --seconds 1 --repeat 1
-    python benchmarks/vector_bench.py --json benchmarks/results/vector_bench_2core.json
 
 Systems: ``portal`` (portal_shm.make_vec, process backend, zero-copy ring views), ``sync``
 (gymnasium SyncVectorEnv) and ``async`` (gymnasium AsyncVectorEnv, shared_memory=True).
@@ -34,6 +33,7 @@ import multiprocessing as mp
 import os
 import platform
 import sys
+import threading
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -72,10 +72,8 @@ class Scenario:
 def parse_scenario(text: str) -> Scenario:
     if not text.startswith("null:"):
         return Scenario(text)
-    try:
-        shape = tuple(int(d) for d in text[len("null:"):].lower().split("x"))
-    except ValueError:
-        shape = ()
+    dims = text[len("null:"):].lower().split("x")
+    shape = tuple(int(d) for d in dims) if all(d.isdigit() for d in dims) else ()
     if not shape or min(shape) < 1:
         raise argparse.ArgumentTypeError(f"bad null scenario {text!r}; expected null:AxBxC with positive sizes")
     return Scenario(text, shape)
@@ -94,10 +92,7 @@ def make_system(system: str, sc: Scenario, n: int, envs_per_server: Optional[int
 
 def close_quietly(envs: Any, failed: bool) -> None:
     try:
-        if failed and isinstance(envs, gym.vector.AsyncVectorEnv):
-            envs.close(terminate=True)
-        else:
-            envs.close()
+        envs.close(**({"terminate": True} if failed and isinstance(envs, gym.vector.AsyncVectorEnv) else {}))
     except BaseException as exc:  # keep closing the others
         print(f"warning: closing {type(envs).__name__} failed: {exc!r}", file=sys.stderr)
 
@@ -140,7 +135,7 @@ def agent_allocations(envs: gym.vector.VectorEnv, actions: list, steps: int, war
     big_blocks = lambda: sum(1 for t in tracemalloc.take_snapshot().traces if t.size >= threshold)  # noqa: E731
     tracemalloc.start()
     try:
-        before = big_blocks()
+        before = big_blocks()  # tracemalloc also sees numpy's data buffers
         for i in range(steps):
             tracemalloc.reset_peak()
             level, _ = tracemalloc.get_traced_memory()
@@ -154,25 +149,24 @@ def agent_allocations(envs: gym.vector.VectorEnv, actions: list, steps: int, war
             "retained_obs_sized_blocks": retained}
 
 
-def raw_loop(env: gym.Env, actions: list, seconds: float) -> float:
+def raw_loop(env: gym.Env, actions: list, seconds: float, min_steps: int = 0) -> float:
     """One env stepped in a plain loop, resetting on done; returns env-steps/s."""
     k, n = len(actions), 0
     start = now = time.perf_counter()
-    while now - start < seconds:
+    while now - start < seconds or n < min_steps:
         _, _, terminated, truncated, _ = env.step(actions[n % k])
         if terminated or truncated:
             env.reset()
         n += 1
         now = time.perf_counter()
-    return n / (now - start)
+    return n / max(now - start, 1e-9)
 
 
 def single_env(sc: Scenario, seed: int, warmup: int) -> tuple[gym.Env, list]:
     env = sc.env_fn()()
     actions = sample_actions(env.action_space, seed)
     env.reset(seed=seed)
-    for i in range(warmup):
-        env.step(actions[i % len(actions)])
+    raw_loop(env, actions, 0.0, warmup)
     return env, actions
 
 
@@ -184,6 +178,8 @@ def ceiling_worker(name: str, seconds: float, seed: int, warmup: int, go: Any, s
             if stop.is_set():
                 return
             queue.put(raw_loop(env, actions, seconds))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the agent cleans up
+        pass
     finally:
         env.close()
 
@@ -206,12 +202,11 @@ class CeilingPool:
         return sum(self.queue.get(timeout=60 + 2 * self.seconds) for _ in range(self.workers))
 
     def close(self, failed: bool) -> None:
-        if not failed:
-            self.stop.set()
-            try:
-                self.go.wait(timeout=10)
-            except Exception:
-                pass
+        self.stop.set()
+        try:
+            self.go.wait(timeout=0.1 if failed else 10)  # releases waiting workers, which see stop
+        except threading.BrokenBarrierError:
+            pass
         for p in self.procs:
             p.join(timeout=0 if failed else 10)
             if p.is_alive():
@@ -219,12 +214,10 @@ class CeilingPool:
                 p.join()
 
 
-def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray) -> tuple[list, Optional[dict]]:
-    """Build every system for (scenario, N), run them interleaved, close them all whatever happens."""
-    built: dict = {}
-    single: Optional[tuple] = None
-    pool: Optional[CeilingPool] = None
-    samples, allocs, failed = [], None, True
+def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray, samples: list) -> Optional[dict]:
+    """Build every system for (scenario, N), run them interleaved into ``samples``, close them all
+    whatever happens; returns portal's allocation report."""
+    built, single, pool, allocs, failed = {}, None, None, None, True
     try:
         for system in sorted(args.systems, key=lambda s: s != "async"):  # fork async's workers first
             built[system] = make_system(system, sc, n, args.envs_per_server)
@@ -234,10 +227,9 @@ def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray) ->
             single, pool = single_env(sc, args.seed, args.warmup), CeilingPool(sc, args)
         for r in range(args.repeat):
             for system in list(args.systems) + (["raw", "ceiling"] if pool else []):
-                if system == "raw":
-                    result: dict = {"steps_per_s": raw_loop(*single, args.seconds), "p50_us": None, "p99_us": None}
-                elif system == "ceiling":
-                    result = {"steps_per_s": pool.run(), "p50_us": None, "p99_us": None, "procs": pool.workers}
+                if system in ("raw", "ceiling"):
+                    rate = raw_loop(*single, args.seconds) if system == "raw" else pool.run()
+                    result = {"steps_per_s": rate, "p50_us": None, "p99_us": None, "procs": 1 if system == "raw" else pool.workers}
                 else:
                     result = timed_run(built[system], actions[system], args.seconds, args.warmup, lat)
                 samples.append({"scenario": sc.name, "num_envs": n, "system": system, "repeat": r, **result})
@@ -254,7 +246,7 @@ def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray) ->
             close_quietly(single[0], failed)
         if pool is not None:
             pool.close(failed)
-    return samples, allocs
+    return allocs
 
 
 def summarize(samples: list, allocs: list) -> list:
@@ -315,24 +307,26 @@ def render(rows: list, targets: list, leftovers: list) -> str:
     return "\n".join(lines)
 
 
+def _grep(path: str, key: str) -> Optional[str]:
+    try:
+        with open(path) as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(key)), None)
+    except OSError:
+        return None
+
+
+def _version(package: str) -> Optional[str]:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def machine_info() -> dict:
-    def grep(path: str, key: str) -> Optional[str]:
-        try:
-            with open(path) as f:
-                return next((line.split(":", 1)[1].strip() for line in f if line.startswith(key)), None)
-        except OSError:
-            return None
-
-    def version(package: str) -> Optional[str]:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return None
-
-    return {"cpu_model": grep("/proc/cpuinfo", "model name"), "cpu_count": os.cpu_count(),
-            "mem_total": grep("/proc/meminfo", "MemTotal"), "platform": platform.platform(),
+    return {"cpu_model": _grep("/proc/cpuinfo", "model name"), "cpu_count": os.cpu_count(),
+            "mem_total": _grep("/proc/meminfo", "MemTotal"), "platform": platform.platform(),
             "python": sys.version.split()[0],
-            "versions": {p: version(p) for p in ("numpy", "gymnasium", "ale-py", "pyzmq", "portal-shm")}}
+            "versions": {p: _version(p) for p in ("numpy", "gymnasium", "ale-py", "pyzmq", "portal-shm")}}
 
 
 def own_leftovers() -> list:
@@ -369,15 +363,12 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list] = None) -> int:
     args = parse_args(argv)
-    lat = np.zeros(LATENCY_CAPACITY, np.int64)
-    samples: list = []
-    allocs: list = []
-    interrupted = False
+    lat = np.zeros(LATENCY_CAPACITY, np.int64)  # allocated once, reused by every timed run
+    samples, allocs, interrupted = [], [], False
     try:
         for sc in args.scenarios:
             for n in args.num_envs:
-                cell_samples, alloc = run_cell(sc, n, args, lat)
-                samples += cell_samples
+                alloc = run_cell(sc, n, args, lat, samples)
                 allocs += [alloc] if alloc else []
     except KeyboardInterrupt:
         interrupted = True

@@ -25,8 +25,19 @@ class ControlChannel:
         self.socket.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
         self.socket.bind(address)
 
-    def send(self, message: dict) -> None:
-        self.socket.send(P.packb(message), copy=False)
+    def send(self, message: dict, check: Callable[[], None], timeout: Optional[float] = 30.0) -> None:
+        """Send without ever blocking on a dead peer (ZeroMQ would wait for it forever)."""
+        data = P.packb(message)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                self.socket.send(data, zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                check()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise PortalTimeoutError(f"could not send {message.get('cmd')!r} within {timeout} s") from None
+                time.sleep(0.001)
 
     def recv(self, check: Callable[[], None], timeout: Optional[float], what: str) -> dict:
         """Receive one message; ``check`` raises if the server died, timeout raises after ``timeout`` s."""

@@ -91,7 +91,7 @@ class _Session:
                     if server.handle is None or server.handle.exit_status() is not None:
                         continue
                     try:
-                        server.channel.send({"cmd": P.CLOSE})
+                        server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
                         self.ring.views["mailbox"][server.index, _CMD] = P.CMD_CONTROL
                         server.go.ring()
                     except Exception:
@@ -278,7 +278,7 @@ class VectorPortal(VectorEnv):
                 "autoreset_mode": self.autoreset_mode.value,
                 "observation_schema": self._obs_schema,
                 "action_schema": self._act_schema,
-            })
+            }, server.check_alive)
         for server in session.servers:
             self._expect(server, P.READY, timeout, "start-up")
 
@@ -427,7 +427,7 @@ class VectorPortal(VectorEnv):
                     "seeds": [seeds[i] for i in envs],
                     "options": options,
                     "mask": None if mask is None else [bool(mask[i]) for i in envs],
-                })
+                }, server.check_alive)
                 self._mailbox[server.index, _CMD] = P.CMD_CONTROL
                 server.go.ring()
             extras, error = self._replies("reset")
@@ -544,7 +544,7 @@ class VectorPortal(VectorEnv):
             )
         try:
             for server, message in zip(self._session.servers, messages):
-                server.channel.send(message)
+                server.channel.send(message, server.check_alive)
                 self._mailbox[server.index, _CMD] = P.CMD_CONTROL
                 server.go.ring()
             _, error = self._replies(what)

@@ -214,3 +214,22 @@ def test_gc_reclaims_only_dead_owners():
         envs.step(np.zeros(1, np.int64))
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("call", ["reset", "get_attr", "close"])
+def test_control_calls_to_a_killed_server_never_hang(call):
+    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 1})
+    try:
+        envs.reset(seed=0)
+        pid = _server_pids(envs)[0]
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        started = time.monotonic()
+        if call == "close":
+            envs.close()
+        else:
+            with pytest.raises(portal_shm.ServerDiedError, match="SIGKILL"):
+                envs.reset(seed=0) if call == "reset" else envs.get_attr("gravity")
+        assert time.monotonic() - started < 5
+    finally:
+        envs.close()
