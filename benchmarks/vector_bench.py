@@ -125,10 +125,11 @@ def timed_run(envs: gym.vector.VectorEnv, actions: list, seconds: float, warmup:
 
 def agent_allocations(envs: gym.vector.VectorEnv, actions: list, steps: int, warmup: int) -> dict:
     """Per step, the peak of traced memory above its level before the step (transient); over the
-    window, the count of blocks of at least one observation's bytes still alive at its end."""
+    window, the count of blocks of at least one observation's bytes still alive at its end. The
+    threshold is at least 1 KiB: every step allocates a few hundred bytes of Python objects."""
     space = envs.single_observation_space
-    threshold = int(np.prod(space.shape)) * space.dtype.itemsize if isinstance(space, gym.spaces.Box) \
-        else int(gym.spaces.flatten(space, space.sample()).nbytes)
+    threshold = max(1024, int(np.prod(space.shape)) * space.dtype.itemsize if isinstance(space, gym.spaces.Box)
+                    else int(gym.spaces.flatten(space, space.sample()).nbytes))
     for i in range(warmup):
         envs.step(actions[i % len(actions)])
     transient = np.zeros(steps, np.int64)
@@ -174,11 +175,11 @@ def ceiling_worker(name: str, seconds: float, seed: int, warmup: int, go: Any, s
     env, actions = single_env(parse_scenario(name), seed, warmup)
     try:
         while True:
-            go.wait()
+            go.wait(timeout=900)  # a broken barrier (the agent gave up or died) ends the worker
             if stop.is_set():
                 return
             queue.put(raw_loop(env, actions, seconds))
-    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the agent cleans up
+    except (KeyboardInterrupt, threading.BrokenBarrierError):  # Ctrl-C reaches the whole process group
         pass
     finally:
         env.close()
@@ -219,7 +220,7 @@ def run_cell(sc: Scenario, n: int, args: argparse.Namespace, lat: np.ndarray, sa
     whatever happens; returns portal's allocation report."""
     built, single, pool, allocs, failed = {}, None, None, None, True
     try:
-        for system in sorted(args.systems, key=lambda s: s != "async"):  # fork async's workers first
+        for system in sorted(args.systems, key=lambda s: s != "async"):  # fork before portal holds its lock file
             built[system] = make_system(system, sc, n, args.envs_per_server)
             built[system].reset(seed=args.seed)
         actions = {s: sample_actions(e.action_space, args.seed) for s, e in built.items()}
@@ -257,8 +258,8 @@ def summarize(samples: list, allocs: list) -> list:
         groups.setdefault((s["scenario"], s["num_envs"], s["system"]), []).append(s)
     median = {key: float(np.median([s["steps_per_s"] for s in group])) for key, group in groups.items()}
     mid = lambda values: float(np.median(values)) if values else None  # noqa: E731
-    rows = []
-    for (name, n, system), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], ORDER.index(kv[0][2]))):
+    rows, order = [], list(dict.fromkeys(s["scenario"] for s in samples))  # scenarios in the order run
+    for (name, n, system), group in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], ORDER.index(kv[0][2]))):
         ceiling, async_ = median.get((name, n, "ceiling")), median.get((name, n, "async"))
         alloc = alloc_of.get((name, n)) if system == "portal" else None
         rows.append({
@@ -301,7 +302,7 @@ def render(rows: list, targets: list, leftovers: list) -> str:
                      f"{fmt(r['x_ceiling'], '6.2f'):>6} {fmt(r['x_async'], '7.2f'):>7} {r['alloc'] or '-':>10}")
     lines += ["", f"raw: one env in a plain loop in this process; ceiling: {os.cpu_count()} such loops in parallel "
               "processes, summed (both measured in every cell, interleaved with the systems).",
-              "obs allocs: portal steps (of the tracemalloc window) that allocated >= one observation's bytes.", ""]
+              "obs allocs: portal steps (of the tracemalloc window) that allocated >= max(one observation's bytes, 1 KiB).", ""]
     lines += [f"{'PASS' if t['ok'] else 'FAIL'}  {t['target']}  (measured {t['value']:.2f})" for t in targets]
     lines.append(f"leftover /dev/shm entries of this process: {leftovers or 'none'}")
     return "\n".join(lines)
