@@ -1,8 +1,10 @@
 """Reclaiming what dead agents left behind: shared-memory segments, semaphores, run directories.
 
 A leftover is only touched when its owner is provably gone: the run directory's lock file is
-free (the agent held an exclusive flock on it for its whole life), or, for a segment without a
-run directory, no process with the owner's pid exists. A live portal is never touched.
+free (the agent held an exclusive record lock on it for its whole life), or, for a segment
+without a run directory, no process with the owner's pid exists. A live portal is never touched,
+and neither is anything of the calling process itself: closing any descriptor of a lock file
+drops the caller's own record locks, so gc never opens its own portals' lock files.
 """
 
 from __future__ import annotations
@@ -44,15 +46,17 @@ def _lock_free(run_dir: str) -> bool:
     except FileNotFoundError:
         return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return True
-    except BlockingIOError:
+    except OSError:
         return False
     finally:
         os.close(fd)
 
 
 def _owner_gone(tag: str, pid: int) -> bool:
+    if pid == os.getpid():
+        return False
     run_dir = os.path.join(run_base_dir(), tag)
     if os.path.isdir(run_dir):
         return _lock_free(run_dir)

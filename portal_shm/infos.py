@@ -7,7 +7,6 @@ allocated the first time a key appears in a step.
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 

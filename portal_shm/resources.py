@@ -2,8 +2,10 @@
 
 Every name starts with ``psm-<agent pid>-<token>`` so that ``portal-shm gc`` can tell whose a
 leftover is. The run directory (mode 0700) holds the control sockets, server logs and the agent's
-lock file: the agent keeps an exclusive flock on it while alive, which is how env servers (even
-in containers with their own pid namespace) notice that their agent is gone.
+lock file: the agent keeps an exclusive POSIX record lock on it while alive, which is how env
+servers (even in containers with their own pid namespace) notice that their agent is gone.
+Record locks, unlike flock, are not inherited by forked children, so a worker forked from the
+agent cannot keep a dead agent's portal alive.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class PortalResources:
         os.chmod(self.run_dir, 0o700)
         self.lock_path = os.path.join(self.run_dir, "agent.lock")
         self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.shm_name = "/" + self.tag
         self.semaphores: list[str] = []
 

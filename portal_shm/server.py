@@ -108,7 +108,7 @@ class EnvServer:
         self.socket.send(P.packb(message), copy=False)
 
     def agent_alive(self) -> bool:
-        """The agent holds an exclusive flock on its lock file for as long as it lives."""
+        """The agent holds an exclusive record lock on its lock file for as long as it lives."""
         path = self.config.get("lock_path")
         if not path:
             return True
@@ -118,10 +118,10 @@ class EnvServer:
             except FileNotFoundError:
                 return False
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
             return True
-        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_UN)
         return False
 
     def recv(self) -> dict:

@@ -15,29 +15,23 @@ longer by copying (``np.copy``, ``torch.tensor``, writing them into a rollout bu
 from __future__ import annotations
 
 import copy as copy_module
-import math
-import os
 import time
 import weakref
 from enum import Enum
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-import zmq
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from . import protocol as P
-from .backend import ServerHandle, ServerLaunch
-from .control import POLL_SLICE, ControlChannel
-from .errors import (EnvError, EnvNotFoundError, PortalError, PortalTimeoutError,
-                     ProtocolMismatchError, ServerDiedError, ServerProtocolError)
+from .control import POLL_SLICE
+from .errors import EnvError, PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
 from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
-from .resources import PortalResources
-from .ring import Doorbell, Ring
 from .schema import is_fixed, leaves, schema_to_space
+from .session import PortalSession, ServerLink
 from .spec import EnvSpec
 
 _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
@@ -46,80 +40,6 @@ _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", 
 class AsyncState(Enum):
     DEFAULT = "default"
     WAITING_STEP = "step"
-
-
-class _Server:
-    """The agent's view of one env server: its envs, channel, doorbells and process handle."""
-
-    def __init__(self, index: int, env_indices: list, spec: EnvSpec) -> None:
-        self.index = index
-        self.env_indices = env_indices
-        self.spec = spec
-        self.handle: Optional[ServerHandle] = None
-        self.channel: Optional[ControlChannel] = None
-        self.go: Optional[Doorbell] = None
-        self.done: Optional[Doorbell] = None
-        self.hello: dict = {}
-
-    def check_alive(self) -> None:
-        status = self.handle.exit_status() if self.handle is not None else None
-        if status is not None:
-            raise ServerDiedError(self.index, self.env_indices, status, self.handle.log_tail(),
-                                  self.handle.describe())
-
-
-class _Session:
-    """Everything a portal holds outside Python's heap, released exactly once (close, GC or exit)."""
-
-    def __init__(self) -> None:
-        self.resources = PortalResources()
-        self.context = zmq.Context()
-        self.servers: list[_Server] = []
-        self.ring: Optional[Ring] = None
-        self.closed = False
-        self.graceful = True
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""
-        if self.closed:
-            return
-        self.closed = True
-        graceful = self.graceful
-        try:
-            if graceful and self.ring is not None:
-                for server in self.servers:
-                    if server.handle is None or server.handle.exit_status() is not None:
-                        continue
-                    try:
-                        server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
-                        self.ring.views["mailbox"][server.index, _CMD] = P.CMD_CONTROL
-                        server.go.ring()
-                    except Exception:
-                        pass
-                deadline = time.monotonic() + timeout
-                for server in self.servers:
-                    while server.handle is not None and server.handle.exit_status() is None:
-                        if time.monotonic() > deadline:
-                            break
-                        time.sleep(0.005)
-            for server in self.servers:
-                if server.handle is not None:
-                    server.handle.stop(timeout=1.0)
-        finally:
-            for server in self.servers:
-                for bell in (server.go, server.done):
-                    if bell is not None:
-                        bell.close()
-                if server.channel is not None:
-                    server.channel.close()
-            if self.ring is not None:
-                self.ring.close()
-            self.context.term()
-            self.resources.release()
-
-
-def _split(num_envs: int, envs_per_server: int) -> list[list[int]]:
-    return [list(range(s, min(s + envs_per_server, num_envs))) for s in range(0, num_envs, envs_per_server)]
 
 
 def _tree_copy(value: Any) -> Any:
@@ -181,7 +101,7 @@ class VectorPortal(VectorEnv):
         self._broken: Optional[BaseException] = None
         self._slot = -1
         self._raw_infos = False
-        self._session = _Session()
+        self._session = PortalSession()
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
             self._start(specs, envs_per_server, startup_timeout, info_capacity)
@@ -193,40 +113,9 @@ class VectorPortal(VectorEnv):
     # -- start-up ------------------------------------------------------------------------
     def _start(self, specs: list, envs_per_server: Optional[int], timeout: float, info_capacity: int) -> None:
         session = self._session
-        if envs_per_server is None:
-            envs_per_server = math.ceil(self.num_envs / min(self.num_envs, os.cpu_count() or 1))
-        groups: list[list[int]] = []
-        for i, spec in enumerate(specs):
-            if groups and spec.shares_server_with(specs[groups[-1][0]]) and len(groups[-1]) < envs_per_server:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        for index, env_indices in enumerate(groups):
-            server = _Server(index, env_indices, specs[env_indices[0]])
-            session.servers.append(server)
-            server.channel = ControlChannel(session.context, session.resources.socket_address(index))
-            config = {
-                "protocol": P.PROTOCOL_VERSION,
-                "server_index": index,
-                "env_indices": env_indices,
-                "env": server.spec.to_config(),
-                "control_address": server.channel.address,
-                "lock_path": session.resources.lock_path,
-                "run_dir": session.resources.run_dir,
-            }
-            launch = ServerLaunch(index, env_indices, config, session.resources.run_dir,
-                                  session.resources.log_path(index))
-            server.handle = server.spec.backend.start(launch)
-        for server in session.servers:
-            server.hello = self._expect(server, P.HELLO, timeout, "start-up")
-            if server.hello.get("protocol") != P.PROTOCOL_VERSION:
-                raise ProtocolMismatchError(
-                    f"env server {server.index} speaks portal-shm protocol {server.hello.get('protocol')}, "
-                    f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
-                    f"env runtime ({server.handle.describe()})"
-                )
-        obs_schemas = [s for server in session.servers for s in self._schemas(server, "observation_spaces")]
-        act_schemas = [s for server in session.servers for s in self._schemas(server, "action_spaces")]
+        session.launch(specs, envs_per_server, timeout)
+        obs_schemas = [s for server in session.servers for s in server.schemas("observation_spaces")]
+        act_schemas = [s for server in session.servers for s in server.schemas("action_spaces")]
         self._obs_schema, self._act_schema = obs_schemas[0], act_schemas[0]
         try:
             self.single_observation_space = schema_to_space(self._obs_schema)
@@ -254,39 +143,19 @@ class VectorPortal(VectorEnv):
 
         layout = ring_layout(self._obs_schema, self._act_schema, self.num_envs, self.ring_depth,
                              len(session.servers), info_capacity)
-        session.ring = Ring(session.resources.shm_name, layout, create=True)
-        views = session.ring.views
+        ring = session.attach(layout, {"autoreset_mode": self.autoreset_mode.value,
+                                       "observation_schema": self._obs_schema,
+                                       "action_schema": self._act_schema}, timeout)
+        views = ring.views
         self._mailbox = views["mailbox"]
         self._reward, self._terminated, self._truncated = views["reward"], views["terminated"], views["truncated"]
         self._info_len, self._info = views["info_len"], views["info"]
         self._info_capacity = info_capacity
         self._act_leaves = [views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))]
-        self._obs_var_leaves = [j for j, (_, leaf) in enumerate(leaves(self._obs_schema)) if not is_fixed(leaf)]
         self._build_obs = self._obs_builder(self._obs_schema, views, [0])
-        self._obs_slots = [self._build_obs(k, None) for k in range(self.ring_depth)] if not self._obs_var_leaves else None
+        has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
+        self._obs_slots = None if has_variable_leaves else [self._build_obs(k, None) for k in range(self.ring_depth)]
         self._var_obs: list = [None] * self.num_envs
-
-        for server in session.servers:
-            server.go = Doorbell(session.resources.semaphore_name(server.index, "g"), create=True)
-            server.done = Doorbell(session.resources.semaphore_name(server.index, "d"), create=True)
-            server.channel.send({
-                "cmd": P.ATTACH,
-                "shm_name": session.ring.name,
-                "layout": layout,
-                "go": server.go.name,
-                "done": server.done.name,
-                "autoreset_mode": self.autoreset_mode.value,
-                "observation_schema": self._obs_schema,
-                "action_schema": self._act_schema,
-            }, server.check_alive)
-        for server in session.servers:
-            self._expect(server, P.READY, timeout, "start-up")
-
-    def _schemas(self, server: _Server, key: str) -> list:
-        schemas = server.hello.get(key)
-        if not isinstance(schemas, list) or len(schemas) != len(server.env_indices):
-            raise ServerProtocolError(f"env server {server.index} sent a handshake without valid {key}")
-        return schemas
 
     def _obs_builder(self, schema: dict, views: dict, counter: list) -> Callable[[int, Optional[list]], Any]:
         kind = schema["kind"]
@@ -304,20 +173,7 @@ class VectorPortal(VectorEnv):
         return lambda k, var: tuple(env_var[index] for env_var in var)
 
     # -- waiting on servers --------------------------------------------------------------
-    def _error(self, server: _Server, message: dict) -> EnvError:
-        cls = EnvNotFoundError if str(message.get("type", "")).endswith("EnvNotFound") else EnvError
-        return cls(message.get("env_index"), str(message.get("phase")), str(message.get("type")),
-                   str(message.get("message")), str(message.get("traceback", "")), server.handle.describe())
-
-    def _expect(self, server: _Server, cmd: str, timeout: Optional[float], what: str) -> dict:
-        message = server.channel.recv(server.check_alive, timeout, f"{what} of env server {server.index}")
-        if message["cmd"] == P.ERROR:
-            raise self._error(server, message)
-        if message["cmd"] != cmd:
-            raise ServerProtocolError(f"env server {server.index} sent {message['cmd']!r} during {what}, expected {cmd!r}")
-        return message
-
-    def _wait_done(self, server: _Server, deadline: Optional[float]) -> None:
+    def _wait_done(self, server: ServerLink, deadline: Optional[float]) -> None:
         done = server.done
         if done.wait(POLL_SLICE):
             return
@@ -447,7 +303,7 @@ class VectorPortal(VectorEnv):
         for server in self._session.servers:
             message = server.channel.recv(server.check_alive, self.step_timeout, f"{what} of env server {server.index}")
             if message["cmd"] == P.ERROR:
-                error = error or self._error(server, message)
+                error = error or server.error(message)
             elif message["cmd"] == P.REPLY:
                 extras.update(message.get("extras") or {})
                 results.extend(message.get("results") or [])
@@ -513,7 +369,7 @@ class VectorPortal(VectorEnv):
                 if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
                     message = server.channel.recv(server.check_alive, timeout, f"step of env server {server.index}")
                     if message["cmd"] == P.ERROR:
-                        error = error or self._error(server, message)
+                        error = error or server.error(message)
                     elif message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict):
                         extras.update(message["blobs"])
                     else:

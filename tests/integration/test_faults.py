@@ -158,6 +158,11 @@ AGENT = textwrap.dedent("""
         print("resetting", flush=True)
         envs.reset(seed=0)
     else:
+        if sys.argv[1] == "idle-forked":
+            import os
+            if os.fork() == 0:  # a forked worker must not keep its dead parent's portal alive
+                time.sleep(8)
+                os._exit(0)
         print("idle", flush=True)
         time.sleep(600)
 """)
@@ -189,8 +194,9 @@ def test_ctrl_c_during_a_hung_call_exits_and_cleans_up(phase):
     _wait_until_clean(tag, pids, 10)
 
 
-def test_servers_clean_up_after_their_agent_is_sigkilled():
-    process, tag, pids = _start_agent("idle")
+@pytest.mark.parametrize("mode", ["idle", "idle-forked"])
+def test_servers_clean_up_after_their_agent_is_sigkilled(mode):
+    process, tag, pids = _start_agent(mode)
     process.kill()
     process.wait()
     _wait_until_clean(tag, pids, 10)

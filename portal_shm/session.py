@@ -1,0 +1,168 @@
+"""The agent's side of a portal's env servers: launching, handshakes and orderly shutdown.
+
+A ``PortalSession`` owns everything a portal holds outside Python's heap (processes or
+containers, sockets, the ring, semaphores, the run directory) and releases it exactly once,
+whether through ``close()``, garbage collection, interpreter exit or a failed start-up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Optional, Sequence
+
+import zmq
+
+from . import protocol as P
+from .backend import ServerHandle, ServerLaunch
+from .control import ControlChannel
+from .errors import EnvError, EnvNotFoundError, ProtocolMismatchError, ServerDiedError, ServerProtocolError
+from .layout import MAILBOX_FIELDS
+from .resources import PortalResources
+from .ring import Doorbell, Ring
+from .spec import EnvSpec
+
+_CMD = MAILBOX_FIELDS.index("cmd")
+
+
+class ServerLink:
+    """The agent's view of one env server: its envs, channel, doorbells and backend handle."""
+
+    def __init__(self, index: int, env_indices: list, spec: EnvSpec) -> None:
+        self.index = index
+        self.env_indices = env_indices
+        self.spec = spec
+        self.handle: Optional[ServerHandle] = None
+        self.channel: Optional[ControlChannel] = None
+        self.go: Optional[Doorbell] = None
+        self.done: Optional[Doorbell] = None
+        self.hello: dict = {}
+
+    def check_alive(self) -> None:
+        status = self.handle.exit_status() if self.handle is not None else None
+        if status is not None:
+            raise ServerDiedError(self.index, self.env_indices, status, self.handle.log_tail(),
+                                  self.handle.describe())
+
+    def error(self, message: dict) -> EnvError:
+        """The agent-side exception for an ERROR message this server sent."""
+        cls = EnvNotFoundError if str(message.get("type", "")).endswith("EnvNotFound") else EnvError
+        return cls(message.get("env_index"), str(message.get("phase")), str(message.get("type")),
+                   str(message.get("message")), str(message.get("traceback", "")), self.handle.describe())
+
+    def expect(self, cmd: str, timeout: Optional[float], what: str) -> dict:
+        message = self.channel.recv(self.check_alive, timeout, f"{what} of env server {self.index}")
+        if message["cmd"] == P.ERROR:
+            raise self.error(message)
+        if message["cmd"] != cmd:
+            raise ServerProtocolError(f"env server {self.index} sent {message['cmd']!r} during {what}, expected {cmd!r}")
+        return message
+
+    def schemas(self, key: str) -> list:
+        schemas = self.hello.get(key)
+        if not isinstance(schemas, list) or len(schemas) != len(self.env_indices):
+            raise ServerProtocolError(f"env server {self.index} sent a handshake without valid {key}")
+        return schemas
+
+
+def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list[list[int]]:
+    """Consecutive envs with equal specs share a server; by default one server per CPU core."""
+    if envs_per_server is None:
+        envs_per_server = math.ceil(len(specs) / min(len(specs), os.cpu_count() or 1))
+    groups: list[list[int]] = []
+    for i, spec in enumerate(specs):
+        if groups and spec.shares_server_with(specs[groups[-1][0]]) and len(groups[-1]) < envs_per_server:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+class PortalSession:
+    """Servers and shared resources of one portal."""
+
+    def __init__(self) -> None:
+        self.resources = PortalResources()
+        self.context = zmq.Context()
+        self.servers: list[ServerLink] = []
+        self.ring: Optional[Ring] = None
+        self.closed = False
+        self.graceful = True
+
+    def launch(self, specs: Sequence[EnvSpec], envs_per_server: Optional[int], timeout: float) -> None:
+        """Start every server, then wait for each one's hello (its envs exist by then)."""
+        resources = self.resources
+        for index, env_indices in enumerate(group_envs(specs, envs_per_server)):
+            server = ServerLink(index, env_indices, specs[env_indices[0]])
+            self.servers.append(server)
+            server.channel = ControlChannel(self.context, resources.socket_address(index))
+            config = {
+                "protocol": P.PROTOCOL_VERSION,
+                "server_index": index,
+                "env_indices": env_indices,
+                "env": server.spec.to_config(),
+                "control_address": server.channel.address,
+                "lock_path": resources.lock_path,
+                "run_dir": resources.run_dir,
+            }
+            launch = ServerLaunch(index, env_indices, config, resources.run_dir, resources.log_path(index))
+            server.handle = server.spec.backend.start(launch)
+        for server in self.servers:
+            server.hello = server.expect(P.HELLO, timeout, "start-up")
+            if server.hello.get("protocol") != P.PROTOCOL_VERSION:
+                raise ProtocolMismatchError(
+                    f"env server {server.index} speaks portal-shm protocol {server.hello.get('protocol')}, "
+                    f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
+                    f"env runtime ({server.handle.describe()})"
+                )
+
+    def attach(self, layout: dict, settings: dict, timeout: float) -> Ring:
+        """Create the ring and doorbells, hand them to every server and wait until all are ready."""
+        self.ring = Ring(self.resources.shm_name, layout, create=True)
+        for server in self.servers:
+            server.go = Doorbell(self.resources.semaphore_name(server.index, "g"), create=True)
+            server.done = Doorbell(self.resources.semaphore_name(server.index, "d"), create=True)
+            message = {"cmd": P.ATTACH, "shm_name": self.ring.name, "layout": layout,
+                       "go": server.go.name, "done": server.done.name, **settings}
+            server.channel.send(message, server.check_alive)
+        for server in self.servers:
+            server.expect(P.READY, timeout, "start-up")
+        return self.ring
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.graceful and self.ring is not None:
+                for server in self.servers:
+                    if server.handle is None or server.handle.exit_status() is not None:
+                        continue
+                    try:
+                        server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
+                        self.ring.views["mailbox"][server.index, _CMD] = P.CMD_CONTROL
+                        server.go.ring()
+                    except Exception:
+                        pass
+                deadline = time.monotonic() + timeout
+                for server in self.servers:
+                    while server.handle is not None and server.handle.exit_status() is None:
+                        if time.monotonic() > deadline:
+                            break
+                        time.sleep(0.005)
+            for server in self.servers:
+                if server.handle is not None:
+                    server.handle.stop(timeout=1.0)
+        finally:
+            for server in self.servers:
+                for bell in (server.go, server.done):
+                    if bell is not None:
+                        bell.close()
+                if server.channel is not None:
+                    server.channel.close()
+            if self.ring is not None:
+                self.ring.close()
+            self.context.term()
+            self.resources.release()
