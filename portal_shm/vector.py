@@ -156,6 +156,7 @@ class VectorPortal(VectorEnv):
         has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
         self._obs_slots = None if has_variable_leaves else [self._build_obs(k, None) for k in range(self.ring_depth)]
         self._var_obs: list = [None] * self.num_envs
+        self._results_views = [(self._reward[k], self._terminated[k], self._truncated[k]) for k in range(self.ring_depth)]
 
     def _obs_builder(self, schema: dict, views: dict, counter: list) -> Callable[[int, Optional[list]], Any]:
         kind = schema["kind"]
@@ -204,9 +205,11 @@ class VectorPortal(VectorEnv):
         return self._slot, max(prev, 0)
 
     # -- infos and observations ----------------------------------------------------------
-    def _gather(self, k: int, extras: dict) -> dict:
-        infos: dict = {}
-        for i, length in enumerate(self._info_len[k].tolist()):
+    def _gather(self, k: int, extras: dict, infos: dict, envs: Optional[list] = None) -> dict:
+        """Decode and batch the infos of ``envs`` (all by default), in env order, into ``infos``."""
+        lengths = self._info_len[k].tolist()
+        for i in range(self.num_envs) if envs is None else envs:
+            length = lengths[i]
             if length == 0:
                 continue
             if length == -1 and i in extras:
@@ -289,7 +292,7 @@ class VectorPortal(VectorEnv):
             extras, error = self._replies("reset")
             if error is not None:
                 raise error
-            infos = self._gather(k, extras)
+            infos = self._gather(k, extras, {})
         except BaseException as exc:
             self._fail(exc)
             raise
@@ -361,8 +364,11 @@ class VectorPortal(VectorEnv):
         deadline = None if timeout is None else time.monotonic() + timeout
         k = self._slot
         extras: dict = {}
+        infos: dict = {}
         error: Optional[EnvError] = None
         try:
+            # Servers own ascending env ranges: batching each one's infos as soon as it is done
+            # keeps env order (as gymnasium's) and hides the work behind the slower servers.
             for server in self._session.servers:
                 self._wait_done(server, deadline)
                 row = self._mailbox[server.index]
@@ -374,14 +380,15 @@ class VectorPortal(VectorEnv):
                         extras.update(message["blobs"])
                     else:
                         raise ServerProtocolError(f"env server {server.index} sent {message['cmd']!r} during a step")
+                if error is None:
+                    infos = self._gather(k, extras, infos, server.env_indices)
             self._state = AsyncState.DEFAULT
             if error is not None:
                 raise error
-            infos = self._gather(k, extras)
         except BaseException as exc:
             self._fail(exc)
             raise
-        reward, terminated, truncated = self._reward[k], self._terminated[k], self._truncated[k]
+        reward, terminated, truncated = self._results_views[k]
         if self.copy:
             reward, terminated, truncated = reward.copy(), terminated.copy(), truncated.copy()
         return self._observations(k), reward, terminated, truncated, infos
