@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Union
 
 from .backend import Backend
@@ -11,18 +12,34 @@ from .process_backend import ProcessBackend
 from .spec import EnvSpec
 from .vector import VectorPortal
 
-BACKENDS = ("process",)
+# Backend name -> class; each class is a dataclass whose fields are its options.
+BACKENDS: dict[str, type] = {"process": ProcessBackend}
+
+
+def backend_option_names(backend: Union[str, Backend]) -> set:
+    if isinstance(backend, Backend):
+        return set()
+    cls = BACKENDS.get(backend)
+    return {field.name for field in dataclasses.fields(cls)} if cls is not None else set()
 
 
 def resolve_backend(backend: Union[str, Backend], **options: Any) -> Backend:
-    """A Backend instance from its name (``"process"``) and options, or the instance itself."""
+    """A Backend instance from its name (``"process"``, ...) and options, or the instance itself."""
     if isinstance(backend, Backend):
         if options:
             raise TypeError(f"options {sorted(options)} apply to a backend name, not to a Backend instance")
         return backend
-    if backend == "process":
-        return ProcessBackend(**options)
-    raise PortalError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+    cls = BACKENDS.get(backend)
+    if cls is None:
+        raise PortalError(f"unknown backend {backend!r}; available: {', '.join(sorted(BACKENDS))}")
+    return cls(**options)
+
+
+def _spec(id: str, backend: Union[str, Backend], env_kwargs: Optional[dict], kwargs: dict) -> EnvSpec:
+    """Split keyword arguments into the backend's options and the env's kwargs."""
+    names = backend_option_names(backend)
+    options = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+    return EnvSpec(id, {**kwargs, **(env_kwargs or {})}, resolve_backend(backend, **options))
 
 
 def make_vec(
@@ -31,21 +48,21 @@ def make_vec(
     *,
     backend: Union[str, Backend] = "process",
     vector_kwargs: Optional[dict] = None,
-    python: Optional[str] = None,
-    **env_kwargs: Any,
+    env_kwargs: Optional[dict] = None,
+    **kwargs: Any,
 ) -> VectorPortal:
     """Create ``num_envs`` copies of env ``id`` in isolated runtimes, batched as a VectorPortal.
 
     ``id`` is a registered id (``"CartPole-v1"``, ``"ALE/Pong-v5"``: plugins are imported inside
-    the runtime) or an entry point ``"package.module:callable"``. ``env_kwargs`` go to the env's
-    constructor inside its runtime; ``vector_kwargs`` to ``VectorPortal`` (``autoreset_mode``,
-    ``copy``, ``ring_depth``, ``envs_per_server``, ``step_timeout`` ...). ``python`` picks the
-    interpreter of the process backend (the agent's own by default).
+    the runtime) or an entry point ``"package.module:callable"``. Keyword arguments named like an
+    option of the backend (``python=`` for ``"process"``) configure the backend; all others go to
+    the env's constructor inside its runtime (``env_kwargs={...}`` passes ones whose names clash).
+    ``vector_kwargs`` go to ``VectorPortal`` (``autoreset_mode``, ``copy``, ``ring_depth``,
+    ``envs_per_server``, ``step_timeout`` ...).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-    options = {"python": python} if python is not None else {}
-    spec = EnvSpec(id, dict(env_kwargs), resolve_backend(backend, **options))
+    spec = _spec(id, backend, env_kwargs, kwargs)
     return VectorPortal([spec] * num_envs, **(vector_kwargs or {}))
 
 
@@ -53,11 +70,9 @@ def make(
     id: str,
     *,
     backend: Union[str, Backend] = "process",
-    python: Optional[str] = None,
     vector_kwargs: Optional[dict] = None,
-    **env_kwargs: Any,
+    env_kwargs: Optional[dict] = None,
+    **kwargs: Any,
 ) -> Portal:
-    """One env ``id`` in an isolated runtime, as a plain ``gymnasium.Env``."""
-    options = {"python": python} if python is not None else {}
-    spec = EnvSpec(id, dict(env_kwargs), resolve_backend(backend, **options))
-    return Portal(spec, **(vector_kwargs or {}))
+    """One env ``id`` in an isolated runtime, as a plain ``gymnasium.Env``; arguments as ``make_vec``."""
+    return Portal(_spec(id, backend, env_kwargs, kwargs), **(vector_kwargs or {}))
