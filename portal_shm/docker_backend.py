@@ -1,0 +1,149 @@
+"""Env servers in Docker containers, started and watched through the docker SDK.
+
+Containers get no network (``--network none``), the host's /dev/shm (``--ipc=host``) so they can
+map the ring and its semaphores, and the portal's run directory bind-mounted at the same path for
+the control sockets and the agent's lock file. Labels name the owning agent pid and portal, so
+``portal-shm ps/stop/gc`` find them; the agent removes its containers on close, and a container
+whose agent died exits by itself (its server sees the lock go) and is removed by ``gc``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .backend import Backend, ServerHandle, ServerLaunch
+from .errors import PortalError
+from .server import CONFIG_ENV_VAR, encode_config
+
+LABEL_PREFIX = "portal-shm"
+LABEL_OWNER = f"{LABEL_PREFIX}.owner-pid"
+LABEL_PORTAL = f"{LABEL_PREFIX}.portal"
+LABEL_SERVER = f"{LABEL_PREFIX}.server"
+LABEL_ROLE = f"{LABEL_PREFIX}.role"
+
+
+class DockerUnavailableError(PortalError):
+    """The docker SDK is missing or the Docker daemon cannot be reached."""
+
+
+def docker_client() -> Any:
+    """A docker SDK client, or a clear error saying how to get one."""
+    try:
+        import docker
+    except ImportError:
+        raise DockerUnavailableError(
+            "the docker backend needs the docker SDK: pip install 'portal-shm[docker]' (or pip install docker)"
+        ) from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailableError(
+            f"cannot reach the Docker daemon ({exc}). Install Docker (Debian: apt-get install docker.io) and "
+            "start it (systemctl start docker, or run dockerd in the background); check DOCKER_HOST and that "
+            "this user may use /var/run/docker.sock"
+        ) from None
+    return client
+
+
+class DockerHandle(ServerHandle):
+    def __init__(self, container: Any, image: str) -> None:
+        self.container = container
+        self.image = image
+        self._status: Optional[str] = None
+
+    def exit_status(self) -> Optional[str]:
+        if self._status is not None:
+            return self._status
+        try:
+            self.container.reload()
+        except Exception as exc:  # removed behind our back
+            self._status = f"container vanished ({type(exc).__name__})"
+            return self._status
+        if self.container.status in ("exited", "dead"):
+            state = self.container.attrs.get("State", {})
+            code = state.get("ExitCode")
+            reason = " (out of memory)" if state.get("OOMKilled") else ""
+            self._status = f"container exited with code {code}{reason}"
+            if code == 137 and not reason:
+                self._status += " (killed: SIGKILL or docker kill)"
+            elif code == 139:
+                self._status += " (segmentation fault)"
+        return self._status
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return self.container.logs(tail=lines).decode("utf-8", "replace")
+        except Exception:
+            return ""
+
+    def stop(self, timeout: float) -> None:
+        try:
+            self.container.stop(timeout=max(1, int(timeout)))
+        except Exception:
+            pass
+        try:
+            self.container.remove(force=True)
+        except Exception:
+            pass
+
+    def describe(self) -> str:
+        return f"docker container {self.container.short_id} of image {self.image}"
+
+
+@dataclass(frozen=True)
+class DockerBackend(Backend):
+    """Runs each env server in a container of ``image`` (its default command serves the envs).
+
+    ``image`` is a built image (``portal-shm build ale`` gives ``portal-shm/ale``). ``mem_limit``,
+    ``cpus`` and ``pids_limit`` bound the container; ``extra_run_args`` go to the SDK's
+    ``containers.run`` as they are.
+    """
+
+    image: str = "portal-shm/ale"
+    mem_limit: Optional[str] = None
+    cpus: Optional[float] = None
+    pids_limit: Optional[int] = None
+    extra_run_args: tuple = ()
+    name = "docker"
+
+    def start(self, launch: ServerLaunch) -> ServerHandle:
+        client = docker_client()
+        import docker.errors
+
+        run_dir = launch.run_dir
+        config = dict(launch.config)
+        tag = os.path.basename(run_dir)
+        kwargs: dict = {
+            "environment": {CONFIG_ENV_VAR: encode_config(config), "PYTHONUNBUFFERED": "1"},
+            "network_mode": "none",
+            "ipc_mode": "host",
+            "volumes": {run_dir: {"bind": run_dir, "mode": "rw"}},
+            "labels": {
+                LABEL_OWNER: str(os.getpid()),
+                LABEL_PORTAL: tag,
+                LABEL_SERVER: str(launch.server_index),
+                LABEL_ROLE: "env-server",
+            },
+            "name": f"{tag}-s{launch.server_index}",
+            "detach": True,
+            "init": True,
+        }
+        if self.mem_limit:
+            kwargs["mem_limit"] = self.mem_limit
+        if self.cpus:
+            kwargs["nano_cpus"] = int(self.cpus * 1e9)
+        if self.pids_limit:
+            kwargs["pids_limit"] = self.pids_limit
+        kwargs.update(dict(self.extra_run_args))
+        try:
+            container = client.containers.run(self.image, **kwargs)
+        except docker.errors.ImageNotFound:
+            raise PortalError(
+                f"docker image {self.image!r} not found: build it first (portal-shm build NAME|DIR -t {self.image})"
+            ) from None
+        except docker.errors.APIError as exc:
+            raise PortalError(f"docker could not start a container of {self.image!r}: {exc.explanation or exc}") from None
+        return DockerHandle(container, self.image)
