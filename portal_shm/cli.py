@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (typed), repeatable")
     run.set_defaults(func=cmd_run)
 
+    from .cli_docker import add_docker_commands
+
+    add_docker_commands(commands)
+
     gc = commands.add_parser("gc", help="reclaim /dev/shm segments and run dirs whose agent is dead")
     gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     gc.set_defaults(func=cmd_gc)

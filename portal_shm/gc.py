@@ -30,7 +30,9 @@ class Leftover:
     size: int
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -60,7 +62,7 @@ def _owner_gone(tag: str, pid: int) -> bool:
     run_dir = os.path.join(run_base_dir(), tag)
     if os.path.isdir(run_dir):
         return _lock_free(run_dir)
-    return not _pid_alive(pid)
+    return not pid_alive(pid)
 
 
 def find_leftovers() -> list[Leftover]:
@@ -95,10 +97,24 @@ def remove(leftover: Leftover) -> None:
         shutil.rmtree(leftover.name, ignore_errors=True)
 
 
+def _orphaned_containers() -> list:
+    """Env-server containers of dead agents, when Docker is there at all."""
+    try:
+        from .containers import orphaned_containers
+        from .docker_backend import DockerUnavailableError
+
+        return orphaned_containers()
+    except (ImportError, DockerUnavailableError):
+        return []
+
+
 def collect(dry_run: bool = False) -> list[Leftover]:
     """Find and (unless ``dry_run``) remove every leftover of dead portals; returns what was found."""
     leftovers = find_leftovers()
+    containers = _orphaned_containers()
     if not dry_run:
         for leftover in leftovers:
             remove(leftover)
-    return leftovers
+        for info in containers:
+            info.container.remove(force=True)
+    return leftovers + [Leftover("container", f"{info.name} ({info.image})", info.owner_pid, 0) for info in containers]
