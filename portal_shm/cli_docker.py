@@ -132,8 +132,8 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
     build = commands.add_parser("build", help="build an env image: a built-in NAME, a DIR, or 'base'")
     build.add_argument("target", metavar="NAME|DIR|base")
     build.add_argument("-t", "--tag", help="image tag (default portal-shm/NAME or the directory name)")
-    build.add_argument("--base", help="base image (default: the Dockerfile's, python:3.12-slim; "
-                                      "or $PORTAL_SHM_BASE_IMAGE)")
+    build.add_argument("--base", help="base image (default: $PORTAL_SHM_BASE_IMAGE, else portal-shm/base:bookworm "
+                                      "when built, else the Dockerfile's python:3.12-slim)")
     build.set_defaults(func=cmd_build)
 
     ps = commands.add_parser("ps", help="list env-server containers")

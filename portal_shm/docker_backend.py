@@ -139,11 +139,14 @@ class DockerBackend(Backend):
             kwargs["pids_limit"] = self.pids_limit
         kwargs.update(dict(self.extra_run_args))
         try:
-            container = client.containers.run(self.image, **kwargs)
+            client.images.get(self.image)
         except docker.errors.ImageNotFound:
             raise PortalError(
-                f"docker image {self.image!r} not found: build it first (portal-shm build NAME|DIR -t {self.image})"
+                f"docker image {self.image!r} not found locally: build it first "
+                f"(portal-shm build NAME|DIR -t {self.image}) or docker pull it"
             ) from None
+        try:
+            container = client.containers.run(self.image, **kwargs)
         except docker.errors.APIError as exc:
             raise PortalError(f"docker could not start a container of {self.image!r}: {exc.explanation or exc}") from None
         return DockerHandle(container, self.image)

@@ -95,13 +95,24 @@ def assemble_context(image_dir: Path, target: Path) -> None:
     write_pip_context(target / "_pip")
 
 
+def default_base(client: object) -> Optional[str]:
+    """``$PORTAL_SHM_BASE_IMAGE``, else the local registry-free base if built, else the Dockerfile's."""
+    if os.environ.get(BASE_ENV_VAR):
+        return os.environ[BASE_ENV_VAR]
+    try:
+        client.images.get(DEFAULT_BASE)
+        return DEFAULT_BASE
+    except Exception:
+        return None
+
+
 def build_image(name_or_dir: str, tag: Optional[str] = None, base: Optional[str] = None,
                 on_line: Optional[Callable[[str], None]] = None) -> str:
     """Build an image directory; returns the tag. ``base`` overrides the Dockerfile's BASE_IMAGE."""
     image_dir, default_tag = resolve_image_dir(name_or_dir)
     tag = tag or default_tag
-    base = base or os.environ.get(BASE_ENV_VAR)
     client = docker_client()
+    base = base or default_base(client)
     log: list = []
     with tempfile.TemporaryDirectory(prefix="psm-build-") as tmp:
         context = Path(tmp) / "context"

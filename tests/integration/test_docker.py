@@ -1,0 +1,167 @@
+"""Real containers: Pong and ViZDoom through the docker backend, faults, cleanup and the CLI.
+
+Needs a Docker daemon and a base image without a registry (``portal-shm build base``; CI sets
+``PORTAL_SHM_BASE_IMAGE``). Skipped without Docker, unless ``PORTAL_SHM_REQUIRE_DOCKER=1`` (CI),
+where a missing Docker fails the run instead of hiding it.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import portal_shm
+from tests.compare import assert_same, rollout
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _docker_or_skip():
+    from portal_shm.docker_backend import DockerUnavailableError, docker_client
+
+    try:
+        return docker_client()
+    except DockerUnavailableError as exc:
+        if os.environ.get("PORTAL_SHM_REQUIRE_DOCKER") == "1":
+            raise
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    return _docker_or_skip()
+
+
+def ensure_image(client, name: str, tag: str) -> str:
+    from portal_shm.image_build import build_image
+
+    try:
+        client.images.get(tag)
+    except Exception:
+        build_image(name, tag)
+    return tag
+
+
+@pytest.fixture(scope="module")
+def ale_image(docker_client):
+    return ensure_image(docker_client, "ale", "portal-shm/ale")
+
+
+@pytest.fixture(scope="module")
+def vizdoom_image(docker_client):
+    return ensure_image(docker_client, "vizdoom", "portal-shm/vizdoom")
+
+
+def portal_containers(client, tag: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"portal-shm.portal={tag}"})
+
+
+def test_seeded_pong_in_containers_equals_in_process_gymnasium(ale_image, docker_client):
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    kwargs = {"max_episode_steps": 40}
+    expected = gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", **kwargs)] * 4)
+    envs = portal_shm.make_vec("ALE/Pong-v5", 4, backend="docker", image=ale_image, **kwargs)
+    tag = envs.shm_name.lstrip("/")
+    try:
+        assert all("docker container" in server["runtime"] for server in envs.servers)
+        assert_same(rollout(envs, 80, seed=3, mode="NextStep"), rollout(expected, 80, seed=3, mode="NextStep"))
+    finally:
+        envs.close()
+        expected.close()
+    assert portal_containers(docker_client, tag) == []
+    assert not [name for name in os.listdir("/dev/shm") if tag in name]
+
+
+def test_vizdoom_basic_dict_observation(vizdoom_image):
+    envs = portal_shm.make_vec("VizdoomBasic-v1", 2, backend="docker", image=vizdoom_image)
+    try:
+        assert set(envs.single_observation_space.spaces) == {"screen", "gamevariables"}
+        obs, _ = envs.reset(seed=1)
+        assert obs["screen"].shape == (2, 240, 320, 3) and obs["screen"].dtype == np.uint8
+        first = obs["screen"].copy()
+        envs.action_space.seed(1)
+        total = 0.0
+        for _ in range(30):
+            obs, reward, terminated, truncated, _ = envs.step(envs.action_space.sample())
+            total += float(reward.sum())
+        assert total != 0.0 and first.any()
+    finally:
+        envs.close()
+
+
+def test_killed_container_is_reported_with_its_exit_code(ale_image, docker_client):
+    envs = portal_shm.make_vec("ALE/Pong-v5", 2, backend="docker", image=ale_image,
+                               vector_kwargs={"envs_per_server": 1})
+    tag = envs.shm_name.lstrip("/")
+    try:
+        envs.reset(seed=0)
+        victim = sorted(portal_containers(docker_client, tag), key=lambda c: c.name)[1]
+        victim.kill()
+        with pytest.raises(portal_shm.ServerDiedError, match="code 137"):
+            for _ in range(50):
+                envs.step(np.zeros(2, np.int64))
+    finally:
+        envs.close()
+    assert portal_containers(docker_client, tag) == []
+
+
+def test_missing_image_is_a_clear_error(docker_client):
+    with pytest.raises(portal_shm.PortalError, match="build it first"):
+        portal_shm.make_vec("CartPole-v1", 1, backend="docker", image="portal-shm/does-not-exist")
+
+
+AGENT = textwrap.dedent("""
+    import sys, time, portal_shm
+    envs = portal_shm.make_vec("ALE/Pong-v5", 2, backend="docker", image=sys.argv[1])
+    print(envs.shm_name, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_containers_of_a_sigkilled_agent_exit_and_gc_removes_them(ale_image, docker_client):
+    from portal_shm.gc import collect
+
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, ale_image], stdout=subprocess.PIPE, text=True)
+    tag = agent.stdout.readline().strip().lstrip("/")
+    assert len(portal_containers(docker_client, tag)) == 2
+    agent.send_signal(signal.SIGKILL)
+    agent.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        states = {c.status for c in portal_containers(docker_client, tag)}
+        if states <= {"exited", "dead"} and not [n for n in os.listdir("/dev/shm") if tag in n]:
+            break
+        time.sleep(0.2)
+    assert {c.status for c in portal_containers(docker_client, tag)} <= {"exited", "dead"}
+    assert not [n for n in os.listdir("/dev/shm") if tag in n]
+    collected = collect()
+    assert sum(item.kind == "container" for item in collected) >= 2
+    assert portal_containers(docker_client, tag) == []
+
+
+def test_custom_env_directory_builds_and_serves(docker_client):
+    from portal_shm.image_build import build_image
+
+    tag = build_image(os.path.join(REPO, "examples", "custom-env"), "portal-shm-test/gridwalk")
+    envs = portal_shm.make_vec("gridwalk", 2, backend="docker", image=tag, size=12)
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 12)
+        _, _, _, _, infos = envs.step(np.ones(2, np.int64))
+        assert infos["_position"].all()
+    finally:
+        envs.close()
+
+
+def test_cli_test_smoke(ale_image):
+    result = subprocess.run([sys.executable, "-m", "portal_shm", "test", ale_image, "--steps", "20"],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "env-steps/s" in result.stdout and "Discrete(6)" in result.stdout
