@@ -8,13 +8,14 @@ from typing import Any, Optional, Union
 from .backend import Backend
 from .errors import PortalError
 from .portal_env import Portal
+from .attach_backend import AttachBackend
 from .docker_backend import DockerBackend
 from .process_backend import ProcessBackend
 from .spec import EnvSpec
 from .vector import VectorPortal
 
 # Backend name -> class; each class is a dataclass whose fields are its options.
-BACKENDS: dict[str, type] = {"process": ProcessBackend, "docker": DockerBackend}
+BACKENDS: dict[str, type] = {"process": ProcessBackend, "docker": DockerBackend, "attach": AttachBackend}
 
 
 def backend_option_names(backend: Union[str, Backend]) -> set:

@@ -52,6 +52,10 @@ class Backend(ABC):
     def start(self, launch: ServerLaunch) -> ServerHandle:
         """Start one env server; must not wait for it to be ready."""
 
+    def run_dir_base(self) -> Optional[str]:
+        """Where this backend needs the portal's run directory (None: the default temp dir)."""
+        return None
+
     def key(self) -> tuple:
         """Envs whose backends have equal keys may share a server."""
         return (type(self).__name__,) + tuple(sorted(vars(self).items()))

@@ -36,12 +36,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_ps(args: argparse.Namespace) -> int:
     from .containers import list_containers
 
-    table = Table(title="portal-shm env-server containers")
-    for column in ("name", "id", "image", "status", "owner pid", "portal", "server"):
+    table = Table(title="portal-shm containers")
+    for column in ("role", "name", "id", "image", "status", "owner pid / address", "portal", "server"):
         table.add_column(column)
     for info in list_containers():
-        owner = f"{info.owner_pid}" + ("" if info.owner_alive else " (gone)")
-        table.add_row(info.name, info.short_id, info.image, info.status, owner, info.portal, info.server)
+        owner = info.address if info.role == "listener" else f"{info.owner_pid}" + ("" if info.owner_alive else " (gone)")
+        table.add_row(info.role, info.name, info.short_id, info.image, info.status, owner, info.portal, info.server)
     console.print(table if table.row_count else "no portal-shm containers")
     return 0
 
@@ -62,6 +62,24 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
     stopped = stop_containers(image=args.image, name=args.name, everything=args.all)
     console.print(f"stopped {len(stopped)} container(s)" + (f": {', '.join(stopped)}" if stopped else ""))
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    """Long-running env servers; agents attach with backend="attach", address=... ."""
+    from .containers import start_listeners
+    from .image_build import IMAGE_PREFIX, builtin_images
+
+    image = IMAGE_PREFIX + args.target if args.target in builtin_images() else args.target
+    with console.status(f"starting {args.count} listener(s) of {image}"):
+        addresses = start_listeners(image, args.count)
+    table = Table(title=f"{len(addresses)} listener(s) of {image}")
+    table.add_column("address")
+    for address in addresses:
+        table.add_row(address)
+    console.print(table)
+    quoted = ", ".join(repr(a) for a in addresses)
+    console.print(f"attach: portal_shm.make_vec(ENV_ID, N, backend=\"attach\", address=({quoted},))", highlight=False)
     return 0
 
 
@@ -136,7 +154,12 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
                                       "when built, else the Dockerfile's python:3.12-slim)")
     build.set_defaults(func=cmd_build)
 
-    ps = commands.add_parser("ps", help="list env-server containers")
+    start = commands.add_parser("start", help="start long-running env servers that agents attach to by address")
+    start.add_argument("target", metavar="NAME|IMAGE")
+    start.add_argument("--count", type=int, default=1, help="number of listener containers")
+    start.set_defaults(func=cmd_start)
+
+    ps = commands.add_parser("ps", help="list env-server and listener containers")
     ps.set_defaults(func=cmd_ps)
 
     logs = commands.add_parser("logs", help="show a container's output")

@@ -1,4 +1,5 @@
-"""Getting packages into a runtime: uv when the agent has it (seconds), pip otherwise (everywhere).
+"""Getting packages into a runtime: uv when the agent has it (seconds), pip otherwise (everywhere);
+and the env server itself, copied in.
 
 uv reads no ``pip.conf``, yet a machine's pip configuration is often what makes installs work at
 all there (a private index, a CA bundle, local wheels, constraints). So uv runs with pip's
@@ -17,7 +18,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from .runtime_cache import Build, RuntimeBuildError
+from .runtime_cache import Build, RuntimeBuildError, server_modules
 
 INSTALLER_ENV_VAR = "PORTAL_SHM_INSTALLER"
 
@@ -124,3 +125,26 @@ def install(build: Build, python: str, args: list, summary: str) -> str:
             raise
         raise RuntimeBuildError(f"{exc}\n\n(uv had failed first: {uv_error})") from None
     return "pip"
+
+
+def install_server(build: Build, python: str) -> None:
+    """Copy portal-shm's env-server modules into the runtime's site-packages and check they import.
+
+    A copy of exactly the hashed modules rather than ``pip install <source>``: it needs no build
+    step, never writes into the agent's source tree, and works the same for wheels and editable
+    installs. The check runs in the runtime's own directory so that no ``portal_shm`` in the
+    caller's working directory can stand in for the copy.
+    """
+    build.step("adding the portal-shm env server")
+    try:
+        purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True, cwd=build.path).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise RuntimeBuildError(f"cannot ask the runtime's python {python!r} for its site-packages: {exc}") from None
+    target = os.path.join(purelib, "portal_shm")
+    shutil.rmtree(target, ignore_errors=True)
+    os.makedirs(target)
+    for name, path in server_modules().items():
+        shutil.copyfile(path, os.path.join(target, name))
+    build.run([python, "-c", "import portal_shm.server"], "checking that the env server imports in the runtime",
+              cwd=build.path)

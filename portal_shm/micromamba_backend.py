@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .backend import Backend, ServerHandle, ServerLaunch
-from .installers import install
+from .installers import install, install_server
 from .process_backend import ProcessBackend
 from .runtime_cache import (SERVER_DEPS, Build, RuntimeBuildError, RuntimeHandle, content_hash, ensure_runtime,
-                            file_digest, install_server, server_digest)
+                            file_digest, server_digest)
 
 KIND = "micromamba"
 MISSING = (

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from typing import Optional
 
 from .ring import unlink_semaphore, unlink_shm
 
@@ -29,9 +30,9 @@ def run_base_dir() -> str:
 class PortalResources:
     """The run directory, lock and shared-memory names of one portal."""
 
-    def __init__(self) -> None:
+    def __init__(self, base_dir: Optional[str] = None) -> None:
         self.tag = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.run_dir = os.path.join(run_base_dir(), self.tag)
+        self.run_dir = os.path.join(base_dir or run_base_dir(), self.tag)
         os.makedirs(self.run_dir, mode=0o700)
         os.chmod(self.run_dir, 0o700)
         self.lock_path = os.path.join(self.run_dir, "agent.lock")

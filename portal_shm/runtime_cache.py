@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import portal_shm
 
-from .backend import ServerHandle, describe_returncode, read_tail
+from .backend import ServerHandle, describe_returncode
 from .errors import PortalError
 
 MARKER = "portal-shm-runtime.json"
@@ -110,38 +110,18 @@ class Build:
         with open(self.log_path, "ab") as log:
             log.write(f"\n$ {shlex.join(cmd)}\n".encode())
             log.flush()
+            start = log.tell()
             try:
                 code = subprocess.call(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        env=env, cwd=cwd)
             except OSError as exc:
                 raise RuntimeBuildError(f"{what} failed: cannot run `{shlex.join(cmd)}`: {exc}") from None
         if code != 0:
-            tail = read_tail(self.log_path, 40)
+            with open(self.log_path, "rb") as log:
+                log.seek(start)
+                tail = "\n".join(log.read().decode("utf-8", "replace").splitlines()[-40:])
             raise RuntimeBuildError(f"{what} failed: `{shlex.join(cmd)}` ended with {describe_returncode(code)}"
                                     f"\n\n--- last lines of its output ---\n{tail.rstrip()}")
-
-
-def install_server(build: Build, python: str) -> None:
-    """Copy portal-shm's env-server modules into the runtime's site-packages and check they import.
-
-    A copy of exactly the hashed modules rather than ``pip install <source>``: it needs no build
-    step, never writes into the agent's source tree, and works the same for wheels and editable
-    installs. The check runs in the runtime's own directory so that no ``portal_shm`` in the
-    caller's working directory can stand in for the copy.
-    """
-    build.step("adding the portal-shm env server")
-    try:
-        purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True, cwd=build.path).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise RuntimeBuildError(f"cannot ask the runtime's python {python!r} for its site-packages: {exc}") from None
-    target = os.path.join(purelib, "portal_shm")
-    shutil.rmtree(target, ignore_errors=True)
-    os.makedirs(target)
-    for name, path in server_modules().items():
-        shutil.copyfile(path, os.path.join(target, name))
-    build.run([python, "-c", "import portal_shm.server"], "checking that the env server imports in the runtime",
-              cwd=build.path)
 
 
 @contextmanager
@@ -176,12 +156,16 @@ def ensure_runtime(kind: str, digest: str, describe: dict, build: Callable[[Buil
     path = os.path.join(root, FOLDERS[kind], digest)
     if os.path.exists(os.path.join(path, MARKER)):
         return path
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError as exc:
+        raise PortalError(f"cannot use the runtime cache {root}: {exc.strerror}; "
+                          "point $PORTAL_SHM_CACHE or cache_dir= at a writable folder") from None
     with _locked(_lock_path(root, kind, digest), f"waiting for another process building {kind} {digest}"):
         if os.path.exists(os.path.join(path, MARKER)):
             return path
         shutil.rmtree(path, ignore_errors=True)  # an unfinished build (a crash) is never reused
         log_path = os.path.join(root, FOLDERS[kind], f".{digest}.build.log")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         started = time.time()
         from rich.console import Console
 
@@ -195,6 +179,9 @@ def ensure_runtime(kind: str, digest: str, describe: dict, build: Callable[[Buil
             with open(os.path.join(path, MARKER + ".tmp"), "w") as handle:
                 json.dump(marker, handle, indent=1)
             os.replace(os.path.join(path, MARKER + ".tmp"), os.path.join(path, MARKER))
+        except RuntimeBuildError as exc:
+            shutil.rmtree(path, ignore_errors=True)
+            raise RuntimeBuildError(f"building {kind} {digest} failed, nothing was cached: {exc}") from None
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
@@ -232,7 +219,10 @@ def list_runtimes(kind: Optional[str] = None, cache_dir: Optional[str] = None) -
                 with open(os.path.join(path, MARKER)) as handle:
                     info = {**json.load(handle), "complete": True}
             except (OSError, ValueError):
-                info = {"complete": False, "created": os.stat(path).st_mtime}
+                try:
+                    info = {"complete": False, "created": os.stat(path).st_mtime}
+                except OSError:
+                    continue  # removed meanwhile
             info.update(kind=each, hash=digest, path=path, size=_size(path))
             info.setdefault("requirements", [])
             found.append(info)

@@ -397,10 +397,18 @@ def run(config: dict, factory: Optional[Callable[..., Any]] = None) -> int:
         server.cleanup(agent_gone)
 
 
-def load_config(argv: Optional[list] = None) -> dict:
+def load_config(argv: Optional[list] = None, worker: Optional[list] = None) -> Optional[dict]:
+    """The agent's config; None when started with ``--listen ADDRESS`` (then it has been served)."""
     parser = argparse.ArgumentParser(prog="python -m portal_shm.server", description=__doc__)
     parser.add_argument("--config", help=f"JSON connection config (default: ${CONFIG_ENV_VAR})")
+    parser.add_argument("--listen", metavar="ADDRESS",
+                        help="run as a long-lived listener at ADDRESS (ipc://PATH) that agents attach to")
     args, _ = parser.parse_known_args(argv)
+    if args.listen:
+        from .listener import listen, worker_command
+
+        listen(args.listen, worker or worker_command([sys.executable] + sys.argv), encode_config)
+        return None
     raw = args.config or os.environ.get(CONFIG_ENV_VAR)
     if not raw:
         parser.error(f"no config: pass --config JSON or set {CONFIG_ENV_VAR}; the agent's backend does this")
@@ -421,12 +429,14 @@ def decode_config(raw: str) -> dict:
 def serve(env_factory: Callable[..., Any], config: Optional[dict] = None) -> None:
     """Serve envs made by ``env_factory(**env_kwargs)``: the body of an image's entry script."""
     faulthandler.enable()
-    sys.exit(run(config or load_config(), env_factory))
+    config = config or load_config()
+    sys.exit(0 if config is None else run(config, env_factory))
 
 
 def main(argv: Optional[list] = None) -> None:
     faulthandler.enable()
-    sys.exit(run(load_config(argv)))
+    config = load_config(argv, worker=[sys.executable, "-m", "portal_shm.server"])
+    sys.exit(0 if config is None else run(config))
 
 
 if __name__ == "__main__":

@@ -82,8 +82,8 @@ def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list
 class PortalSession:
     """Servers and shared resources of one portal."""
 
-    def __init__(self) -> None:
-        self.resources = PortalResources()
+    def __init__(self, base_dir: Optional[str] = None) -> None:
+        self.resources = PortalResources(base_dir)
         self.context = zmq.Context()
         self.servers: list[ServerLink] = []
         self.ring: Optional[Ring] = None

@@ -101,7 +101,10 @@ class VectorPortal(VectorEnv):
         self._broken: Optional[BaseException] = None
         self._slot = -1
         self._raw_infos = False
-        self._session = PortalSession()
+        bases = {spec.backend.run_dir_base() for spec in specs}
+        if len(bases) > 1:
+            raise ValueError(f"these backends need their run directories in different places: {sorted(map(str, bases))}")
+        self._session = PortalSession(bases.pop())
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
             self._start(specs, envs_per_server, startup_timeout, info_capacity)

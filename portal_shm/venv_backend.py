@@ -8,7 +8,10 @@ versions) and a copy of portal-shm's env-server modules, never the agent's site-
 
 The venv is built on first use (uv when available, else ``python -m venv`` and pip) into
 ``~/.cache/portal-shm/venvs/<hash>`` and reused by every later portal with the same requirements,
-base interpreter and portal-shm server code; see ``runtime_cache`` for the locking. Servers then
+base interpreter and portal-shm server code; see ``runtime_cache`` for the locking. The hash
+covers the requirement strings (and the requirements file's text), not what they point to: an
+unpinned name, a local path or a file included with ``-r`` is installed as it was when the venv was
+built (``portal-shm env rm HASH`` makes the next portal rebuild it). Servers then
 start exactly as on the process backend: they inherit the agent's environment variables and
 working directory (so ``PYTHONPATH`` or a module in the working directory can provide env code).
 """
@@ -23,10 +26,10 @@ from typing import Optional, Union
 
 from .backend import Backend, ServerHandle, ServerLaunch
 from .errors import PortalError
-from .installers import create_venv, install
+from .installers import create_venv, install, install_server
 from .process_backend import ProcessBackend
 from .runtime_cache import (ALL, SERVER_DEPS, Build, RuntimeBuildError, RuntimeHandle, content_hash, ensure_runtime,
-                            file_digest, install_server, list_runtimes, python_version, remove_runtimes, server_digest)
+                            file_digest, list_runtimes, python_version, remove_runtimes, server_digest)
 
 __all__ = ["VenvBackend", "RuntimeBuildError", "ensure_venv", "venv_hash", "venv_python", "list_venvs", "remove_venv"]
 

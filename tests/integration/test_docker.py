@@ -165,3 +165,25 @@ def test_cli_test_smoke(ale_image):
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "env-steps/s" in result.stdout and "Discrete(6)" in result.stdout
+
+
+def test_started_listener_containers_serve_attaching_agents(ale_image, docker_client):
+    from portal_shm.containers import start_listeners, stop_containers
+
+    addresses = start_listeners(ale_image, 2)
+    try:
+        time.sleep(1.0)
+        envs = portal_shm.make_vec("ALE/Pong-v5", 4, backend="attach", address=tuple(addresses))
+        try:
+            assert {s["runtime"].split(" of listener ")[1] for s in envs.servers} == set(addresses)
+            envs.reset(seed=0)
+            obs, *_ = envs.step(np.zeros(4, np.int64))
+            assert obs.shape == (4, 210, 160, 3)
+        finally:
+            envs.close()
+    finally:
+        names = [c.name for c in docker_client.containers.list(all=True, filters={"label": "portal-shm.role=listener"})
+                 if c.labels.get("portal-shm.address") in addresses]
+        for name in names:
+            stop_containers(name=name)
+    assert not any(os.path.exists(a[len("ipc://"):]) for a in addresses)
