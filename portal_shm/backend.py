@@ -56,6 +56,10 @@ class Backend(ABC):
         """Where this backend needs the portal's run directory (None: the default temp dir)."""
         return None
 
+    def max_envs_per_server(self) -> Optional[int]:
+        """An upper bound the runtime imposes (e.g. one emulator per process), or None."""
+        return None
+
     def key(self) -> tuple:
         """Envs whose backends have equal keys may share a server."""
         return (type(self).__name__,) + tuple(sorted(vars(self).items()))

@@ -99,11 +99,12 @@ def cmd_test(args: argparse.Namespace) -> int:
     image = args.target
     if image in builtin_images() and "/" not in image:
         image = IMAGE_PREFIX + image
-    env_id = args.env or default_env(image)
+    label_env, label_kwargs = default_env(image)
+    env_id = args.env or label_env
     if env_id is None:
         console.print(f"[red]error:[/] image {image!r} names no default env (label portal-shm.default-env); pass --env ID")
         return 2
-    kwargs = parse_init_args(args.init_arg)
+    kwargs = {**(label_kwargs if not args.env else {}), **parse_init_args(args.init_arg)}
     with console.status(f"starting {args.num_envs} x {env_id} in {image}"):
         started = time.perf_counter()
         envs = portal_shm.make_vec(env_id, args.num_envs, backend="docker", image=image, env_kwargs=kwargs)

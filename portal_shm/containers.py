@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import tempfile
@@ -13,6 +14,7 @@ from .errors import PortalError
 from .gc import pid_alive
 
 DEFAULT_ENV_LABEL = "portal-shm.default-env"
+DEFAULT_KWARGS_LABEL = "portal-shm.default-kwargs"
 LABEL_ADDRESS = f"{LABEL_PREFIX}.address"
 
 
@@ -69,12 +71,13 @@ def orphaned_containers() -> list[ContainerInfo]:
     return [info for info in list_containers() if info.role == "env-server" and not info.owner_alive]
 
 
-def default_env(image: str) -> Optional[str]:
-    """The env id an image serves by default (its ``portal-shm.default-env`` label)."""
+def default_env(image: str) -> tuple[Optional[str], dict]:
+    """The env id and kwargs an image serves by default (``portal-shm.default-env``/``-kwargs`` labels)."""
     try:
-        return docker_client().images.get(image).labels.get(DEFAULT_ENV_LABEL)
+        labels = docker_client().images.get(image).labels or {}
     except Exception:
-        return None
+        return None, {}
+    return labels.get(DEFAULT_ENV_LABEL), json.loads(labels.get(DEFAULT_KWARGS_LABEL) or "{}")
 
 
 def servers_dir() -> str:

@@ -22,6 +22,7 @@ LABEL_OWNER = f"{LABEL_PREFIX}.owner-pid"
 LABEL_PORTAL = f"{LABEL_PREFIX}.portal"
 LABEL_SERVER = f"{LABEL_PREFIX}.server"
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
+LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
 
 
 class DockerUnavailableError(PortalError):
@@ -108,6 +109,14 @@ class DockerBackend(Backend):
     pids_limit: Optional[int] = None
     extra_run_args: tuple = ()
     name = "docker"
+
+    def max_envs_per_server(self) -> Optional[int]:
+        """From the image's ``portal-shm.max-envs-per-server`` label (stable-retro needs 1)."""
+        try:
+            value = docker_client().images.get(self.image).labels.get(LABEL_MAX_ENVS)
+        except Exception:
+            return None
+        return int(value) if value else None
 
     def start(self, launch: ServerLaunch) -> ServerHandle:
         client = docker_client()

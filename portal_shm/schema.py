@@ -7,6 +7,7 @@ the agent and treats the schema as untrusted input.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,8 @@ def space_to_schema(space: Any) -> dict:
             "max_length": int(space.max_length),
             "charset": "".join(sorted(charset)) if charset is not None else None,
         }
-    return {"kind": "Opaque", "name": f"{type(space).__module__}.{type(space).__qualname__}", "repr": repr(space)[:500]}
+    text = re.sub(r" at 0x[0-9a-f]+", "", repr(space))[:500]  # addresses differ between processes
+    return {"kind": "Opaque", "name": f"{type(space).__module__}.{type(space).__qualname__}", "repr": text}
 
 
 def is_fixed(schema: dict) -> bool:
@@ -137,8 +139,7 @@ def schema_to_space(schema: Any, depth: int = 0) -> Any:
             kwargs["charset"] = charset
         return spaces.Text(int(schema["max_length"]), **kwargs)
     if kind == "Opaque":
-        raise ValueError(
-            f"the env's space {schema.get('name')} ({schema.get('repr')}) has no portable description; "
-            "use Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple or Text spaces"
-        )
+        from .remote_space import RemoteSpace
+
+        return RemoteSpace(str(schema.get("name")), str(schema.get("repr")))
     raise ValueError(f"unknown space kind {kind!r}")

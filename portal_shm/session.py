@@ -70,9 +70,11 @@ def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list
     """Consecutive envs with equal specs share a server; by default one server per CPU core."""
     if envs_per_server is None:
         envs_per_server = math.ceil(len(specs) / min(len(specs), os.cpu_count() or 1))
+    limits = [spec.backend.max_envs_per_server() or envs_per_server for spec in specs]
     groups: list[list[int]] = []
     for i, spec in enumerate(specs):
-        if groups and spec.shares_server_with(specs[groups[-1][0]]) and len(groups[-1]) < envs_per_server:
+        if (groups and spec.shares_server_with(specs[groups[-1][0]])
+                and len(groups[-1]) < min(envs_per_server, limits[i])):
             groups[-1].append(i)
         else:
             groups.append([i])

@@ -126,12 +126,12 @@ class VectorPortal(VectorEnv):
         except (ValueError, KeyError, TypeError) as exc:
             raise ServerProtocolError(f"env 0 describes its spaces in a way the agent cannot use: {exc}") from None
         for i, (obs, act) in enumerate(zip(obs_schemas, act_schemas)):
-            if schema_to_space(obs) != self.single_observation_space:
+            if P.packb(obs) != P.packb(self._obs_schema):
                 raise RuntimeError(
                     f"env {i} has observation space {schema_to_space(obs)}, env 0 has "
                     f"{self.single_observation_space}: all envs of a VectorPortal need the same spaces"
                 )
-            if schema_to_space(act) != self.single_action_space:
+            if P.packb(act) != P.packb(self._act_schema):
                 raise RuntimeError(
                     f"env {i} has action space {schema_to_space(act)}, env 0 has {self.single_action_space}"
                 )

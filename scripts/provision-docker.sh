@@ -22,7 +22,7 @@ fi
 
 base="${PORTAL_SHM_BASE_IMAGE:-portal-shm/base:bookworm}"
 docker image inspect "$base" >/dev/null 2>&1 || portal-shm build base -t "$base"
-for image in ${PORTAL_SHM_IMAGES:-ale vizdoom}; do
+for image in ${PORTAL_SHM_IMAGES:-ale vizdoom mujoco flappy-bird minigrid retro}; do
   portal-shm build "$image" --base "$base"
 done
-echo "provision: docker ready, base $base, images: ${PORTAL_SHM_IMAGES:-ale vizdoom}"
+echo "provision: docker ready, base $base, images: ${PORTAL_SHM_IMAGES:-ale vizdoom mujoco flappy-bird minigrid retro}"

@@ -187,3 +187,24 @@ def test_started_listener_containers_serve_attaching_agents(ale_image, docker_cl
         for name in names:
             stop_containers(name=name)
     assert not any(os.path.exists(a[len("ipc://"):]) for a in addresses)
+
+
+@pytest.mark.parametrize("name", ["mujoco", "flappy-bird", "minigrid", "retro"])
+def test_more_images_step_through_a_vector_portal(name, docker_client):
+    from portal_shm.containers import default_env
+
+    image = ensure_image(docker_client, name, f"portal-shm/{name}")
+    env_id, kwargs = default_env(image)
+    envs = portal_shm.make_vec(env_id, 2, backend="docker", image=image, env_kwargs=kwargs)
+    try:
+        obs, _ = envs.reset(seed=0)
+        envs.action_space.seed(0)
+        for _ in range(20):
+            obs, reward, terminated, truncated, _ = envs.step(envs.action_space.sample())
+        assert reward.shape == (2,) and terminated.dtype == np.bool_
+        fixed = {k: v for k, v in obs.items() if isinstance(v, np.ndarray)} if isinstance(obs, dict) else {"": obs}
+        assert all(value.shape[0] == 2 for value in fixed.values())
+        if name == "retro":
+            assert len(envs.servers) == 2  # the image allows one emulator per server
+    finally:
+        envs.close()

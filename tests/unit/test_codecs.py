@@ -90,9 +90,12 @@ def test_space_schema_roundtrip(space):
     assert schema_to_space(P.unpackb(P.packb(space_to_schema(space)))) == space
 
 
-def test_schema_rejects_unknown_kinds_with_a_clear_message():
-    with pytest.raises(ValueError, match="no portable description"):
-        schema_to_space(space_to_schema(gym.spaces.Graph(gym.spaces.Discrete(2), None)))
+def test_spaces_without_a_portable_description_become_remote_spaces():
+    from portal_shm.remote_space import RemoteSpace
+
+    space = schema_to_space(space_to_schema(gym.spaces.Graph(gym.spaces.Discrete(2), None)))
+    assert isinstance(space, RemoteSpace) and "Graph" in space.name
+    assert space == schema_to_space(space_to_schema(gym.spaces.Graph(gym.spaces.Discrete(2), None)))
     with pytest.raises(ValueError, match="invalid space schema"):
         schema_to_space("Box")
 
