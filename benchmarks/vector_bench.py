@@ -51,8 +51,14 @@ try:  # registers the ALE/... ids, here and in the spawned ceiling workers
     gym.register_envs(ale_py)
 except ImportError:
     pass
+try:  # registers the Vizdoom... ids
+    import vizdoom.gymnasium_wrapper  # noqa: F401
+except ImportError:
+    pass
 
-SYSTEMS = ("portal", "sync", "async")
+SYSTEMS = ("portal", "docker", "sync", "async")
+DEFAULT_SYSTEMS = ("portal", "sync", "async")
+DOCKER_IMAGES = (("ALE/", "portal-shm/ale"), ("Vizdoom", "portal-shm/vizdoom"), ("null:", "portal-shm/ale"))
 ORDER = SYSTEMS + ("raw", "ceiling")  # raw and ceiling: gymnasium ids only
 NULL_ENTRY_POINT = "portal_shm.example_envs:NullEnv"
 ACTION_BATCHES = 256
@@ -79,12 +85,20 @@ def parse_scenario(text: str) -> Scenario:
     return Scenario(text, shape)
 
 
+def docker_image(sc: Scenario) -> str:
+    for prefix, image in DOCKER_IMAGES:
+        if sc.name.startswith(prefix):
+            return image
+    raise SystemExit(f"no docker image known for {sc.name}; the docker system covers {[p for p, _ in DOCKER_IMAGES]}")
+
+
 def make_system(system: str, sc: Scenario, n: int, envs_per_server: Optional[int]) -> gym.vector.VectorEnv:
-    if system == "portal":
+    if system in ("portal", "docker"):
         vector_kwargs = {} if envs_per_server is None else {"envs_per_server": envs_per_server}
         env_kwargs = {} if sc.shape is None else {"shape": sc.shape}
+        backend = {"backend": "docker", "image": docker_image(sc)} if system == "docker" else {}
         return portal_shm.make_vec(sc.name if sc.shape is None else NULL_ENTRY_POINT, n,
-                                   vector_kwargs=vector_kwargs, **env_kwargs)
+                                   vector_kwargs=vector_kwargs, env_kwargs=env_kwargs, **backend)
     if system == "sync":
         return gym.vector.SyncVectorEnv([sc.env_fn() for _ in range(n)])
     return gym.vector.AsyncVectorEnv([sc.env_fn() for _ in range(n)], shared_memory=True)
@@ -276,13 +290,19 @@ def summarize(samples: list, allocs: list) -> list:
 
 def check_targets(rows: list, allocs: list) -> list:
     targets = []
-    for row in (r for r in rows if r["system"] == "portal" and r["num_envs"] == 8):
-        if row["scenario"].startswith("null:") and row["x_async"] is not None:
+    for row in (r for r in rows if r["system"] in ("portal", "docker") and r["num_envs"] == 8):
+        if row["scenario"].startswith("null:") and row["x_async"] is not None and row["system"] == "portal":
             targets.append({"target": f"{row['scenario']} N=8: portal >= 5x async", "value": row["x_async"],
                             "ok": row["x_async"] >= 5.0})
         if row["x_ceiling"] is not None:
-            targets.append({"target": f"{row['scenario']} N=8: portal >= 0.8x ceiling", "value": row["x_ceiling"],
+            targets.append({"target": f"{row['scenario']} N=8: {row['system']} >= 0.8x ceiling", "value": row["x_ceiling"],
                             "ok": row["x_ceiling"] >= 0.8})
+    by_key = {(r["scenario"], r["num_envs"], r["system"]): r for r in rows}
+    for (name, n, system), row in by_key.items():
+        process = by_key.get((name, n, "portal"))
+        if system == "docker" and n == 8 and process:
+            ratio = row["steps_per_s_median"] / process["steps_per_s_median"]
+            targets.append({"target": f"{name} N=8: docker within 3% of process", "value": ratio, "ok": ratio >= 0.97})
     for a in allocs:
         bad = a["steps_with_obs_sized_alloc"] + max(a["retained_obs_sized_blocks"], 0)
         targets.append({"target": f"{a['scenario']} N={a['num_envs']}: portal 0 obs-sized allocations per step",
@@ -340,7 +360,8 @@ def parse_args(argv: Optional[list] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n")[-1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     csv = lambda text: [s.strip() for s in text.split(",") if s.strip()]  # noqa: E731
-    p.add_argument("--systems", type=csv, default=list(SYSTEMS), help="comma list of portal,sync,async (default all)")
+    p.add_argument("--systems", type=csv, default=list(DEFAULT_SYSTEMS),
+                   help="comma list of portal,docker,sync,async (default portal,sync,async; docker needs the images)")
     p.add_argument("--scenarios", type=lambda t: [parse_scenario(s) for s in csv(t)],
                    default=[parse_scenario(s) for s in ("null:210x160x3", "null:84x84x4", "ALE/Pong-v5")],
                    help="comma list of null:AxBxC and gymnasium ids (default null:210x160x3,null:84x84x4,ALE/Pong-v5)")
