@@ -10,12 +10,15 @@ from .errors import PortalError
 from .portal_env import Portal
 from .attach_backend import AttachBackend
 from .docker_backend import DockerBackend
+from .micromamba_backend import MicromambaBackend
 from .process_backend import ProcessBackend
 from .spec import EnvSpec
+from .venv_backend import VenvBackend
 from .vector import VectorPortal
 
 # Backend name -> class; each class is a dataclass whose fields are its options.
-BACKENDS: dict[str, type] = {"process": ProcessBackend, "docker": DockerBackend, "attach": AttachBackend}
+BACKENDS: dict[str, type] = {"process": ProcessBackend, "docker": DockerBackend, "attach": AttachBackend,
+                             "venv": VenvBackend, "micromamba": MicromambaBackend}
 
 
 def backend_option_names(backend: Union[str, Backend]) -> set:

@@ -121,8 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     from .cli_docker import add_docker_commands
+    from .cli_env import add_env_commands
 
     add_docker_commands(commands)
+    add_env_commands(commands)
 
     gc = commands.add_parser("gc", help="reclaim /dev/shm segments and run dirs whose agent is dead")
     gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")

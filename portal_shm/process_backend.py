@@ -15,6 +15,12 @@ from .errors import PortalError
 from .server import CONFIG_ENV_VAR, encode_config
 
 
+# ``python -m`` would put the working directory first on sys.path, so a checkout of portal-shm
+# there would shadow the runtime's own copy; this keeps it importable for env modules, but last.
+SERVER_MAIN = ("import runpy, sys; sys.path.append(sys.path.pop(0)); "
+               "runpy.run_module('portal_shm.server', run_name='__main__', alter_sys=True)")
+
+
 class ProcessHandle(ServerHandle):
     def __init__(self, process: subprocess.Popen, log_path: str, python: str) -> None:
         self.process = process
@@ -63,7 +69,7 @@ class ProcessBackend(Backend):
         with open(launch.log_path, "ab") as log:
             try:
                 process = subprocess.Popen(
-                    [python, "-m", "portal_shm.server"],
+                    [python, "-c", SERVER_MAIN],
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=log,

@@ -244,6 +244,7 @@ def remove_runtimes(which: str, kind: Optional[str] = None, cache_dir: Optional[
                               "`portal-shm env ls` lists them")
     removed = []
     root = cache_root(cache_dir)
+    os.makedirs(os.path.join(root, ".locks"), exist_ok=True)
     for info in runtimes:
         fd = os.open(_lock_path(root, info["kind"], info["hash"]), os.O_CREAT | os.O_RDWR, 0o600)
         try:
