@@ -25,7 +25,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     with console.status(f"building {args.target}") as status:
         started = time.perf_counter()
         if args.target == "base":
-            tag = build_base(args.tag or DEFAULT_BASE, on_line=show)
+            tag = build_base(args.tag or (DEFAULT_BASE if args.suite == "bookworm" else f"portal-shm/base:{args.suite}"),
+                             suite=args.suite, on_line=show)
         else:
             tag = build_image(args.target, args.tag, args.base, on_line=show)
     console.print(f"[green]built[/] {tag} in {time.perf_counter() - started:.0f} s")
@@ -153,6 +154,7 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
     build.add_argument("-t", "--tag", help="image tag (default portal-shm/NAME or the directory name)")
     build.add_argument("--base", help="base image (default: $PORTAL_SHM_BASE_IMAGE, else portal-shm/base:bookworm "
                                       "when built, else the Dockerfile's python:3.12-slim)")
+    build.add_argument("--suite", default="bookworm", help="Debian suite of `build base` (bookworm; bullseye has Python 3.9)")
     build.set_defaults(func=cmd_build)
 
     start = commands.add_parser("start", help="start long-running env servers that agents attach to by address")
@@ -184,5 +186,6 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
     brt.add_argument("target", metavar="NAME|DIR")
     brt.add_argument("-t", "--tag")
     brt.add_argument("--base")
+    brt.add_argument("--suite", default="bookworm")
     _add_test_arguments(brt)
     brt.set_defaults(func=cmd_build_run_test)

@@ -152,8 +152,9 @@ def build_base(tag: str = DEFAULT_BASE, suite: str = "bookworm", mirror: str = "
                 on_line(line.rstrip())
         if process.wait() != 0:
             raise ImageBuildError(f"{' '.join(command)} failed:\n{''.join(lines[-30:])}")
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        archive = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
         repository, _, version = tag.partition(":")
-        client.images.import_image(tar.stdout, repository=repository, tag=version or "latest")
-        tar.wait()
+        client.api.import_image_from_file(str(archive), repository=repository, tag=version or "latest")
+        client.images.get(tag)
     return tag

@@ -23,14 +23,14 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from . import protocol as P
 from .control import POLL_SLICE
 from .errors import EnvError, PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
 from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
-from .schema import is_fixed, leaves, schema_to_space
+from .schema import is_fixed, leaf_shape_dtype, leaves, schema_to_space
 from .session import PortalSession, ServerLink
 from .spec import EnvSpec
 
@@ -40,6 +40,12 @@ _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", 
 class AsyncState(Enum):
     DEFAULT = "default"
     WAITING_STEP = "step"
+
+
+def _layout_of(schema: dict) -> list:
+    """What the ring needs of a space: each leaf's kind, shape and dtype, bounds aside."""
+    return [(leaf["kind"],) + (tuple(map(str, leaf_shape_dtype(leaf))) if is_fixed(leaf) else ())
+            for _, leaf in leaves(schema)]
 
 
 def _tree_copy(value: Any) -> Any:
@@ -70,6 +76,9 @@ class VectorPortal(VectorEnv):
         startup_timeout: seconds to wait for servers to create their envs and connect.
         step_timeout: seconds a step, reset or call may take before ``PortalTimeoutError``;
             None waits as long as the servers live (a dead server is always reported at once).
+        observation_mode: ``"same"`` (all envs have equal observation spaces) or ``"different"``
+            (one shape and dtype, other bounds, e.g. two versions of an env side by side), as in
+            gymnasium's vector envs.
     """
 
     def __init__(
@@ -83,12 +92,16 @@ class VectorPortal(VectorEnv):
         info_capacity: int = 4096,
         startup_timeout: float = 120.0,
         step_timeout: Optional[float] = None,
+        observation_mode: str = "same",
     ) -> None:
         specs = list(envs)
         if not specs:
             raise ValueError("VectorPortal needs at least one env spec")
         if not all(isinstance(spec, EnvSpec) for spec in specs):
             raise TypeError("VectorPortal(envs) takes a list of portal_shm.EnvSpec; use portal_shm.make_vec(id, n)")
+        if observation_mode not in ("same", "different"):
+            raise ValueError(f"observation_mode must be 'same' or 'different', got {observation_mode!r}")
+        self.observation_mode = observation_mode
         if ring_depth < 2:
             raise ValueError(f"ring_depth must be at least 2, got {ring_depth}")
         self.num_envs = len(specs)
@@ -126,10 +139,16 @@ class VectorPortal(VectorEnv):
         except (ValueError, KeyError, TypeError) as exc:
             raise ServerProtocolError(f"env 0 describes its spaces in a way the agent cannot use: {exc}") from None
         for i, (obs, act) in enumerate(zip(obs_schemas, act_schemas)):
-            if P.packb(obs) != P.packb(self._obs_schema):
+            if self.observation_mode == "different" and _layout_of(obs) != _layout_of(self._obs_schema):
+                raise RuntimeError(
+                    f"VectorPortal(..., observation_mode='different') needs observation spaces of one shape and "
+                    f"dtype; env {i} has {schema_to_space(obs)}, env 0 has {self.single_observation_space}"
+                )
+            if self.observation_mode == "same" and P.packb(obs) != P.packb(self._obs_schema):
                 raise RuntimeError(
                     f"env {i} has observation space {schema_to_space(obs)}, env 0 has "
-                    f"{self.single_observation_space}: all envs of a VectorPortal need the same spaces"
+                    f"{self.single_observation_space}: all envs of a VectorPortal need the same spaces, "
+                    "or pass observation_mode='different' for spaces of one shape and dtype with other bounds"
                 )
             if P.packb(act) != P.packb(self._act_schema):
                 raise RuntimeError(
@@ -137,7 +156,10 @@ class VectorPortal(VectorEnv):
                 )
         if not is_fixed(self._act_schema):
             raise ValueError(f"action space {self.single_action_space} has no fixed layout; it cannot live in the ring")
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        if self.observation_mode == "different":
+            self.observation_space = batch_differing_spaces([schema_to_space(obs) for obs in obs_schemas])
+        else:
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         first = session.servers[0].hello
         self.metadata = dict(first.get("metadata") or {})

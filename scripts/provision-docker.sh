@@ -25,4 +25,9 @@ docker image inspect "$base" >/dev/null 2>&1 || portal-shm build base -t "$base"
 for image in ${PORTAL_SHM_IMAGES:-ale vizdoom mujoco flappy-bird minigrid retro}; do
   portal-shm build "$image" --base "$base"
 done
+# The legacy runtime (Python 3.9, numpy 1.x, gym 0.26) needs a bullseye base.
+if [ "${PORTAL_SHM_LEGACY:-1}" = 1 ]; then
+  docker image inspect portal-shm/base:bullseye >/dev/null 2>&1 || portal-shm build base --suite bullseye
+  portal-shm build legacy --base portal-shm/base:bullseye
+fi
 echo "provision: docker ready, base $base, images: ${PORTAL_SHM_IMAGES:-ale vizdoom mujoco flappy-bird minigrid retro}"

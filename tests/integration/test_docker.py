@@ -208,3 +208,86 @@ def test_more_images_step_through_a_vector_portal(name, docker_client):
             assert len(envs.servers) == 2  # the image allows one emulator per server
     finally:
         envs.close()
+
+
+REFERENCE = textwrap.dedent("""
+    import json, sys, gym, numpy as np
+    sys.path.insert(0, "/opt/envs")
+    env_id, seed, actions = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    if ":" in env_id:
+        import psm_legacy_walk
+        env = psm_legacy_walk.make()
+        env.seed(seed)
+        obs, out = env.reset(), []
+        for a in actions:
+            obs, reward, done, info = env.step(a)
+            out.append([obs.tolist(), reward, done])
+            if done:
+                break
+    else:
+        env = gym.make(env_id)
+        obs, _ = env.reset(seed=seed)
+        out = []
+        for a in actions:
+            obs, reward, terminated, truncated, info = env.step(a)
+            out.append([obs.tolist(), reward, terminated or truncated])
+            if terminated or truncated:
+                break
+    print(json.dumps({"versions": [sys.version.split()[0], np.__version__, gym.__version__], "steps": out}))
+""")
+
+
+@pytest.fixture(scope="module")
+def legacy_image(docker_client):
+    from portal_shm.image_build import build_base, build_image
+
+    try:
+        docker_client.images.get("portal-shm/legacy")
+    except Exception:
+        try:
+            docker_client.images.get("portal-shm/base:bullseye")
+        except Exception:
+            build_base("portal-shm/base:bullseye", suite="bullseye")
+        build_image("legacy", "portal-shm/legacy", base="portal-shm/base:bullseye")
+    return "portal-shm/legacy"
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "psm_legacy_walk:make"])
+def test_legacy_image_py39_numpy1_gym026_served_to_this_agent(legacy_image, docker_client, env_id):
+    import json
+
+    actions = [int(a) for a in np.random.default_rng(0).integers(0, 2, 40)]
+    seed = 5
+    reference = json.loads(docker_client.containers.run(
+        legacy_image, ["python", "-c", REFERENCE, env_id, str(seed), json.dumps(actions)], network_mode="none",
+        remove=True, stderr=False).decode().strip().splitlines()[-1])
+    assert reference["versions"][0].startswith("3.9") and reference["versions"][1].startswith("1.")
+    assert reference["versions"][2] == "0.26.2"
+    envs = portal_shm.make_vec(env_id, 1, backend="docker", image=legacy_image, vector_kwargs={"autoreset_mode": "Disabled"})
+    try:
+        assert np.__version__.startswith("2.")  # the agent's own numpy
+        envs.reset(seed=seed)
+        for action, (obs, reward, done) in zip(actions, reference["steps"]):
+            got_obs, got_reward, terminated, truncated, _ = envs.step(np.array([action]))
+            assert np.array_equal(got_obs[0], np.asarray(obs, got_obs.dtype))
+            assert got_reward[0] == reward and bool(terminated[0] or truncated[0]) == done
+    finally:
+        envs.close()
+
+
+def test_mixed_runtimes_compare_env_versions_side_by_side(legacy_image):
+    from portal_shm import DockerBackend, EnvSpec, VectorPortal
+
+    envs = VectorPortal([EnvSpec("CartPole-v1", {}, DockerBackend(image=legacy_image)), EnvSpec("CartPole-v1")],
+                        observation_mode="different")
+    try:
+        assert "docker" in envs.servers[0]["runtime"] and "process" in envs.servers[1]["runtime"]
+        assert envs.observation_space.shape == (2, 4)
+        obs, _ = envs.reset(seed=[5, 5])
+        for action in [0, 1, 1, 0, 1, 0, 0]:
+            obs, reward, terminated, truncated, _ = envs.step(np.array([action, action]))
+            assert np.array_equal(obs[0], obs[1])  # gym 0.26 on Python 3.9 and gymnasium 1.x agree
+        with pytest.raises(RuntimeError, match="observation_mode='different'"):
+            VectorPortal([EnvSpec("CartPole-v1", {}, DockerBackend(image=legacy_image)), EnvSpec("CartPole-v1")])
+    finally:
+        envs.close()
