@@ -2,8 +2,9 @@
 
 ``reset()`` takes no seed and returns only the observation, ``step`` returns ``(obs, reward, done,
 info)`` with ``info["TimeLimit.truncated"]`` on time-outs, and seeding goes through ``seed()``.
-It runs only inside a runtime with legacy ``gym`` and numpy 1.x (the tests' venv), found there
-through ``PYTHONPATH``; it reports that runtime's versions as attributes.
+It runs only inside a runtime with legacy ``gym`` and numpy 1.x (the legacy image, or the tests'
+venv, which finds it by putting this directory on ``PYTHONPATH``); it reports that runtime's
+versions as attributes.
 """
 
 import os

@@ -27,7 +27,7 @@ from portal_shm.runtime_cache import BUILD_LOG, MARKER
 from portal_shm.venv_backend import (RuntimeBuildError, VenvBackend, ensure_venv, list_venvs, remove_venv, venv_hash,
                                      venv_python)
 
-LEGACY_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "legacy_envs")
+LEGACY_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "images", "legacy")
 REQUIREMENTS = ("numpy<2", "gym==0.26.2")
 STEPS = 60
 
