@@ -6,6 +6,7 @@ unresponsive one within the caller's timeout: the agent never hangs on a server.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Optional
 
@@ -24,6 +25,8 @@ class ControlChannel:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
         self.socket.bind(address)
+        if address.startswith("ipc://"):
+            os.chmod(address[len("ipc://"):], 0o600)
 
     def send(self, message: dict, check: Callable[[], None], timeout: Optional[float] = 30.0) -> None:
         """Send without ever blocking on a dead peer (ZeroMQ would wait for it forever)."""

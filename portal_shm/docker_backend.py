@@ -100,7 +100,10 @@ class DockerBackend(Backend):
 
     ``image`` is a built image (``portal-shm build ale`` gives ``portal-shm/ale``). ``mem_limit``,
     ``cpus`` and ``pids_limit`` bound the container; ``extra_run_args`` go to the SDK's
-    ``containers.run`` as they are.
+    ``containers.run`` as they are. Least privilege by default: all capabilities dropped,
+    ``no-new-privileges``, the agent's own uid/gid (the ring is mode 0600), and a read-only root
+    filesystem with a writable tmpfs at /tmp as working directory (``read_only=False`` for envs
+    that must write elsewhere).
     """
 
     image: str = "portal-shm/ale"
@@ -108,6 +111,7 @@ class DockerBackend(Backend):
     cpus: Optional[float] = None
     pids_limit: Optional[int] = None
     extra_run_args: tuple = ()
+    read_only: bool = True
     name = "docker"
 
     def max_envs_per_server(self) -> Optional[int]:
@@ -139,7 +143,14 @@ class DockerBackend(Backend):
             "name": f"{tag}-s{launch.server_index}",
             "detach": True,
             "init": True,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "user": f"{os.getuid()}:{os.getgid()}",
+            "read_only": self.read_only,
+            "tmpfs": {"/tmp": "rw,exec,size=512m"},
+            "working_dir": "/tmp",
         }
+        kwargs["environment"]["HOME"] = "/tmp"
         if self.mem_limit:
             kwargs["mem_limit"] = self.mem_limit
         if self.cpus:

@@ -291,3 +291,21 @@ def test_mixed_runtimes_compare_env_versions_side_by_side(legacy_image):
             VectorPortal([EnvSpec("CartPole-v1", {}, DockerBackend(image=legacy_image)), EnvSpec("CartPole-v1")])
     finally:
         envs.close()
+
+
+def test_containers_run_with_least_privilege(ale_image, docker_client):
+    envs = portal_shm.make_vec("ALE/Pong-v5", 1, backend="docker", image=ale_image)
+    try:
+        (container,) = portal_containers(docker_client, envs.shm_name.lstrip("/"))
+        host = container.attrs["HostConfig"]
+        assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"]
+        assert "no-new-privileges" in host["SecurityOpt"]
+        assert container.attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+        assert container.labels["portal-shm.owner-pid"] == str(os.getpid())
+        run_dir = os.path.dirname(envs._session.resources.lock_path)
+        assert oct(os.stat(run_dir).st_mode & 0o777) == "0o700"
+        assert all(oct(os.stat(os.path.join(run_dir, n)).st_mode & 0o777) == "0o600"
+                   for n in os.listdir(run_dir) if n.endswith(".ctl"))
+        assert oct(os.stat("/dev/shm" + envs.shm_name).st_mode & 0o777) == "0o600"
+    finally:
+        envs.close()
