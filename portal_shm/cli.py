@@ -123,8 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_docker import add_docker_commands
     from .cli_env import add_env_commands
 
+    from .bench.cli import add_bench_command
+
     add_docker_commands(commands)
     add_env_commands(commands)
+    add_bench_command(commands)
 
     gc = commands.add_parser("gc", help="reclaim /dev/shm segments and run dirs whose agent is dead")
     gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")

@@ -1,0 +1,91 @@
+"""References every vector env is measured against: the env's raw single-process speed and the
+N-core ceiling.
+
+``raw`` steps one env in a plain loop in the agent's process (no vector env, no transport).
+``ceiling`` runs ``os.cpu_count()`` such loops at once in separate processes and sums their rates:
+the most env-steps per second this machine gives the env, whatever the vector env.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+from typing import Any
+
+from .scenarios import Scenario, parse_scenario
+
+ACTION_BATCHES = 256  # distinct precomputed action batches every system cycles through
+
+
+def sample_actions(space: Any, seed: int, count: int = ACTION_BATCHES) -> list:
+    """Precomputed actions (no sampling cost inside timed loops), the same for a given seed."""
+    space.seed(seed)
+    return [space.sample() for _ in range(count)]
+
+
+def raw_loop(env: Any, actions: list, seconds: float, min_steps: int = 0) -> float:
+    """One env stepped in a plain loop, resetting when an episode ends; returns env-steps/s."""
+    k, n = len(actions), 0
+    start = now = time.perf_counter()
+    while now - start < seconds or n < min_steps:
+        _, _, terminated, truncated, _ = env.step(actions[n % k])
+        if terminated or truncated:
+            env.reset()
+        n += 1
+        now = time.perf_counter()
+    return n / max(now - start, 1e-9)
+
+
+def single_env(sc: Scenario, seed: int, warmup: int) -> tuple:
+    """One warmed-up env of the scenario in this process, and its actions."""
+    env = sc.env_fn()()
+    actions = sample_actions(env.action_space, seed)
+    env.reset(seed=seed)
+    raw_loop(env, actions, 0.0, warmup)
+    return env, actions
+
+
+def _worker(name: str, seconds: float, seed: int, warmup: int, go: Any, stop: Any, queue: Any) -> None:
+    env, actions = single_env(parse_scenario(name), seed, warmup)
+    try:
+        while True:
+            go.wait(timeout=900)  # a broken barrier (the agent gave up or died) ends the worker
+            if stop.is_set():
+                return
+            queue.put(raw_loop(env, actions, seconds))
+    except (KeyboardInterrupt, threading.BrokenBarrierError):  # Ctrl-C reaches the whole process group
+        pass
+    finally:
+        env.close()
+
+
+class CeilingPool:
+    """``os.cpu_count()`` processes with one env each that run raw loops together on demand."""
+
+    def __init__(self, sc: Scenario, seconds: float, seed: int, warmup: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.workers, self.seconds = os.cpu_count() or 1, seconds
+        self.go, self.stop, self.queue = ctx.Barrier(self.workers + 1), ctx.Event(), ctx.Queue()
+        self.procs = [ctx.Process(target=_worker, daemon=True, args=(
+            sc.name, seconds, seed + w, warmup, self.go, self.stop, self.queue)) for w in range(self.workers)]
+        for p in self.procs:
+            p.start()
+
+    def run(self) -> float:
+        """Summed env-steps/s of one simultaneous round of raw loops."""
+        self.go.wait(timeout=300)  # the first round also waits for the workers to build their envs
+        return sum(self.queue.get(timeout=60 + 2 * self.seconds) for _ in range(self.workers))
+
+    def close(self, failed: bool = False) -> None:
+        self.stop.set()
+        try:
+            self.go.wait(timeout=0.1 if failed else 10)  # releases waiting workers, which see stop
+        except threading.BrokenBarrierError:
+            pass
+        for p in self.procs:
+            p.join(timeout=0 if failed else 10)
+            if p.is_alive():
+                p.terminate()
+                p.join()

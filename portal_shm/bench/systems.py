@@ -1,0 +1,154 @@
+"""The systems a benchmark compares, each built for real or skipped with the reason.
+
+``portal-process`` and ``portal-docker`` are portal_shm on its backends; ``sync`` and ``async`` are
+gymnasium's SyncVectorEnv and AsyncVectorEnv (shared_memory=True); ``envpool`` and ``portal-env``
+run where their packages are installed. Nothing is ever stood in for a missing system: it is
+reported as skipped, with why.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from .options import BenchOptions
+from .scenarios import Scenario
+
+
+def module_missing(module: str, install: str) -> Optional[str]:
+    """None when ``module`` can be imported here, else the note a skipped system carries."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"not installed: `{module}` cannot be imported here ({install})"
+
+
+@dataclass(frozen=True)
+class System:
+    """How to check and build one system. ``build(scenario, n, options)`` returns an object with
+    gymnasium's vector API (``num_envs``, ``single_action_space``, ``reset``, ``step``, ``close``)."""
+
+    name: str
+    label: str
+    module: str  # what must be importable for the system to run
+    package: str  # its distribution, whose version the report gives
+    install: str  # how to get it, for the skip note
+    build: Callable[[Scenario, int, BenchOptions], Any]
+    check: Optional[Callable[[Scenario, BenchOptions], Optional[str]]] = None  # per-scenario skip reason
+    note: Optional[Callable[[Scenario], Optional[str]]] = None  # what differs from the others
+    per_run: bool = False  # built afresh for each run and closed after: it burns CPU while idle
+
+    def skip_reason(self, scenario: Scenario, options: BenchOptions) -> Optional[str]:
+        reason = module_missing(self.module, self.install)
+        if reason is None and self.check is not None:
+            reason = self.check(scenario, options)
+        return reason
+
+
+def _build_portal(backend: str) -> Callable[[Scenario, int, BenchOptions], Any]:
+    def build(sc: Scenario, n: int, options: BenchOptions) -> Any:
+        import portal_shm
+
+        vector_kwargs = {} if options.envs_per_server is None else {"envs_per_server": options.envs_per_server}
+        if options.batch_size is not None:  # async batches: accepted only once VectorPortal has send/recv
+            vector_kwargs["batch_size"] = options.batch_size
+        extra = {"image": sc.docker_image(options.image)} if backend == "docker" else {}
+        return portal_shm.make_vec(sc.target, n, backend=backend, vector_kwargs=vector_kwargs,
+                                   env_kwargs=sc.kwargs, **extra)
+    return build
+
+
+def _check_docker(sc: Scenario, options: BenchOptions) -> Optional[str]:
+    image = sc.docker_image(options.image)
+    if image is None:
+        return f"no docker image known for {sc.name}: pass --image IMAGE"
+    from portal_shm.docker_backend import docker_client
+    from portal_shm.errors import PortalError
+
+    try:
+        client = docker_client()
+    except PortalError as exc:
+        return str(exc)
+    try:
+        client.images.get(image)
+    except Exception:
+        return f"image {image} is not built here (portal-shm build {image.rsplit('/', 1)[-1]})"
+    return None
+
+
+def _build_sync(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    import gymnasium as gym
+
+    return gym.vector.SyncVectorEnv([sc.env_fn() for _ in range(n)])
+
+
+def _build_async(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    import gymnasium as gym
+
+    return gym.vector.AsyncVectorEnv([sc.env_fn() for _ in range(n)], shared_memory=True)
+
+
+def _build_envpool(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    from .envpool_system import EnvpoolVector
+
+    return EnvpoolVector(sc, n, options)
+
+
+def _check_envpool(sc: Scenario, options: BenchOptions) -> Optional[str]:
+    from .envpool_system import unsupported
+
+    return unsupported(sc)
+
+
+def _note_envpool(sc: Scenario) -> Optional[str]:
+    from .envpool_system import differences
+
+    return differences(sc)
+
+
+def _build_portal_env(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    from .portal_env_system import PortalEnvVector
+
+    return PortalEnvVector(sc, n, options)
+
+
+def _note_portal_env(sc: Scenario) -> Optional[str]:
+    from .portal_env_system import DIFFERENCES
+
+    return DIFFERENCES
+
+
+SYSTEMS: dict = {s.name: s for s in (
+    System("portal-process", "portal_shm (process backend)", "portal_shm", "portal-shm", "pip install portal-shm",
+           _build_portal("process")),
+    System("portal-docker", "portal_shm (docker backend)", "docker", "portal-shm", "pip install 'portal-shm[docker]'",
+           _build_portal("docker"), check=_check_docker),
+    System("sync", "gymnasium SyncVectorEnv", "gymnasium", "gymnasium", "pip install gymnasium", _build_sync),
+    System("async", "gymnasium AsyncVectorEnv (shared_memory=True)", "gymnasium", "gymnasium", "pip install gymnasium",
+           _build_async),
+    System("envpool", "envpool", "envpool", "envpool", "pip install envpool", _build_envpool, check=_check_envpool,
+           note=_note_envpool),
+    System("portal-env", "portal-env (env server as a local process)", "portal_env", "portal-env", "pip install portal-env",
+           _build_portal_env, note=_note_portal_env, per_run=True),
+)}
+
+
+def supports_batches(envs: Any) -> bool:
+    """Async batches need envpool's API: ``send(actions, env_ids)`` and ``recv()``."""
+    return callable(getattr(envs, "send", None)) and callable(getattr(envs, "recv", None))
+
+
+def close_quietly(envs: Any, failed: bool) -> Optional[str]:
+    """Close a system whatever state it is in; returns the error text if closing failed."""
+    import gymnasium as gym
+
+    try:
+        if failed and isinstance(envs, gym.vector.AsyncVectorEnv):
+            envs.close(terminate=True)
+        else:
+            envs.close()
+    except BaseException as exc:  # keep closing the others
+        return f"closing {type(envs).__name__} failed: {exc!r}"
+    return None
