@@ -18,6 +18,7 @@ ALIGN = 64
 MAILBOX_FIELDS = ("cmd", "slot", "prev_slot", "status", "extra", "seq", "pid", "spare")
 STATUS_OK = 0
 STATUS_ERROR = 1
+STATUS_PENDING = 2
 
 
 def _align(offset: int) -> int:

@@ -19,18 +19,9 @@ from typing import Optional
 import zmq
 
 from . import protocol as P
+from .backend import read_tail
 
 CONFIG_ENV_VAR = "PORTAL_SHM_SERVER_CONFIG"
-
-
-def _tail(path: str, lines: int = 30) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            handle.seek(max(0, handle.tell() - 32768))
-            return "\n".join(handle.read().decode("utf-8", "replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def worker_command(argv: list) -> list:
@@ -107,7 +98,7 @@ def _handle(request: dict, workers: dict, counter, command: list, encode_config)
         code = process.poll()
         if code is not None and cmd == "stop":
             workers.pop(request["worker"], None)
-        return {"ok": True, "exit": code, "log": _tail(log_path) if code is not None else ""}
+        return {"ok": True, "exit": code, "log": read_tail(log_path, 30) if code is not None else ""}
     if cmd == "ping":
         return {"ok": True, "workers": len(workers), "protocol": P.PROTOCOL_VERSION}
     return {"ok": False, "error": f"unknown request {cmd!r}"}

@@ -119,12 +119,16 @@ class PortalSession:
                     f"env runtime ({server.handle.describe()})"
                 )
 
-    def attach(self, layout: dict, settings: dict, timeout: float) -> Ring:
-        """Create the ring and doorbells, hand them to every server and wait until all are ready."""
+    def attach(self, layout: dict, settings: dict, timeout: float, shared_done: bool = False) -> Ring:
+        """Create the ring and doorbells, hand them to every server and wait until all are ready.
+
+        ``shared_done``: all servers ring one ``done`` semaphore (async batches wait for any server).
+        """
         self.ring = Ring(self.resources.shm_name, layout, create=True)
+        shared = Doorbell(self.resources.semaphore_name(0, "d"), create=True) if shared_done else None
         for server in self.servers:
             server.go = Doorbell(self.resources.semaphore_name(server.index, "g"), create=True)
-            server.done = Doorbell(self.resources.semaphore_name(server.index, "d"), create=True)
+            server.done = shared or Doorbell(self.resources.semaphore_name(server.index, "d"), create=True)
             message = {"cmd": P.ATTACH, "shm_name": self.ring.name, "layout": layout,
                        "go": server.go.name, "done": server.done.name, **settings}
             server.channel.send(message, server.check_alive)

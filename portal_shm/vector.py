@@ -15,6 +15,7 @@ longer by copying (``np.copy``, ``torch.tensor``, writing them into a rollout bu
 from __future__ import annotations
 
 import copy as copy_module
+import os
 import time
 import weakref
 from enum import Enum
@@ -26,12 +27,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from . import protocol as P
+from .batches import ServerQueue, default_envs_per_server, server_sizes_error
 from .control import POLL_SLICE
 from .errors import EnvError, PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
 from .infos import add_info
-from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
+from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK, ring_layout
 from .schema import is_fixed, leaf_shape_dtype, leaves, schema_to_space
-from .session import PortalSession, ServerLink
+from .session import PortalSession, ServerLink, group_envs
 from .spec import EnvSpec
 
 _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
@@ -79,6 +81,12 @@ class VectorPortal(VectorEnv):
         observation_mode: ``"same"`` (all envs have equal observation spaces) or ``"different"``
             (one shape and dtype, other bounds, e.g. two versions of an env side by side), as in
             gymnasium's vector envs.
+        batch_size: envpool-style async stepping when smaller than the number of envs: ``recv()``
+            returns the first ``batch_size`` envs to finish (their ids in ``infos["env_id"]``) and
+            ``send(actions, env_ids)`` steps them again while the others still run. Servers are
+            the unit of asynchrony, so it must be a multiple of ``envs_per_server`` (by default the
+            largest divisor of both ``batch_size`` and the number of envs that spreads the envs
+            over the cores). See ``recv`` for when the batch is a view and when a copy.
     """
 
     def __init__(
@@ -93,6 +101,7 @@ class VectorPortal(VectorEnv):
         startup_timeout: float = 120.0,
         step_timeout: Optional[float] = None,
         observation_mode: str = "same",
+        batch_size: Optional[int] = None,
     ) -> None:
         specs = list(envs)
         if not specs:
@@ -106,6 +115,13 @@ class VectorPortal(VectorEnv):
             raise ValueError(f"ring_depth must be at least 2, got {ring_depth}")
         self.num_envs = len(specs)
         self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        self.batch_size = self.num_envs if batch_size is None else int(batch_size)
+        self._async = self.batch_size != self.num_envs
+        if self._async:
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                raise ValueError("batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
+                                 "could only be reset by a masked reset, which async batches do not have")
+            envs_per_server = self._async_grouping(specs, envs_per_server)
         self.copy = copy
         self.ring_depth = ring_depth
         self.step_timeout = step_timeout
@@ -127,6 +143,17 @@ class VectorPortal(VectorEnv):
             raise
 
     # -- start-up ------------------------------------------------------------------------
+    def _async_grouping(self, specs: list, envs_per_server: Optional[int]) -> int:
+        if not 1 <= self.batch_size <= self.num_envs:
+            raise ValueError(f"batch_size must be between 1 and num_envs={self.num_envs}, got {self.batch_size}")
+        if envs_per_server is None:
+            envs_per_server = default_envs_per_server(self.num_envs, self.batch_size, os.cpu_count() or 1)
+        sizes = [len(group) for group in group_envs(specs, envs_per_server)]
+        problem = server_sizes_error(sizes, self.batch_size, self.num_envs)
+        if problem:
+            raise ValueError(problem)
+        return envs_per_server
+
     def _start(self, specs: list, envs_per_server: Optional[int], timeout: float, info_capacity: int) -> None:
         session = self._session
         session.launch(specs, envs_per_server, timeout)
@@ -161,6 +188,9 @@ class VectorPortal(VectorEnv):
         else:
             self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
+        if self._async:
+            self.observation_space = batch_space(self.single_observation_space, self.batch_size)
+            self.action_space = batch_space(self.single_action_space, self.batch_size)
         first = session.servers[0].hello
         self.metadata = dict(first.get("metadata") or {})
         self.metadata["autoreset_mode"] = self.autoreset_mode
@@ -170,7 +200,7 @@ class VectorPortal(VectorEnv):
                              len(session.servers), info_capacity)
         ring = session.attach(layout, {"autoreset_mode": self.autoreset_mode.value,
                                        "observation_schema": self._obs_schema,
-                                       "action_schema": self._act_schema}, timeout)
+                                       "action_schema": self._act_schema}, timeout, shared_done=self._async)
         views = ring.views
         self._mailbox = views["mailbox"]
         self._reward, self._terminated, self._truncated = views["reward"], views["terminated"], views["truncated"]
@@ -179,24 +209,29 @@ class VectorPortal(VectorEnv):
         self._act_leaves = [views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))]
         self._build_obs = self._obs_builder(self._obs_schema, views, [0])
         has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
-        self._obs_slots = None if has_variable_leaves else [self._build_obs(k, None) for k in range(self.ring_depth)]
+        self._obs_slots = None if has_variable_leaves else [
+            self._build_obs(lambda index, array, k=k: array[k], None) for k in range(self.ring_depth)]
         self._var_obs: list = [None] * self.num_envs
         self._results_views = [(self._reward[k], self._terminated[k], self._truncated[k]) for k in range(self.ring_depth)]
+        if self._async:
+            self._start_batches()
 
-    def _obs_builder(self, schema: dict, views: dict, counter: list) -> Callable[[int, Optional[list]], Any]:
+    def _obs_builder(self, schema: dict, views: dict, counter: list) -> Callable[[Callable, Optional[list]], Any]:
+        """Build ``f(pick, var)``: the observation tree, each fixed leaf ``pick(index, ring_array)``,
+        each variable-layout leaf taken from ``var`` (one decoded dict per env of the batch)."""
         kind = schema["kind"]
         if kind == "Dict":
             parts = [(key, self._obs_builder(sub, views, counter)) for key, sub in schema["spaces"]]
-            return lambda k, var: {key: build(k, var) for key, build in parts}
+            return lambda pick, var: {key: build(pick, var) for key, build in parts}
         if kind == "Tuple":
             items = [self._obs_builder(sub, views, counter) for sub in schema["spaces"]]
-            return lambda k, var: tuple(build(k, var) for build in items)
+            return lambda pick, var: tuple(build(pick, var) for build in items)
         index = counter[0]
         counter[0] += 1
         if is_fixed(schema):
             array = views[f"obs.{index}"]
-            return lambda k, var: array[k]
-        return lambda k, var: tuple(env_var[index] for env_var in var)
+            return lambda pick, var: pick(index, array)
+        return lambda pick, var: tuple(env_var[index] for env_var in var)
 
     # -- waiting on servers --------------------------------------------------------------
     def _wait_done(self, server: ServerLink, deadline: Optional[float]) -> None:
@@ -230,10 +265,16 @@ class VectorPortal(VectorEnv):
         return self._slot, max(prev, 0)
 
     # -- infos and observations ----------------------------------------------------------
-    def _gather(self, k: int, extras: dict, infos: dict, envs: Optional[list] = None) -> dict:
-        """Decode and batch the infos of ``envs`` (all by default), in env order, into ``infos``."""
+    def _gather(self, k: int, extras: dict, infos: dict, envs: Optional[list] = None, first: int = -1,
+                total: int = 0) -> dict:
+        """Decode and batch the infos of ``envs`` (all by default), in env order, into ``infos``.
+
+        Async batches put env ``envs[j]`` at position ``first + j`` of a batch of ``total`` envs.
+        """
         lengths = self._info_len[k].tolist()
-        for i in range(self.num_envs) if envs is None else envs:
+        total = total or self.num_envs
+        for j, i in enumerate(range(self.num_envs) if envs is None else envs):
+            position = i if first < 0 else first + j
             length = lengths[i]
             if length == 0:
                 continue
@@ -252,7 +293,7 @@ class VectorPortal(VectorEnv):
                 raise ServerProtocolError(f"env {i} wrote infos of an unexpected shape")
             for env_info in entry[0]:
                 if env_info:
-                    infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, i, self.num_envs)
+                    infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, position, total)
             if entry[1] is not None:
                 self._var_obs[i] = entry[1]
         return infos
@@ -262,7 +303,7 @@ class VectorPortal(VectorEnv):
             obs = self._obs_slots[k]
         else:
             try:
-                obs = self._build_obs(k, self._var_obs)
+                obs = self._build_obs(lambda index, array: array[k], self._var_obs)
             except (KeyError, TypeError, IndexError) as exc:
                 raise ServerProtocolError(f"an env sent an incomplete variable-layout observation: {exc}") from None
         return _tree_copy(obs) if self.copy else obs
@@ -276,16 +317,7 @@ class VectorPortal(VectorEnv):
                 f"calling `reset` while waiting for a pending call to `{self._state.value}` to complete",
                 str(self._state.value),
             )
-        if seed is None:
-            seeds = [None] * self.num_envs
-        elif isinstance(seed, (int, np.integer)):
-            seeds = [int(seed) + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(
-                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
-            )
+        seeds = self._seeds(seed)
         mask = None
         if options is not None and "reset_mask" in options:
             mask = options.pop("reset_mask")
@@ -299,6 +331,13 @@ class VectorPortal(VectorEnv):
                 raise ValueError(
                     f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
                 )
+        if self._async:
+            if mask is not None:
+                raise ValueError("options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
+                                 "env and recv() then hands them out batch by batch")
+            self._reset_batches(seeds, options)
+            obs, _, _, _, infos = self._recv_batch(None)
+            return obs, infos
         k, prev = self._next_slot()
         servers = self._session.servers
         try:
@@ -322,6 +361,19 @@ class VectorPortal(VectorEnv):
             self._fail(exc)
             raise
         return self._observations(k), infos
+
+    def _seeds(self, seed: int | list | None) -> list:
+        if seed is None:
+            seeds = [None] * self.num_envs
+        elif isinstance(seed, (int, np.integer)):
+            seeds = [int(seed) + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(
+                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
+            )
+        return seeds
 
     def _replies(self, what: str) -> tuple[dict, Optional[EnvError]]:
         """Collect one reply per server (always all of them, to stay in step); first error wins."""
@@ -348,6 +400,10 @@ class VectorPortal(VectorEnv):
                 f"Calling `step_async` while waiting for a pending call to `{self._state.value}` to complete.",
                 str(self._state.value),
             )
+        if self._async:
+            self.send(actions)
+            self._state = AsyncState.WAITING_STEP
+            return
         k, _ = self._next_slot()
         self._write_actions(k, actions)
         mailbox = self._mailbox
@@ -385,6 +441,9 @@ class VectorPortal(VectorEnv):
             raise ClosedEnvironmentError("this VectorPortal is closed")
         if self._state is not AsyncState.WAITING_STEP:
             raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", AsyncState.WAITING_STEP.value)
+        if self._async:
+            self._state = AsyncState.DEFAULT
+            return self.recv(timeout)
         timeout = self.step_timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         k = self._slot
@@ -431,6 +490,8 @@ class VectorPortal(VectorEnv):
                 str(self._state.value),
             )
         try:
+            if self._async:
+                self._settle()
             for server, message in zip(self._session.servers, messages):
                 server.channel.send(message, server.check_alive)
                 self._mailbox[server.index, _CMD] = P.CMD_CONTROL
@@ -468,6 +529,248 @@ class VectorPortal(VectorEnv):
     def render(self) -> tuple[Any, ...] | None:
         """Each env's ``render()`` result, as SyncVectorEnv returns them."""
         return tuple(self._control([{"cmd": P.RENDER}] * len(self._session.servers), "render"))
+
+    # -- async batches (batch_size < num_envs) --------------------------------------------
+    def _start_batches(self) -> None:
+        servers = self._session.servers
+        self._server_size = len(servers[0].env_indices)
+        self._queue = ServerQueue(len(servers), self._mailbox, servers[0].done)
+        self._server_slot = [0] * len(servers)
+        self._stash: dict = {}
+        self._reset_extras: dict = {}
+        self._last_ids = np.arange(0)
+        self._out_slot = -1
+        self._out: dict = {}
+
+    def _require_batches(self, what: str) -> None:
+        self._check_usable()
+        if not self._async:
+            raise PortalError(f"{what}() is for async batches: create the VectorPortal with batch_size < num_envs "
+                              f"(vector_kwargs={{'batch_size': B}}); use step() for lockstep stepping")
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step the envs ``env_ids`` (default: those the last ``recv`` returned) with ``actions``.
+
+        ``actions`` is batched along ``env_ids``; the envs must form whole servers that are not
+        already stepping (the envs ``recv`` hands out always do). Returns at once.
+        """
+        self._require_batches("send")
+        ids = self._last_ids if env_ids is None else np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        servers = self._servers_of(ids)
+        try:
+            for leaf, value in zip(self._act_leaves, self._action_values(actions, len(ids))):
+                for server, rows in servers:
+                    k = (self._server_slot[server.index] + 1) % self.ring_depth
+                    first, last = server.env_indices[0], server.env_indices[-1] + 1
+                    np.copyto(leaf[k, first:last], value[rows], casting="unsafe")
+            mailbox = self._mailbox
+            for server, _ in servers:
+                k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
+                if self._reset_extras:
+                    self._reset_extras = {i: b for i, b in self._reset_extras.items() if i not in server.env_indices}
+                mailbox[server.index, _CMD] = P.CMD_STEP
+                mailbox[server.index, _SLOT] = k
+                self._queue.started(server.index)
+                server.go.ring()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def async_reset(self, seed: int | list | None = None, options: dict | None = None) -> None:
+        """Reset every env (after any steps in flight); ``recv()`` then hands out the reset batches.
+
+        envpool's ``async_reset``: ``reset()`` with async batches is this followed by ``recv()``.
+        """
+        self._require_batches("async_reset")
+        if self._state is not AsyncState.DEFAULT:
+            raise AlreadyPendingCallError("calling `async_reset` while waiting for a pending step", self._state.value)
+        self._reset_batches(self._seeds(seed), options)
+
+    def _servers_of(self, ids: np.ndarray) -> list:
+        """(server, rows of ``ids`` holding its envs) for each server ``ids`` covers; checks them."""
+        if ids.size == 0:
+            raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
+        if ids.min() < 0 or ids.max() >= self.num_envs or len(np.unique(ids)) != ids.size:
+            raise ValueError(f"env_ids must be distinct env indices in [0, {self.num_envs}), got {ids.tolist()}")
+        size = self._server_size
+        positions = np.full(self.num_envs, -1)
+        positions[ids] = np.arange(ids.size)
+        out = []
+        for index in np.unique(ids // size).tolist():
+            server = self._session.servers[index]
+            rows = positions[server.env_indices[0]:server.env_indices[-1] + 1]
+            if (rows < 0).any():
+                raise ValueError(
+                    f"env_ids {ids.tolist()} cover only part of env server {index} (envs {server.env_indices}): "
+                    f"async batches step whole servers of {size} envs, as recv() returns them"
+                )
+            if index not in self._queue.idle:
+                raise AlreadyPendingCallError(
+                    f"envs {server.env_indices} are already stepping or have results waiting: call recv() first",
+                    "step",
+                )
+            step = rows[0] + np.arange(size)
+            out.append((server, slice(rows[0], rows[0] + size) if np.array_equal(rows, step) else rows))
+        return out
+
+    def _action_values(self, actions: Any, count: int) -> list:
+        if len(self._act_leaves) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple"):
+            values = [actions]
+        else:
+            values = [self._leaf(actions, path) for path, _ in leaves(self._act_schema)]
+        arrays = [np.asarray(value) for value in values]
+        for array, leaf in zip(arrays, self._act_leaves):
+            if array.shape != (count,) + leaf.shape[2:]:
+                raise ValueError(
+                    f"actions of shape {array.shape} do not match {count} envs of action space "
+                    f"{self.single_action_space} (expected shape {(count,) + leaf.shape[2:]})"
+                )
+        return arrays
+
+    def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """The first ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``.
+
+        ``infos["env_id"]`` says which envs they are (ascending). When the finished servers hold
+        consecutive envs in the same ring slot (always the case with one server per batch), the
+        arrays are views of the ring, as in lockstep; otherwise they are gathered into arrays
+        owned by the portal, reused after ``ring_depth`` batches: the same validity rule either
+        way (see the module docstring).
+        """
+        self._require_batches("recv")
+        if self._state is AsyncState.WAITING_STEP:
+            self._state = AsyncState.DEFAULT
+        return self._recv_batch(timeout)
+
+    def _recv_batch(self, timeout: Optional[float]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        queue = self._queue
+        wanted = self.batch_size // self._server_size
+        if len(queue.ready) + len(queue.pending) < wanted:
+            raise NoAsyncCallError(
+                f"recv() needs {self.batch_size} envs stepping or finished; send(actions, env_ids) the envs "
+                "the last recv() returned (or reset()) first",
+                AsyncState.WAITING_STEP.value,
+            )
+        timeout = self.step_timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            queue.wait(wanted, deadline, self._check_server, self._timeout_error)
+            taken = sorted(queue.take(wanted))
+            extras = dict(self._reset_extras)
+            error = None
+            for index in taken:
+                message = self._stash.pop(index, None) or self._step_message(index)
+                if message is None:
+                    continue
+                if message["cmd"] == P.ERROR:
+                    error = error or self._session.servers[index].error(message)
+                else:
+                    extras.update(message["blobs"])
+            if error is not None:
+                raise error
+            return self._batch(taken, extras)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def _step_message(self, index: int) -> Optional[dict]:
+        """The ERROR or EXTRA message a finished server sent with its step, if any."""
+        row = self._mailbox[index]
+        if row[_STATUS] != STATUS_ERROR and not row[_EXTRA]:
+            return None
+        server = self._session.servers[index]
+        message = server.channel.recv(server.check_alive, self.step_timeout, f"step of env server {index}")
+        if message["cmd"] == P.ERROR or (message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict)):
+            return message
+        raise ServerProtocolError(f"env server {index} sent {message['cmd']!r} during a step")
+
+    def _check_server(self, index: int) -> None:
+        self._session.servers[index].check_alive()
+
+    def _timeout_error(self, pending: list) -> PortalTimeoutError:
+        envs = [i for index in pending for i in self._session.servers[index].env_indices]
+        return PortalTimeoutError(
+            f"no env server finished its step in time; still stepping: servers {pending} (envs {envs}) "
+            f"[runtime: {self._session.servers[pending[0]].handle.describe()}]"
+        )
+
+    def _batch(self, taken: list, extras: dict) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        servers = [self._session.servers[index] for index in taken]
+        slots = [self._server_slot[index] for index in taken]
+        ids = np.array([i for server in servers for i in server.env_indices], dtype=np.int64)
+        first, last = int(ids[0]), int(ids[-1]) + 1
+        infos: dict = {}
+        position = 0
+        for server, k in zip(servers, slots):
+            infos = self._gather(k, extras, infos, server.env_indices, position, self.batch_size)
+            position += len(server.env_indices)
+        infos["env_id"] = ids.astype(np.int32)
+        infos["_env_id"] = np.ones(ids.size, dtype=np.bool_)
+        self._last_ids = ids
+        var = [self._var_obs[i] for i in ids.tolist()]
+        if last - first == ids.size and len(set(slots)) == 1:
+            k = slots[0]
+
+            def pick(index: Any, array: np.ndarray) -> np.ndarray:
+                return array[k, first:last]
+        else:
+            self._out_slot = (self._out_slot + 1) % self.ring_depth
+
+            def pick(index: Any, array: np.ndarray) -> np.ndarray:
+                key = (index, self._out_slot)
+                out = self._out.get(key)
+                if out is None:
+                    out = self._out[key] = np.empty((ids.size,) + array.shape[2:], array.dtype)
+                row = 0
+                for server, k in zip(servers, slots):
+                    size = len(server.env_indices)
+                    out[row:row + size] = array[k, server.env_indices[0]:server.env_indices[-1] + 1]
+                    row += size
+                return out
+        try:
+            obs = self._build_obs(pick, var)
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ServerProtocolError(f"an env sent an incomplete variable-layout observation: {exc}") from None
+        reward, terminated, truncated = (pick(name, array) for name, array in
+                                         (("reward", self._reward), ("terminated", self._terminated),
+                                          ("truncated", self._truncated)))
+        if self.copy:
+            obs, reward, terminated, truncated = (_tree_copy(value) for value in (obs, reward, terminated, truncated))
+        return obs, reward, terminated, truncated, infos
+
+    def _settle(self) -> None:
+        """Let every stepping server finish (their results stay waiting) before a control message."""
+        queue = self._queue
+        queue.wait(len(self._session.servers), None if self.step_timeout is None else time.monotonic() + self.step_timeout,
+                   self._check_server, self._timeout_error)
+        for index in queue.ready:
+            if index not in self._stash:
+                message = self._step_message(index)
+                if message is not None:
+                    self._stash[index] = message
+
+    def _reset_batches(self, seeds: list, options: Optional[dict]) -> None:
+        """Reset every env (waiting for steps in flight first); recv() then hands them out."""
+        try:
+            self._settle()
+            self._stash.clear()
+            for server in self._session.servers:
+                k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
+                server.channel.send({
+                    "cmd": P.RESET, "slot": k, "prev_slot": k, "seeds": [seeds[i] for i in server.env_indices],
+                    "options": options, "mask": None,
+                }, server.check_alive)
+                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
+                server.go.ring()
+            extras, error = self._replies("reset")
+            if error is not None:
+                raise error
+            self._reset_extras = extras
+            self._mailbox[:, _STATUS] = STATUS_OK
+            self._mailbox[:, _EXTRA] = 0
+            self._queue.reset_all_ready([server.index for server in self._session.servers])
+        except BaseException as exc:
+            self._fail(exc)
+            raise
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the servers and remove the ring, semaphores, sockets and run directory."""

@@ -71,7 +71,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=10, help="untimed batched steps before each run (default 10)")
     p.add_argument("--alloc-steps", type=int, default=200, help="portal steps under tracemalloc (default 200, 0 skips)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="async batches of this many envs (send/recv); not available yet in VectorPortal")
+                   help="async batches (envpool style: recv the first B envs done, send them back) for the systems that "
+                        "have them (portal-process, portal-docker, envpool); the others step in lockstep; "
+                        "portal-lockstep and envpool-lockstep in --against set lockstep beside them")
     p.add_argument("--envs-per-server", type=int, default=None, help="portal's envs_per_server (default: its own)")
     p.add_argument("--image", default=None, help="docker image for scenarios with no known image")
     p.add_argument("--limit", type=_limit, action="append", default=[], metavar="NAME=N,N",

@@ -30,16 +30,6 @@ class Progress:
     def log(self, text: str) -> None: ...
 
 
-def batches_available() -> Optional[str]:
-    """None when ``portal_shm.VectorPortal`` steps async batches (``send``/``recv``), else why not."""
-    from portal_shm.vector import VectorPortal
-
-    if callable(getattr(VectorPortal, "send", None)) and callable(getattr(VectorPortal, "recv", None)):
-        return None
-    return ("--batch-size: async batches are not available yet: portal_shm.VectorPortal has no send/recv "
-            "(only lockstep step); run without --batch-size")
-
-
 def validate(options: BenchOptions, registry: dict) -> None:
     if not options.scenarios:
         raise BenchError("no scenario given")
@@ -53,9 +43,6 @@ def validate(options: BenchOptions, registry: dict) -> None:
     if options.repeat < 1 or options.seconds <= 0 or not options.num_envs or min(options.num_envs) < 1:
         raise BenchError("--repeat, --seconds and every --num-envs value must be positive")
     if options.batch_size is not None:
-        reason = batches_available()
-        if reason:
-            raise BenchError(reason)
         if options.batch_size < 1 or options.batch_size > min(options.num_envs):
             raise BenchError("--batch-size must be between 1 and the smallest --num-envs")
 

@@ -9,7 +9,7 @@ reported as skipped, with why.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from .options import BenchOptions
@@ -52,7 +52,7 @@ def _build_portal(backend: str) -> Callable[[Scenario, int, BenchOptions], Any]:
         import portal_shm
 
         vector_kwargs = {} if options.envs_per_server is None else {"envs_per_server": options.envs_per_server}
-        if options.batch_size is not None:  # async batches: accepted only once VectorPortal has send/recv
+        if options.batch_size is not None:
             vector_kwargs["batch_size"] = options.batch_size
         extra = {"image": sc.docker_image(options.image)} if backend == "docker" else {}
         return portal_shm.make_vec(sc.target, n, backend=backend, vector_kwargs=vector_kwargs,
@@ -120,6 +120,11 @@ def _note_portal_env(sc: Scenario) -> Optional[str]:
     return DIFFERENCES
 
 
+def _lockstep(build: Callable[[Scenario, int, BenchOptions], Any]) -> Callable[[Scenario, int, BenchOptions], Any]:
+    """The same system stepped in lockstep, to set beside its async batches in one run."""
+    return lambda sc, n, options: build(sc, n, replace(options, batch_size=None))
+
+
 SYSTEMS: dict = {s.name: s for s in (
     System("portal-process", "portal_shm (process backend)", "portal_shm", "portal-shm", "pip install portal-shm",
            _build_portal("process")),
@@ -132,12 +137,18 @@ SYSTEMS: dict = {s.name: s for s in (
            note=_note_envpool),
     System("portal-env", "portal-env (env server as a local process)", "portal_env", "portal-env", "pip install portal-env",
            _build_portal_env, note=_note_portal_env, per_run=True),
+    System("portal-lockstep", "portal_shm (process backend, lockstep even with --batch-size)", "portal_shm",
+           "portal-shm", "pip install portal-shm", _lockstep(_build_portal("process"))),
+    System("envpool-lockstep", "envpool (lockstep even with --batch-size)", "envpool", "envpool", "pip install envpool",
+           _lockstep(_build_envpool), check=_check_envpool, note=_note_envpool),
 )}
 
 
 def supports_batches(envs: Any) -> bool:
-    """Async batches need envpool's API: ``send(actions, env_ids)`` and ``recv()``."""
-    return callable(getattr(envs, "send", None)) and callable(getattr(envs, "recv", None))
+    """Async batches need envpool's API (``send(actions, env_ids)``, ``recv()``) and a batch smaller
+    than the envs (a system built for lockstep keeps stepping in lockstep)."""
+    return (callable(getattr(envs, "send", None)) and callable(getattr(envs, "recv", None))
+            and getattr(envs, "batch_size", envs.num_envs) < envs.num_envs)
 
 
 def close_quietly(envs: Any, failed: bool) -> Optional[str]:

@@ -11,7 +11,6 @@ import pytest
 from portal_shm.bench import BenchError, BenchOptions, ScenarioError, parse_scenario, parse_scenarios, run_bench
 from portal_shm.bench.cli import main
 from portal_shm.bench.report import SCHEMA_VERSION
-from portal_shm.bench.runner import batches_available
 from portal_shm.bench.stats import paired_ratios, spread, summarize
 from portal_shm.bench.systems import SYSTEMS, module_missing
 
@@ -94,18 +93,16 @@ def test_module_missing_points_at_any_module():
     assert reason.startswith("not installed") and MISSING in reason and "pip install it" in reason
 
 
-def test_batch_size_is_refused_until_vector_portal_has_send_recv(capsys, monkeypatch):
-    with pytest.raises(SystemExit) as exc:
-        main(["null:8x8x1", "-n", "2", "--batch-size", "2", "-q"])
-    assert exc.value.code == 2
-    assert "not available yet" in capsys.readouterr().err
-    with pytest.raises(BenchError, match="not available yet"):
-        run_bench(BenchOptions(parse_scenarios(["null:8x8x1"]), num_envs=[2], batch_size=2))
-    from portal_shm.vector import VectorPortal
-
-    monkeypatch.setattr(VectorPortal, "send", lambda self, actions, env_ids: None, raising=False)
-    monkeypatch.setattr(VectorPortal, "recv", lambda self: None, raising=False)
-    assert batches_available() is None
+def test_batch_size_runs_async_batches_beside_lockstep(tmp_path):
+    """A tiny real run: portal-process in async batches, portal-lockstep beside it, same JSON schema."""
+    out = tmp_path / "batch.json"
+    main(["null:8x8x1", "-n", "4", "--batch-size", "2", "--against", "portal-lockstep", "--seconds", "0.2",
+          "--repeat", "1", "--no-references", "--json", str(out), "-q"])
+    report = json.loads(out.read_text())
+    modes = {(r["system"], r["mode"]) for r in report["samples"]}
+    assert modes == {("portal-process", "batch"), ("portal-lockstep", "lockstep")}
+    assert all(r["env_steps"] > 0 and r["steps_per_s"] > 0 for r in report["samples"])
+    assert report["options"]["batch_size"] == 2
 
 
 def test_unknown_baseline_and_bad_numbers_are_refused():

@@ -1,0 +1,213 @@
+"""Async batches: each env's trajectory is exactly its own gymnasium env's, whatever order envs finish in."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+
+import portal_shm
+from portal_shm.errors import EnvError, PortalError
+from portal_shm.example_envs import NestedEnv
+from tests.compare import assert_same
+
+
+def row(value, j):
+    """Env ``j`` of a batched value, kept as a batch of one."""
+    if isinstance(value, dict):
+        return {key: row(sub, j) for key, sub in value.items()}
+    if isinstance(value, tuple):
+        return tuple(row(sub, j) for sub in value)
+    return value[j:j + 1]
+
+
+def info_row(infos, j):
+    """Env ``j``'s entries of batched infos, as a one-env vector env would batch them."""
+    out = {}
+    for key, value in infos.items():
+        mask = infos.get("_" + key)
+        if key.startswith("_") or key == "env_id" or mask is None or not mask[j]:
+            continue
+        out[key] = info_row(value, j) if isinstance(value, dict) else value[j:j + 1]
+        out["_" + key] = mask[j:j + 1]
+    return out
+
+
+def replicas(factory, count, mode, seed):
+    envs = [gym.vector.SyncVectorEnv([factory], autoreset_mode=mode) for _ in range(count)]
+    return envs, [env.reset(seed=seed + i) for i, env in enumerate(envs)]
+
+
+def check_batch(result, expected_by_env):
+    """Each env of the batch shows what its replica returned last: a reset (obs, infos) or a step."""
+    obs, reward, terminated, truncated, infos = result
+    for j, env_id in enumerate(infos["env_id"].tolist()):
+        expected = expected_by_env.pop(env_id)
+        assert_same(row(obs, j), expected[0], f"obs of env {env_id}")
+        assert_same(info_row(infos, j), info_row(expected[-1], 0), f"infos of env {env_id}")
+        if len(expected) == 5:
+            assert_same((row(reward, j), row(terminated, j), row(truncated, j)), expected[1:4])
+
+
+CASES = [
+    ("CartPole-v1", lambda: gym.make("CartPole-v1", max_episode_steps=15), {"max_episode_steps": 15}),
+    ("portal_shm.example_envs:NestedEnv", NestedEnv, {}),
+]
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+@pytest.mark.parametrize("envs_per_server", [1, 2])
+@pytest.mark.parametrize("env_id, factory, kwargs", CASES, ids=["cartpole", "nested"])
+def test_every_env_follows_its_own_trajectory(env_id, factory, kwargs, envs_per_server, mode):
+    num_envs, batch_size, seed = 6, 2 * envs_per_server, 40
+    envs = portal_shm.make_vec(env_id, num_envs, **kwargs, vector_kwargs={
+        "batch_size": batch_size, "envs_per_server": envs_per_server, "autoreset_mode": mode})
+    expected_envs, resets = replicas(factory, num_envs, mode, seed)
+    try:
+        expected = dict(enumerate(resets))
+        obs, infos = envs.reset(seed=seed)
+        assert infos["env_id"].tolist() == list(range(batch_size))
+        check_batch((obs, None, None, None, infos), expected)
+        envs.action_space.seed(seed)
+        ids = infos["env_id"]
+        seen = set()
+        for _ in range(150):
+            actions = envs.action_space.sample()
+            envs.send(actions, ids)
+            for j, env_id in enumerate(ids.tolist()):
+                expected[env_id] = expected_envs[env_id].step(row(actions, j))
+            result = envs.recv()
+            ids = result[4]["env_id"]
+            assert len(ids) == batch_size and list(ids) == sorted(ids)
+            check_batch(result, expected)
+            seen.update(ids.tolist())
+        assert seen == set(range(num_envs))
+    finally:
+        envs.close()
+        for env in expected_envs:
+            env.close()
+
+
+def ring_array(envs, name):
+    return envs._session.ring.views[name]
+
+
+def test_one_server_per_batch_gives_ring_views_and_several_give_copies():
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    try:
+        obs, infos = envs.reset(seed=0)
+        assert np.shares_memory(obs, ring_array(envs, "obs.0"))
+        envs.send(np.zeros(2, np.int64))
+        obs, reward, *_ = envs.recv()
+        assert np.shares_memory(obs, ring_array(envs, "obs.0"))
+        assert np.shares_memory(reward, ring_array(envs, "reward"))
+    finally:
+        envs.close()
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 1})
+    try:
+        _, infos = envs.reset(seed=0)
+        envs.send(np.zeros(1, np.int64), [0])
+        _, infos = envs.recv()[::4]
+        assert infos["env_id"].tolist() == [2, 3]
+        envs.send(np.zeros(2, np.int64), [2, 3])
+        obs, reward, _, _, infos = envs.recv()
+        ids = infos["env_id"].tolist()
+        assert ids in ([0, 2], [0, 3])
+        assert not np.shares_memory(obs, ring_array(envs, "obs.0"))
+        assert np.array_equal(obs, ring_array(envs, "obs.0")[2, ids])
+        assert np.array_equal(reward, ring_array(envs, "reward")[2, ids])
+    finally:
+        envs.close()
+
+
+def test_step_async_and_step_wait_answer_the_last_batch():
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    try:
+        _, infos = envs.reset(seed=1)
+        assert envs.observation_space.shape == (2, 4) and envs.action_space.shape == (2,)
+        envs.step_async(np.ones(2, np.int64))
+        with pytest.raises(AlreadyPendingCallError):
+            envs.step_async(np.ones(2, np.int64))
+        obs, reward, terminated, truncated, infos = envs.step_wait()
+        assert infos["env_id"].tolist() == [2, 3]
+        obs, reward, terminated, truncated, infos = envs.step(np.ones(2, np.int64))
+        assert reward.tolist() == [1.0, 1.0] and len(infos["env_id"]) == 2
+    finally:
+        envs.close()
+
+
+def test_bad_batches_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match="multiple of the envs per server"):
+        portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 3, "envs_per_server": 2})
+    with pytest.raises(ValueError, match="between 1 and num_envs"):
+        portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 0})
+    with pytest.raises(ValueError, match="DISABLED"):
+        portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "autoreset_mode": "Disabled"})
+    lockstep = portal_shm.make_vec("CartPole-v1", 2)
+    try:
+        with pytest.raises(PortalError, match="batch_size"):
+            lockstep.recv()
+    finally:
+        lockstep.close()
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="only part of env server"):
+            envs.send(np.zeros(1, np.int64), [0])
+        with pytest.raises(ValueError, match="distinct env indices"):
+            envs.send(np.zeros(2, np.int64), [0, 7])
+        with pytest.raises(ValueError, match="expected shape"):
+            envs.send(np.zeros(3, np.int64), [0, 1])
+        envs.send(np.zeros(2, np.int64), [0, 1])
+        with pytest.raises(AlreadyPendingCallError, match="recv"):
+            envs.send(np.zeros(2, np.int64), [0, 1])
+        envs.recv()
+        envs.recv()
+        with pytest.raises(NoAsyncCallError):
+            envs.recv()
+        with pytest.raises(ValueError, match="reset_mask"):
+            envs.reset(options={"reset_mask": np.ones(4, np.bool_)})
+    finally:
+        envs.close()
+
+
+def test_control_calls_and_spilled_infos_while_envs_are_stepping():
+    """A call waits for stepping servers; their results (infos spilled to ZeroMQ) still arrive intact."""
+    factory = lambda: gym.make("CartPole-v1", max_episode_steps=2)  # noqa: E731
+    envs = portal_shm.make_vec("CartPole-v1", 4, max_episode_steps=2, vector_kwargs={
+        "batch_size": 2, "envs_per_server": 1, "autoreset_mode": "SameStep", "info_capacity": 16})
+    expected_envs, resets = replicas(factory, 4, "SameStep", 5)
+    try:
+        expected = dict(enumerate(resets))
+        obs, infos = envs.reset(seed=5)
+        check_batch((obs, None, None, None, infos), expected)
+        ids, spilled = infos["env_id"], 0
+        for _ in range(8):
+            actions = np.ones(2, np.int64)
+            envs.send(actions, ids)
+            for j, env_id in enumerate(ids.tolist()):
+                expected[env_id] = expected_envs[env_id].step(actions[j:j + 1])
+            assert envs.get_attr("metadata")[0]["render_fps"] == 50
+            result = envs.recv()
+            spilled += "final_obs" in result[4]
+            check_batch(result, expected)
+            ids = result[4]["env_id"]
+        assert spilled
+    finally:
+        envs.close()
+        for env in expected_envs:
+            env.close()
+
+
+def test_an_env_error_names_the_env_and_reset_recovers():
+    envs = portal_shm.make_vec("portal_shm.example_envs:FaultyEnv", 4, fault="raise", phase="step", after=3,
+                               vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    try:
+        _, infos = envs.reset(seed=0)
+        with pytest.raises(EnvError, match="FaultyEnv failed in step") as error:
+            for _ in range(10):
+                envs.step(np.zeros(2, np.int64))
+        assert error.value.env_index in (0, 1, 2, 3)
+        obs, infos = envs.reset(seed=0)
+        assert infos["env_id"].tolist() == [0, 1]
+    finally:
+        envs.close()
