@@ -539,6 +539,7 @@ class VectorPortal(VectorEnv):
         self._stash: dict = {}
         self._reset_extras: dict = {}
         self._last_ids = np.arange(0)
+        self._last_servers: list = []
         self._out_slot = -1
         self._out: dict = {}
 
@@ -555,8 +556,14 @@ class VectorPortal(VectorEnv):
         already stepping (the envs ``recv`` hands out always do). Returns at once.
         """
         self._require_batches("send")
-        ids = self._last_ids if env_ids is None else np.asarray(env_ids, dtype=np.int64).reshape(-1)
-        servers = self._servers_of(ids)
+        if env_ids is None or env_ids is self._last_ids or np.array_equal(env_ids, self._last_ids):
+            ids, servers = self._last_ids, self._last_servers
+            if not servers:
+                raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
+            self._check_idle(servers)
+        else:
+            ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+            servers = self._servers_of(ids)
         try:
             for leaf, value in zip(self._act_leaves, self._action_values(actions, len(ids))):
                 for server, rows in servers:
@@ -604,14 +611,19 @@ class VectorPortal(VectorEnv):
                     f"env_ids {ids.tolist()} cover only part of env server {index} (envs {server.env_indices}): "
                     f"async batches step whole servers of {size} envs, as recv() returns them"
                 )
-            if index not in self._queue.idle:
+            step = rows[0] + np.arange(size)
+            out.append((server, slice(rows[0], rows[0] + size) if np.array_equal(rows, step) else rows))
+        self._check_idle(out)
+        return out
+
+    def _check_idle(self, servers: list) -> None:
+        idle = self._queue.idle
+        for server, _ in servers:
+            if server.index not in idle:
                 raise AlreadyPendingCallError(
                     f"envs {server.env_indices} are already stepping or have results waiting: call recv() first",
                     "step",
                 )
-            step = rows[0] + np.arange(size)
-            out.append((server, slice(rows[0], rows[0] + size) if np.array_equal(rows, step) else rows))
-        return out
 
     def _action_values(self, actions: Any, count: int) -> list:
         if len(self._act_leaves) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple"):
@@ -706,7 +718,11 @@ class VectorPortal(VectorEnv):
         infos["env_id"] = ids.astype(np.int32)
         infos["_env_id"] = np.ones(ids.size, dtype=np.bool_)
         self._last_ids = ids
-        var = [self._var_obs[i] for i in ids.tolist()]
+        self._last_servers, row = [], 0
+        for server in servers:
+            self._last_servers.append((server, slice(row, row + len(server.env_indices))))
+            row += len(server.env_indices)
+        var = None if self._obs_slots is not None else [self._var_obs[i] for i in ids.tolist()]
         if last - first == ids.size and len(set(slots)) == 1:
             k = slots[0]
 
