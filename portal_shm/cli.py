@@ -48,6 +48,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     kwargs = parse_kwargs(args.kwarg)
     vector_kwargs = {"envs_per_server": args.envs_per_server} if args.envs_per_server else {}
+    if args.batch_size:
+        vector_kwargs["batch_size"] = args.batch_size
     started = time.perf_counter()
     with console.status(f"starting {args.num_envs} x {args.id} on the {args.backend} backend"):
         envs = portal_shm.make_vec(args.id, args.num_envs, backend=args.backend, vector_kwargs=vector_kwargs, **kwargs)
@@ -59,22 +61,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         envs.action_space.seed(args.seed)
         envs.reset(seed=args.seed)
         actions = [envs.action_space.sample() for _ in range(64)]
-        steps = episodes = 0
+        steps = env_steps = episodes = 0
         returns = np.zeros(args.num_envs)
         finished: list = []
+        everyone = np.arange(args.num_envs)
         begin = time.perf_counter()
         with console.status("stepping") as status:
             while time.perf_counter() - begin < args.seconds:
-                _, reward, terminated, truncated, _ = envs.step(actions[steps % len(actions)])
+                _, reward, terminated, truncated, infos = envs.step(actions[steps % len(actions)])
+                ids = infos.get("env_id", everyone)
                 steps += 1
-                returns += reward
+                env_steps += len(ids)
+                returns[ids] += reward
                 done = np.logical_or(terminated, truncated)
                 if done.any():
-                    finished.extend(returns[done].tolist())
-                    returns[done] = 0
+                    finished.extend(returns[ids[done]].tolist())
+                    returns[ids[done]] = 0
                     episodes += int(done.sum())
                 if steps % 100 == 0:
-                    rate = steps * args.num_envs / (time.perf_counter() - begin)
+                    rate = env_steps / (time.perf_counter() - begin)
                     status.update(f"stepping: {rate:,.0f} env-steps/s")
         elapsed = time.perf_counter() - begin
     finally:
@@ -82,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     table = Table(title=f"portal-shm run {args.id}")
     for column in ("envs", "servers", "batched steps", "env-steps/s", "episodes", "mean return"):
         table.add_column(column, justify="right")
-    table.add_row(str(args.num_envs), str(len(envs.servers)), f"{steps:,}", f"{steps * args.num_envs / elapsed:,.0f}",
+    table.add_row(str(args.num_envs), str(len(envs.servers)), f"{steps:,}", f"{env_steps / elapsed:,.0f}",
                   str(episodes), f"{np.mean(finished):.2f}" if finished else "-")
     console.print(table)
     return 0
@@ -116,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seconds", type=float, default=10.0)
     run.add_argument("--backend", default="process")
     run.add_argument("--envs-per-server", type=int, default=None)
+    run.add_argument("--batch-size", type=int, default=None,
+                     help="async batches: step the first B envs to finish (envpool style) instead of all in lockstep")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (typed), repeatable")
     run.set_defaults(func=cmd_run)
@@ -141,7 +148,7 @@ def main(argv: Optional[list] = None) -> None:
 
     try:
         code = args.func(args)
-    except PortalError as exc:
+    except (PortalError, ValueError) as exc:
         err_console.print("[bold red]error:[/]", str(exc), highlight=False)
         code = 1
     except KeyboardInterrupt:
