@@ -154,11 +154,46 @@ def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) ->
         raise PortalError(f"the env factory {specs[0].id} cannot be pickled to ship it to its runtime: "
                           f"{type(exc).__name__}: {exc}") from exc
     path = os.path.join(run_dir, f"factories-{server_index}.pkl")
+    _write_private(path, data)
+    config = {"id": specs[0].id, "kwargs": {}, "legacy": specs[0].legacy, "factories": path,
+              "sys_path": _import_paths()}
+    registry = _registrations(run_dir)
+    if registry:
+        config["registry"] = registry
+    return config
+
+
+def _write_private(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
-    return {"id": specs[0].id, "kwargs": {}, "legacy": specs[0].legacy, "factories": path,
-            "sys_path": _import_paths()}
+
+
+def _registrations(run_dir: str) -> Optional[str]:
+    """The agent's gymnasium registrations beyond gymnasium's own, pickled once per portal.
+
+    AsyncVectorEnv's forked workers inherit every ``gym.register`` (``gym.register_envs(ale_py)``,
+    an env registered in the script), so ``lambda: gym.make("ALE/Pong-v5")`` works there; the env
+    server adds these specs to its registry (ids it already has are left alone) for the same effect.
+    """
+    path = os.path.join(run_dir, "registry.pkl")
+    if os.path.exists(path):
+        return path
+    import cloudpickle
+    import gymnasium
+
+    extra = {env_id: spec for env_id, spec in gymnasium.envs.registry.items()
+             if not (isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium."))}
+    if not extra:
+        return None
+    try:
+        data = cloudpickle.dumps(extra)
+    except Exception as exc:
+        logger.warn(f"VectorPortal: the agent's gymnasium registrations cannot be shipped to the env servers "
+                    f"({type(exc).__name__}: {exc}); factories calling gym.make see only the runtime's own")
+        return None
+    _write_private(path, data)
+    return path
 
 
 def check_shared_memory(space: Any) -> None:

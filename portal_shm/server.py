@@ -414,11 +414,29 @@ def _load_factories(spec: dict) -> list:
 
     paths = [p for p in spec.get("sys_path") or [] if isinstance(p, str)]
     sys.path[:] = paths + [p for p in sys.path if p not in paths]
+    if spec.get("registry"):
+        _add_registrations(spec["registry"])
     with open(spec["factories"], "rb") as handle:
         factories = pickle.load(handle)
     if not isinstance(factories, list) or not all(callable(f) for f in factories):
         raise TypeError("the shipped env factories are not a list of callables")
     return factories
+
+
+def _add_registrations(path: str) -> None:
+    """The agent's gymnasium registrations (as forked AsyncVectorEnv workers inherit them); a runtime
+    without gymnasium, or ids it registered itself, keep their own."""
+    import pickle
+
+    try:
+        import gymnasium
+    except ImportError:
+        return
+    with open(path, "rb") as handle:
+        specs = pickle.load(handle)
+    registry = gymnasium.envs.registry
+    for env_id, env_spec in specs.items():
+        registry.setdefault(env_id, env_spec)
 
 
 def run(config: dict, factory: Optional[Callable[..., Any]] = None) -> int:

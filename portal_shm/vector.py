@@ -595,7 +595,7 @@ class VectorPortal(VectorEnv):
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
-        if name in ("reset", "step", "close"):
+        if self._gymnasium_form and name in ("reset", "step", "close"):  # as AsyncVectorEnv refuses them
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         message = {"cmd": P.CALL, "name": name, "args": list(args), "kwargs": kwargs}
         self._send_control([message] * len(self._session.servers), "call_async", AsyncState.WAITING_CALL)

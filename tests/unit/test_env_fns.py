@@ -257,3 +257,15 @@ def test_factory_errors_at_start_keep_their_type():
 
     with pytest.raises(KeyError, match="no such level"):
         VectorPortal([broken])
+
+
+def test_the_agents_registrations_reach_factories_that_call_gym_make():
+    gym.register(id="PortalShmCounter-v0", entry_point=Counter, kwargs={"start": 7})
+    try:
+        envs = VectorPortal([lambda: gym.make("PortalShmCounter-v0")] * 2)  # as forked workers see it
+        try:
+            assert envs.reset()[0].tolist() == [7, 7]
+        finally:
+            envs.close()
+    finally:
+        del gym.envs.registry["PortalShmCounter-v0"]
