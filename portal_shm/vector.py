@@ -82,9 +82,10 @@ class VectorPortal(VectorEnv):
             or class, as for AsyncVectorEnv; shipped with cloudpickle to ``backend``) or an
             ``EnvSpec`` naming an env id or entry point (``make_vec`` builds these for you).
             Consecutive envs of one backend share env servers, ``envs_per_server`` each.
-        shared_memory: as AsyncVectorEnv: True refuses observation spaces gymnasium cannot keep in
-            shared memory (custom spaces, Graph, Sequence) with its errors; False serves them, their
-            values travelling beside the ring. Fixed-layout values always live in the ring.
+        shared_memory: with factories, as AsyncVectorEnv: True refuses observation spaces gymnasium
+            cannot keep in shared memory (custom spaces, Graph, Sequence) with its errors; False
+            serves them, their values travelling beside the ring. ``EnvSpec`` lists always serve
+            them. Fixed-layout values live in the ring either way.
         copy: return fresh arrays every call instead of ring views (see the module docstring for
             how long views stay valid). Default: True with factories (as AsyncVectorEnv), False for
             a list of ``EnvSpec``.
