@@ -93,6 +93,15 @@ def is_fixed(schema: dict) -> bool:
     return False
 
 
+def has_opaque(schema: Any) -> bool:
+    """Whether any part of the space (nested ones included) is a custom space described only by name."""
+    if isinstance(schema, dict):
+        return schema.get("kind") == "Opaque" or any(has_opaque(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(has_opaque(v) for v in schema)
+    return False
+
+
 def leaf_shape_dtype(schema: dict) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype of one fixed leaf, as gymnasium's ``batch_space`` would batch it."""
     kind = schema["kind"]

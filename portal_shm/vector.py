@@ -31,10 +31,10 @@ from . import env_fns as F
 from . import protocol as P
 from .backend import Backend
 from .control import POLL_SLICE
-from .errors import EnvError, PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
+from .errors import PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
 from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
-from .schema import is_fixed, leaf_shape_dtype, leaves, revive, schema_to_space, space_to_schema
+from .schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, schema_to_space, space_to_schema
 from .session import PortalSession, ServerLink
 from .spec import EnvSpec
 
@@ -181,7 +181,7 @@ class VectorPortal(VectorEnv):
             self.single_action_space = schema_to_space(self._act_schema)
         except (ValueError, KeyError, TypeError) as exc:
             raise ServerProtocolError(f"env 0 describes its spaces in a way the agent cannot use: {exc}") from None
-        if self._gymnasium_form and "Opaque" in repr(P.packb([self._obs_schema, self._act_schema])):
+        if self._gymnasium_form and (has_opaque(self._obs_schema) or has_opaque(self._act_schema)):
             local = F.local_spaces(specs[0].factory) if specs[0].factory is not None else None
             if local is not None:
                 self.single_observation_space, self.single_action_space = local
