@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import multiprocessing
 from typing import Optional
 
 
@@ -61,9 +63,48 @@ class ProtocolMismatchError(PortalError):
     """Agent and env server speak different protocol versions."""
 
 
-class PortalTimeoutError(PortalError, TimeoutError):
-    """An env server did not answer within the configured time."""
+class PortalTimeoutError(PortalError, TimeoutError, multiprocessing.TimeoutError):
+    """An env server did not answer within the configured time.
+
+    Also a ``multiprocessing.TimeoutError``, what gymnasium's ``AsyncVectorEnv`` raises when
+    ``step_wait(timeout=...)`` and friends time out, so code written against it keeps working.
+    """
 
 
 class ServerProtocolError(PortalError):
     """An env server sent something that breaks the protocol (corrupt, unexpected or unsafe)."""
+
+
+# Exception types that cannot carry an EnvError's message (their __str__ reads other fields) or
+# that change control flow when raised (StopIteration inside generators).
+_NOT_MIRRORED = {"StopIteration", "StopAsyncIteration", "UnicodeError", "UnicodeDecodeError",
+                 "UnicodeEncodeError", "UnicodeTranslateError", "ExceptionGroup", "BaseExceptionGroup"}
+_mirrors: dict = {}
+
+
+def env_error_class(error_type: str, base: type = EnvError) -> type:
+    """The agent-side class for an env's exception named ``error_type``.
+
+    An env that raises ``ValueError`` gives an ``EnvError`` that is also a ``ValueError`` (likewise
+    for the other built-in exceptions and ``gymnasium.error``'s), so ``except ValueError`` in the
+    agent behaves as with gymnasium's vector envs. Only the name crosses the boundary: the class
+    is looked up among those the agent already has, never created from what the env sent.
+    """
+    found: Optional[type] = None
+    module, _, name = error_type.rpartition(".")
+    if module == "" and name not in _NOT_MIRRORED:
+        found = getattr(builtins, name, None)
+    elif module.startswith("gymnasium.error"):
+        import gymnasium.error
+
+        found = getattr(gymnasium.error, name, None)
+    if not (isinstance(found, type) and issubclass(found, Exception)) or issubclass(found, base):
+        return base
+    key = (base, found)
+    if key not in _mirrors:
+        try:
+            _mirrors[key] = type(f"{base.__name__}[{found.__name__}]", (base, found),
+                                 {"__module__": __name__, "__str__": Exception.__str__})
+        except TypeError:  # incompatible layouts
+            _mirrors[key] = base
+    return _mirrors[key]

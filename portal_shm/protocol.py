@@ -26,11 +26,13 @@ CLOSE = "close"
 REPLY = "reply"
 ERROR = "error"
 EXTRA = "extra"
+ACTIONS = "actions"  # per-env actions of spaces without a fixed layout, sent just before a step
 
 # Mailbox commands written into shared memory before the doorbell semaphore is posted.
 CMD_NONE = 0
 CMD_STEP = 1
 CMD_CONTROL = 2
+CMD_STEP_ACTIONS = 3  # a step whose actions come in an ACTIONS message instead of the ring
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 

@@ -14,17 +14,23 @@ import numpy as np
 
 FIXED_KINDS = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
 CONTAINER_KINDS = ("Dict", "Tuple")
+# Standard spaces whose values have no fixed layout: they travel as msgpack beside the ring.
+VARIABLE_KINDS = ("Text", "Graph", "Sequence", "OneOf")
 MAX_SCHEMA_DEPTH = 16
+
+
+def space_kind(space: Any) -> str:
+    """The standard space a space is (by class name, so gym, gymnasium and look-alikes all match)."""
+    bases = [c.__name__ for c in type(space).__mro__]
+    for known in FIXED_KINDS + CONTAINER_KINDS + VARIABLE_KINDS:
+        if known in bases:
+            return known
+    return type(space).__name__
 
 
 def space_to_schema(space: Any) -> dict:
     """Describe a space (gymnasium, gym or compatible) as msgpack-able data."""
-    kind = type(space).__name__
-    bases = [c.__name__ for c in type(space).__mro__]
-    for known in FIXED_KINDS + CONTAINER_KINDS + ("Text",):
-        if known in bases:
-            kind = known
-            break
+    kind = space_kind(space)
     if kind == "Box":
         return {
             "kind": "Box",
@@ -62,6 +68,15 @@ def space_to_schema(space: Any) -> dict:
             "max_length": int(space.max_length),
             "charset": "".join(sorted(charset)) if charset is not None else None,
         }
+    if kind == "Graph":
+        edge = space.edge_space
+        return {"kind": "Graph", "node_space": space_to_schema(space.node_space),
+                "edge_space": None if edge is None else space_to_schema(edge)}
+    if kind == "Sequence":
+        return {"kind": "Sequence", "space": space_to_schema(space.feature_space),
+                "stack": bool(getattr(space, "stack", False))}
+    if kind == "OneOf":
+        return {"kind": "OneOf", "spaces": [space_to_schema(sub) for sub in space.spaces]}
     text = re.sub(r" at 0x[0-9a-f]+", "", repr(space))[:500]  # addresses differ between processes
     return {"kind": "Opaque", "name": f"{type(space).__module__}.{type(space).__qualname__}", "repr": text}
 
@@ -75,6 +90,15 @@ def is_fixed(schema: dict) -> bool:
         return all(is_fixed(sub) for _, sub in schema["spaces"])
     if kind == "Tuple":
         return all(is_fixed(sub) for sub in schema["spaces"])
+    return False
+
+
+def has_opaque(schema: Any) -> bool:
+    """Whether any part of the space (nested ones included) is a custom space described only by name."""
+    if isinstance(schema, dict):
+        return schema.get("kind") == "Opaque" or any(has_opaque(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(has_opaque(v) for v in schema)
     return False
 
 
@@ -138,8 +162,76 @@ def schema_to_space(schema: Any, depth: int = 0) -> Any:
         if charset is not None:
             kwargs["charset"] = charset
         return spaces.Text(int(schema["max_length"]), **kwargs)
+    if kind == "Graph":
+        edge = schema.get("edge_space")
+        return spaces.Graph(schema_to_space(schema["node_space"], depth + 1),
+                            None if edge is None else schema_to_space(edge, depth + 1))
+    if kind == "Sequence":
+        return spaces.Sequence(schema_to_space(schema["space"], depth + 1), stack=bool(schema.get("stack")))
+    if kind == "OneOf":
+        return spaces.OneOf([schema_to_space(sub, depth + 1) for sub in schema["spaces"]])
     if kind == "Opaque":
         from .remote_space import RemoteSpace
 
         return RemoteSpace(str(schema.get("name")), str(schema.get("repr")))
     raise ValueError(f"unknown space kind {kind!r}")
+
+
+def revive(space: Any, value: Any) -> Any:
+    """Give a value that crossed the wire the types its space expects.
+
+    msgpack keeps numbers, strings, arrays, lists, dicts and tuples, but not named tuples: a
+    Graph's ``GraphInstance`` (also inside Sequence and OneOf values) arrives as a plain tuple.
+    Both sides hold the space, so they rebuild those from it instead of trusting a type name sent
+    by the peer. Values of fixed-layout and unknown (custom) spaces are returned as they are.
+    """
+    kind = space_kind(space)
+    if kind == "Graph":
+        if isinstance(value, (tuple, list)) and len(value) == 3:
+            instance = _graph_instance_type(space)
+            nodes, edges, links = value
+            edge_space = space.edge_space
+            return instance(_revive_stack(space.node_space, nodes),
+                            None if edges is None or edge_space is None else _revive_stack(edge_space, edges), links)
+        return value
+    if kind == "Sequence":
+        if getattr(space, "stack", False):
+            return _revive_stack(space.feature_space, value)
+        return tuple(revive(space.feature_space, item) for item in value) if isinstance(value, (tuple, list)) else value
+    if kind == "OneOf":
+        if isinstance(value, (tuple, list)) and len(value) == 2:
+            index = value[0]
+            subspaces = space.spaces
+            if isinstance(index, (int, np.integer)) and 0 <= int(index) < len(subspaces):
+                return (index, revive(subspaces[int(index)], value[1]))
+        return value
+    if kind == "Dict" and isinstance(value, dict):
+        subspaces = space.spaces
+        return {key: revive(subspaces[key], item) if key in subspaces else item for key, item in value.items()}
+    if kind == "Tuple" and isinstance(value, (tuple, list)):
+        return tuple(revive(sub, item) for sub, item in zip(space.spaces, value))
+    return value
+
+
+def _revive_stack(space: Any, value: Any) -> Any:
+    """Stacked values (Graph nodes/edges, stacked Sequences): arrays, or dicts/tuples of arrays."""
+    kind = space_kind(space)
+    if kind == "Dict" and isinstance(value, dict):
+        return {key: _revive_stack(space.spaces[key], item) if key in space.spaces else item for key, item in value.items()}
+    if kind == "Tuple" and isinstance(value, (tuple, list)):
+        return tuple(_revive_stack(sub, item) for sub, item in zip(space.spaces, value))
+    return value
+
+
+def _graph_instance_type(space: Any) -> Any:
+    import sys
+    from collections import namedtuple
+
+    module = sys.modules.get(type(space).__module__)
+    found = getattr(module, "GraphInstance", None)
+    if found is None:
+        for name in ("gymnasium.spaces.graph", "gym.spaces.graph"):
+            found = getattr(sys.modules.get(name), "GraphInstance", None)
+            if found is not None:
+                break
+    return found or namedtuple("GraphInstance", ["nodes", "edges", "edge_links"])

@@ -25,7 +25,7 @@ from . import protocol as P
 from .envs import LegacyEnv, get_attr, is_legacy, make_env, set_attr
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
 from .ring import Doorbell, Ring, unlink_semaphore, unlink_shm
-from .schema import is_fixed, leaves, space_to_schema
+from .schema import is_fixed, leaves, revive, space_to_schema
 
 CONFIG_ENV_VAR = "PORTAL_SHM_SERVER_CONFIG"
 IDLE_CHECK_SECONDS = 0.5
@@ -81,6 +81,11 @@ def _action_reader(schema: dict, views: dict, counter: list) -> Callable[[int, i
     array = views[f"act.{counter[0]}"]
     counter[0] += 1
     if array.ndim == 2:
+        if array.dtype.kind == "f":
+            # A scalar action of a float32 Box arrives as np.float64 (same value), which is also a
+            # Python float: what an env gets from gymnasium's vector envs when the agent passes
+            # float64 actions, and what APIs such as time.sleep() or math functions accept.
+            return lambda k, i: np.float64(array[k, i])
         return lambda k, i: array[k, i]
     return lambda k, i: array[k, i].copy()
 
@@ -169,7 +174,8 @@ class EnvServer:
                 self.obs_fixed.append((_leaf_getter(path), views[f"obs.{index}"]))
             else:
                 self.obs_var.append((index, _leaf_getter(path)))
-        self.read_action = _action_reader(act_schema, views, [0])
+        # Actions with a variable layout (Text, Graph, custom spaces...) come as a message instead.
+        self.read_action = _action_reader(act_schema, views, [0]) if is_fixed(act_schema) else None
         self.reward = views["reward"]
         self.terminated = views["terminated"]
         self.truncated = views["truncated"]
@@ -185,8 +191,8 @@ class EnvServer:
                     raise AgentGone()
                 continue
             cmd = int(mailbox[_CMD])
-            if cmd == P.CMD_STEP:
-                self.step(int(mailbox[_SLOT]))
+            if cmd == P.CMD_STEP or cmd == P.CMD_STEP_ACTIONS:
+                self.step(int(mailbox[_SLOT]), cmd == P.CMD_STEP_ACTIONS)
                 self.done.ring()
             elif cmd == P.CMD_CONTROL:
                 if not self.control(self.recv()):
@@ -245,10 +251,17 @@ class EnvServer:
             self.info_len[k, i] = -1
             extras[i] = blob
 
-    def step(self, k: int) -> None:
+    def step(self, k: int, actions_by_message: bool = False) -> None:
         mailbox = self.mailbox
         extras: dict = {}
+        errors: list = []
         mode = self.autoreset_mode
+        actions = None
+        if actions_by_message or self.read_action is None:
+            message = self.recv()
+            if message.get("cmd") != P.ACTIONS:
+                raise P.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
+            actions = message["actions"]
         for j, env in enumerate(self.envs):
             i = self.env_indices[j]
             payload: list = []
@@ -263,7 +276,8 @@ class EnvServer:
                             f"env {i} ended its episode and autoreset_mode is DISABLED: "
                             "call reset(options={'reset_mask': mask}) for it before stepping"
                         )
-                    obs, reward, terminated, truncated, info = env.step(self.read_action(k, i))
+                    action = self.read_action(k, i) if actions is None else revive(env.action_space, actions[j])
+                    obs, reward, terminated, truncated, info = env.step(action)
                     infos = [info]
                     if mode == SAME_STEP and (terminated or truncated):
                         infos = [{"final_obs": obs, "final_info": info}]
@@ -276,10 +290,13 @@ class EnvServer:
                 self.autoreset[j] = bool(terminated or truncated)
                 self._publish(k, i, infos, payload, extras)
             except Exception as exc:
-                self.send(_error_message(exc, i, "step"))
-                mailbox[_STATUS] = STATUS_ERROR
-                mailbox[_EXTRA] = 0
-                return
+                # Every env steps, as each would in a process of its own; all errors are reported.
+                errors.append(_error_message(exc, i, "step"))
+        if errors:
+            self.send(dict(errors[0], more=errors[1:]))
+            mailbox[_STATUS] = STATUS_ERROR
+            mailbox[_EXTRA] = 0
+            return
         if extras:
             self.send({"cmd": P.EXTRA, "blobs": extras})
         mailbox[_EXTRA] = 1 if extras else 0
@@ -292,8 +309,11 @@ class EnvServer:
         env_index = None
         try:
             if cmd == P.RESET:
-                self.reset(message)
-                self.send({"cmd": P.REPLY, "extras": self._reset_extras})
+                errors = self.reset(message)
+                if errors:
+                    self.send(dict(errors[0], more=errors[1:]))
+                else:
+                    self.send({"cmd": P.REPLY, "extras": self._reset_extras})
             elif cmd == P.CALL:
                 results = []
                 for j, env in enumerate(self.envs):
@@ -322,8 +342,6 @@ class EnvServer:
             else:
                 raise P.ProtocolError(f"unknown control command {cmd!r}")
         except Exception as exc:
-            if cmd == P.RESET:
-                env_index = self._reset_env_index
             self.send(_error_message(exc, env_index, str(cmd)))
         return True
 
@@ -334,38 +352,91 @@ class EnvServer:
             raise TypeError(f"the result of {name!r} cannot be sent to the agent: {exc}") from None
         self.socket.send(data, copy=False)
 
-    def reset(self, message: dict) -> None:
+    def reset(self, message: dict) -> list:
+        """Reset the envs (those in the mask); returns the error messages of envs that raised."""
         k, prev = int(message["slot"]), int(message["prev_slot"])
         seeds, options, mask = message["seeds"], message.get("options"), message.get("mask")
         self._reset_extras = {}
+        errors = []
         for j, env in enumerate(self.envs):
             i = self.env_indices[j]
-            self._reset_env_index = i
             payload: list = []
             if mask is None or mask[j]:
-                obs, info = env.reset(seed=seeds[j], options=options)
-                self.autoreset[j] = False
-                self._write(k, j, i, obs, payload)
-                self._publish(k, i, [info], payload, self._reset_extras)
+                try:
+                    obs, info = env.reset(seed=seeds[j], options=options)
+                    self.autoreset[j] = False
+                    self._write(k, j, i, obs, payload)
+                    self._publish(k, i, [info], payload, self._reset_extras)
+                except Exception as exc:
+                    errors.append(_error_message(exc, i, P.RESET))
             else:
                 for _, array in self.obs_fixed:
                     array[k, i] = array[prev, i]
                 if self.obs_var:
                     payload.append(self.last_var_obs[j])
                 self._publish(k, i, [], payload, self._reset_extras)
+        return errors
 
 
 def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
     spec = config.get("env") or {}
     kwargs = dict(spec.get("kwargs") or {})
+    factories = _load_factories(spec) if spec.get("factories") else None
     envs = []
-    for _ in config["env_indices"]:
-        env = factory(**kwargs) if factory is not None else make_env(spec["id"], kwargs)
+    for j, _ in enumerate(config["env_indices"]):
+        if factories is not None:
+            env = factories[j]()
+        else:
+            env = factory(**kwargs) if factory is not None else make_env(spec["id"], kwargs)
         legacy = spec.get("legacy")
         if legacy or (legacy is None and is_legacy(env)):
             env = LegacyEnv(env)
         envs.append(env)
     return envs
+
+
+def _load_factories(spec: dict) -> list:
+    """The env factories (callables) the agent shipped for this server's envs, one per env.
+
+    They come pickled with cloudpickle in a file of the agent's private run directory: code the
+    agent sends to the runtime it started, never the other way round. The agent's import paths go
+    first on ``sys.path`` (as multiprocessing's spawn does), so that modules the factories name
+    import here as they do in the agent.
+    """
+    try:
+        import cloudpickle  # noqa: F401  (unpickling its output needs it importable)
+    except ImportError:
+        raise RuntimeError(
+            "this runtime cannot load env factories (callables): cloudpickle is not installed in it; "
+            "add 'cloudpickle' to its requirements, or pass an env id or 'module:callable' entry point"
+        ) from None
+    import pickle
+
+    paths = [p for p in spec.get("sys_path") or [] if isinstance(p, str)]
+    sys.path[:] = paths + [p for p in sys.path if p not in paths]
+    if spec.get("registry"):
+        _add_registrations(spec["registry"])
+    with open(spec["factories"], "rb") as handle:
+        factories = pickle.load(handle)
+    if not isinstance(factories, list) or not all(callable(f) for f in factories):
+        raise TypeError("the shipped env factories are not a list of callables")
+    return factories
+
+
+def _add_registrations(path: str) -> None:
+    """The agent's gymnasium registrations (as forked AsyncVectorEnv workers inherit them); a runtime
+    without gymnasium, or ids it registered itself, keep their own."""
+    import pickle
+
+    try:
+        import gymnasium
+    except ImportError:
+        return
+    with open(path, "rb") as handle:
+        specs = pickle.load(handle)
+    registry = gymnasium.envs.registry
+    for env_id, env_spec in specs.items():
+        registry.setdefault(env_id, env_spec)
 
 
 def run(config: dict, factory: Optional[Callable[..., Any]] = None) -> int:

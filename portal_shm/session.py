@@ -17,7 +17,7 @@ import zmq
 from . import protocol as P
 from .backend import ServerHandle, ServerLaunch
 from .control import ControlChannel
-from .errors import EnvError, EnvNotFoundError, ProtocolMismatchError, ServerDiedError, ServerProtocolError
+from .errors import EnvError, EnvNotFoundError, env_error_class, ProtocolMismatchError, ServerDiedError, ServerProtocolError
 from .layout import MAILBOX_FIELDS
 from .resources import PortalResources
 from .ring import Doorbell, Ring
@@ -47,9 +47,16 @@ class ServerLink:
 
     def error(self, message: dict) -> EnvError:
         """The agent-side exception for an ERROR message this server sent."""
-        cls = EnvNotFoundError if str(message.get("type", "")).endswith("EnvNotFound") else EnvError
+        error_type = str(message.get("type", ""))
+        cls = EnvNotFoundError if error_type.endswith("EnvNotFound") else env_error_class(error_type)
         return cls(message.get("env_index"), str(message.get("phase")), str(message.get("type")),
                    str(message.get("message")), str(message.get("traceback", "")), self.handle.describe())
+
+    def errors(self, message: dict) -> list[EnvError]:
+        """All env errors of one ERROR message: the first env's, then those of the server's other envs."""
+        more = message.get("more")
+        return [self.error(message)] + [self.error(m) for m in (more if isinstance(more, list) else [])
+                                        if isinstance(m, dict)]
 
     def expect(self, cmd: str, timeout: Optional[float], what: str) -> dict:
         message = self.channel.recv(self.check_alive, timeout, f"{what} of env server {self.index}")
@@ -99,11 +106,17 @@ class PortalSession:
             server = ServerLink(index, env_indices, specs[env_indices[0]])
             self.servers.append(server)
             server.channel = ControlChannel(self.context, resources.socket_address(index))
+            if server.spec.factory is not None:
+                from .env_fns import ship_factories
+
+                env_config = ship_factories([specs[i] for i in env_indices], resources.run_dir, index)
+            else:
+                env_config = server.spec.to_config()
             config = {
                 "protocol": P.PROTOCOL_VERSION,
                 "server_index": index,
                 "env_indices": env_indices,
-                "env": server.spec.to_config(),
+                "env": env_config,
                 "control_address": server.channel.address,
                 "lock_path": resources.lock_path,
                 "run_dir": resources.run_dir,

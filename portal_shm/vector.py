@@ -19,20 +19,24 @@ import os
 import time
 import weakref
 from enum import Enum
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
+from gymnasium import logger
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
+from gymnasium.spaces import Space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
+from . import env_fns as F
 from . import protocol as P
+from .backend import Backend
 from .batches import ServerQueue, default_envs_per_server, server_sizes_error
 from .control import POLL_SLICE
-from .errors import EnvError, PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
+from .errors import PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
 from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK, ring_layout
-from .schema import is_fixed, leaf_shape_dtype, leaves, schema_to_space
+from .schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, schema_to_space, space_to_schema
 from .session import PortalSession, ServerLink, group_envs
 from .spec import EnvSpec
 
@@ -41,7 +45,9 @@ _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", 
 
 class AsyncState(Enum):
     DEFAULT = "default"
+    WAITING_RESET = "reset"
     WAITING_STEP = "step"
+    WAITING_CALL = "call"
 
 
 def _layout_of(schema: dict) -> list:
@@ -50,25 +56,51 @@ def _layout_of(schema: dict) -> list:
             for _, leaf in leaves(schema)]
 
 
+def _subspace(space: Any, path: tuple) -> Any:
+    for part in path:
+        space = space[part]
+    return space
+
+
 def _tree_copy(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, dict):
         return {k: _tree_copy(v) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(_tree_copy(v) for v in value)
+        items = [_tree_copy(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # GraphInstance
     return copy_module.deepcopy(value)
 
 
 class VectorPortal(VectorEnv):
     """Steps envs that live in other runtimes as one batched gymnasium ``VectorEnv``.
 
+    A drop-in for ``gymnasium.vector.AsyncVectorEnv``: ``VectorPortal(env_fns, ...)`` takes the same
+    arguments (see ``portal_shm.env_fns`` for how the factories reach the env runtimes).
+
     Args:
-        envs: one ``EnvSpec`` per env (``make_vec`` builds this list for you). Consecutive envs
-            with equal specs share env servers, ``envs_per_server`` each.
-        autoreset_mode: gymnasium's ``AutoresetMode`` (NEXT_STEP, SAME_STEP or DISABLED).
+        env_fns: one entry per env: a callable that makes it (a lambda, closure, ``functools.partial``
+            or class, as for AsyncVectorEnv; shipped with cloudpickle to ``backend``) or an
+            ``EnvSpec`` naming an env id or entry point (``make_vec`` builds these for you).
+            Consecutive envs of one backend share env servers, ``envs_per_server`` each.
+        shared_memory: with factories, as AsyncVectorEnv: True refuses observation spaces gymnasium
+            cannot keep in shared memory (custom spaces, Graph, Sequence) with its errors; False
+            serves them, their values travelling beside the ring. ``EnvSpec`` lists always serve
+            them. Fixed-layout values live in the ring either way.
         copy: return fresh arrays every call instead of ring views (see the module docstring for
-            how long views stay valid).
+            how long views stay valid). Default: True with factories (as AsyncVectorEnv), False for
+            a list of ``EnvSpec``.
+        context, daemon: accepted for AsyncVectorEnv code and ignored: env servers are always fresh
+            processes (like the "spawn" start method) that exit when the agent does.
+        worker: not supported (there is no worker loop to replace); must be None.
+        observation_mode: ``"same"`` (all envs have equal observation spaces), ``"different"``
+            (one shape and dtype, other bounds, e.g. two versions of an env side by side) or a tuple
+            ``(observation_space, single_observation_space)``, as in gymnasium's vector envs.
+        autoreset_mode: gymnasium's ``AutoresetMode`` (NEXT_STEP, SAME_STEP or DISABLED).
+        max_concurrency: at most this many envs step at the same time (caps the env servers).
+        backend: where factories run: ``"process"`` (default) or ``"venv"``, or a Backend instance
+            of those kinds; ``EnvSpec`` entries carry their own backend.
         ring_depth: number of batches the ring holds; a returned view survives ``ring_depth - 1``
             further calls.
         envs_per_server: envs hosted by one server process. Default: spread the envs over as many
@@ -78,9 +110,6 @@ class VectorPortal(VectorEnv):
         startup_timeout: seconds to wait for servers to create their envs and connect.
         step_timeout: seconds a step, reset or call may take before ``PortalTimeoutError``;
             None waits as long as the servers live (a dead server is always reported at once).
-        observation_mode: ``"same"`` (all envs have equal observation spaces) or ``"different"``
-            (one shape and dtype, other bounds, e.g. two versions of an env side by side), as in
-            gymnasium's vector envs.
         batch_size: envpool-style async stepping when smaller than the number of envs: ``recv()``
             returns the first ``batch_size`` envs to finish (their ids in ``infos["env_id"]``) and
             ``send(actions, env_ids)`` steps them again while the others still run. Servers are
@@ -91,28 +120,41 @@ class VectorPortal(VectorEnv):
 
     def __init__(
         self,
-        envs: Sequence[EnvSpec],
+        env_fns: Sequence[Union[EnvSpec, Callable[[], Any]]],
         *,
+        shared_memory: bool = True,
+        copy: Optional[bool] = None,
+        context: Optional[str] = None,
+        daemon: bool = True,
+        worker: Optional[Callable[..., Any]] = None,
+        observation_mode: Union[str, tuple[Space, Space]] = "same",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = False,
+        max_concurrency: Optional[int] = None,
+        backend: Union[str, Backend] = "process",
         ring_depth: int = 4,
         envs_per_server: Optional[int] = None,
         info_capacity: int = 4096,
         startup_timeout: float = 120.0,
         step_timeout: Optional[float] = None,
-        observation_mode: str = "same",
         batch_size: Optional[int] = None,
     ) -> None:
-        specs = list(envs)
-        if not specs:
-            raise ValueError("VectorPortal needs at least one env spec")
-        if not all(isinstance(spec, EnvSpec) for spec in specs):
-            raise TypeError("VectorPortal(envs) takes a list of portal_shm.EnvSpec; use portal_shm.make_vec(id, n)")
-        if observation_mode not in ("same", "different"):
-            raise ValueError(f"observation_mode must be 'same' or 'different', got {observation_mode!r}")
+        F.check_options(context, worker, max_concurrency)
+        specs, self._gymnasium_form = F.to_specs(env_fns, backend)
+        if not (observation_mode in ("same", "different") or (
+                isinstance(observation_mode, tuple) and len(observation_mode) == 2)):
+            raise ValueError(
+                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
+                f"observation space, actual got {observation_mode}"
+            )
+        if isinstance(observation_mode, tuple) and not all(isinstance(s, Space) for s in observation_mode):
+            raise TypeError(f"Expected both elements of observation_mode to be Spaces, got "
+                            f"{type(observation_mode[0])} and {type(observation_mode[1])}")
         self.observation_mode = observation_mode
         if ring_depth < 2:
             raise ValueError(f"ring_depth must be at least 2, got {ring_depth}")
+        self.env_fns = list(env_fns)
+        self.shared_memory, self.context, self.daemon, self.worker = shared_memory, context, daemon, worker
+        self.max_concurrency = max_concurrency
         self.num_envs = len(specs)
         self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
@@ -122,7 +164,7 @@ class VectorPortal(VectorEnv):
                 raise ValueError("batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
                                  "could only be reset by a masked reset, which async batches do not have")
             envs_per_server = self._async_grouping(specs, envs_per_server)
-        self.copy = copy
+        self.copy = self._gymnasium_form if copy is None else copy
         self.ring_depth = ring_depth
         self.step_timeout = step_timeout
         self.closed = False
@@ -136,7 +178,8 @@ class VectorPortal(VectorEnv):
         self._session = PortalSession(bases.pop())
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
-            self._start(specs, envs_per_server, startup_timeout, info_capacity)
+            self._start(specs, F.envs_per_server(self.num_envs, envs_per_server, max_concurrency),
+                        startup_timeout, info_capacity)
         except BaseException:
             self._finalizer()
             self.closed = True
@@ -165,25 +208,39 @@ class VectorPortal(VectorEnv):
             self.single_action_space = schema_to_space(self._act_schema)
         except (ValueError, KeyError, TypeError) as exc:
             raise ServerProtocolError(f"env 0 describes its spaces in a way the agent cannot use: {exc}") from None
+        if self._gymnasium_form and (has_opaque(self._obs_schema) or has_opaque(self._act_schema)):
+            local = F.local_spaces(specs[0].factory) if specs[0].factory is not None else None
+            if local is not None:
+                self.single_observation_space, self.single_action_space = local
+        mode = self.observation_mode
+        if isinstance(mode, tuple):
+            self.single_observation_space = mode[1]
+            self._obs_schema = space_to_schema(mode[1])
         for i, (obs, act) in enumerate(zip(obs_schemas, act_schemas)):
-            if self.observation_mode == "different" and _layout_of(obs) != _layout_of(self._obs_schema):
+            if mode != "same" and _layout_of(obs) != _layout_of(self._obs_schema):
                 raise RuntimeError(
-                    f"VectorPortal(..., observation_mode='different') needs observation spaces of one shape and "
-                    f"dtype; env {i} has {schema_to_space(obs)}, env 0 has {self.single_observation_space}"
+                    f"VectorPortal(..., observation_mode='different' or custom space) however the sub-environment's "
+                    f"observation spaces do not share a common shape and dtype: env {i} has {schema_to_space(obs)}, "
+                    f"expected the layout of {self.single_observation_space}"
                 )
-            if self.observation_mode == "same" and P.packb(obs) != P.packb(self._obs_schema):
+            if mode == "same" and P.packb(obs) != P.packb(self._obs_schema):
                 raise RuntimeError(
-                    f"env {i} has observation space {schema_to_space(obs)}, env 0 has "
-                    f"{self.single_observation_space}: all envs of a VectorPortal need the same spaces, "
-                    "or pass observation_mode='different' for spaces of one shape and dtype with other bounds"
+                    "VectorPortal(..., observation_mode='same') however some of the sub-environments observation "
+                    f"spaces are not equivalent: env {i} has {schema_to_space(obs)}, env 0 has "
+                    f"{self.single_observation_space}. If this is intentional, use `observation_mode='different'` "
+                    "instead (spaces of one shape and dtype with other bounds)."
                 )
             if P.packb(act) != P.packb(self._act_schema):
                 raise RuntimeError(
-                    f"env {i} has action space {schema_to_space(act)}, env 0 has {self.single_action_space}"
+                    f"Some environments have an action space different from `{self.single_action_space}`: env {i} "
+                    f"has {schema_to_space(act)}. In order to batch actions, the action spaces from all "
+                    "environments must be equal."
                 )
-        if not is_fixed(self._act_schema):
-            raise ValueError(f"action space {self.single_action_space} has no fixed layout; it cannot live in the ring")
-        if self.observation_mode == "different":
+        if self._gymnasium_form and self.shared_memory:
+            F.check_shared_memory(self.single_observation_space)
+        if isinstance(mode, tuple):
+            self.observation_space = mode[0]
+        elif mode == "different":
             self.observation_space = batch_differing_spaces([schema_to_space(obs) for obs in obs_schemas])
         else:
             self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -206,7 +263,11 @@ class VectorPortal(VectorEnv):
         self._reward, self._terminated, self._truncated = views["reward"], views["terminated"], views["truncated"]
         self._info_len, self._info = views["info_len"], views["info"]
         self._info_capacity = info_capacity
-        self._act_leaves = [views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))]
+        # Actions of spaces without a fixed layout are sent as a message (one per server and step).
+        self._act_leaves = ([views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))]
+                            if is_fixed(self._act_schema) else None)
+        self._var_spaces = {index: _subspace(self.single_observation_space, path)
+                            for index, (path, leaf) in enumerate(leaves(self._obs_schema)) if not is_fixed(leaf)}
         self._build_obs = self._obs_builder(self._obs_schema, views, [0])
         has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
         self._obs_slots = None if has_variable_leaves else [
@@ -259,11 +320,6 @@ class VectorPortal(VectorEnv):
             self._broken = exc
             self._session.graceful = False
 
-    def _next_slot(self) -> tuple[int, int]:
-        prev = self._slot
-        self._slot = (self._slot + 1) % self.ring_depth
-        return self._slot, max(prev, 0)
-
     # -- infos and observations ----------------------------------------------------------
     def _gather(self, k: int, extras: dict, infos: dict, envs: Optional[list] = None, first: int = -1,
                 total: int = 0) -> dict:
@@ -293,10 +349,22 @@ class VectorPortal(VectorEnv):
                 raise ServerProtocolError(f"env {i} wrote infos of an unexpected shape")
             for env_info in entry[0]:
                 if env_info:
+                    if self._var_spaces and "final_obs" in env_info:
+                        env_info["final_obs"] = self._revive(self.single_observation_space, env_info["final_obs"], i)
                     infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, position, total)
             if entry[1] is not None:
-                self._var_obs[i] = entry[1]
+                if not isinstance(entry[1], dict):
+                    raise ServerProtocolError(f"env {i} sent variable-layout observations of an unexpected shape")
+                self._var_obs[i] = {index: self._revive(self._var_spaces.get(index), value, i)
+                                    for index, value in entry[1].items()}
         return infos
+
+    @staticmethod
+    def _revive(space: Any, value: Any, env: int) -> Any:
+        try:
+            return value if space is None else revive(space, value)
+        except Exception as exc:  # the value came from an env runtime: malformed is a protocol error
+            raise ServerProtocolError(f"env {env} sent a value that does not fit {space}: {exc}") from None
 
     def _observations(self, k: int) -> Any:
         if self._obs_slots is not None:
@@ -311,13 +379,21 @@ class VectorPortal(VectorEnv):
     # -- the gymnasium API ---------------------------------------------------------------
     def reset(self, *, seed: int | list | None = None, options: dict | None = None) -> tuple[Any, dict]:
         """Reset all envs (or those in ``options["reset_mask"]``) exactly as SyncVectorEnv does."""
-        self._check_usable()
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def _check_idle(self, what: str) -> None:
         if self._state is not AsyncState.DEFAULT:
             raise AlreadyPendingCallError(
-                f"calling `reset` while waiting for a pending call to `{self._state.value}` to complete",
+                f"Calling `{what}` while waiting for a pending call to `{self._state.value}` to complete",
                 str(self._state.value),
             )
+
+    def reset_async(self, seed: int | list | None = None, options: dict | None = None) -> None:
+        """Send the reset to every server and return at once; ``reset_wait`` collects the results."""
+        self._check_usable()
         seeds = self._seeds(seed)
+        self._check_idle("reset_async")
         mask = None
         if options is not None and "reset_mask" in options:
             mask = options.pop("reset_mask")
@@ -336,28 +412,43 @@ class VectorPortal(VectorEnv):
                 raise ValueError("options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
                                  "env and recv() then hands them out batch by batch")
             self._reset_batches(seeds, options)
-            obs, _, _, _, infos = self._recv_batch(None)
+            self._state = AsyncState.WAITING_RESET
+            return
+        messages = []
+        k, prev = (self._slot + 1) % self.ring_depth, max(self._slot, 0)
+        for server in self._session.servers:
+            envs = server.env_indices
+            messages.append({
+                "cmd": P.RESET,
+                "slot": k,
+                "prev_slot": prev,
+                "seeds": [seeds[i] for i in envs],
+                "options": options,
+                "mask": None if mask is None else [bool(mask[i]) for i in envs],
+            })
+        self._send_control(messages, "reset_async", AsyncState.WAITING_RESET)
+        self._slot = k
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
+        """Results of ``reset_async``; ``timeout`` (seconds) raises ``PortalTimeoutError``, also a
+        ``multiprocessing.TimeoutError`` as with AsyncVectorEnv (the portal cannot continue then)."""
+        self._check_usable()
+        if self._state is not AsyncState.WAITING_RESET:
+            raise NoAsyncCallError("Calling `reset_wait` without any prior call to `reset_async`.",
+                                   AsyncState.WAITING_RESET.value)
+        if self._async:
+            self._state = AsyncState.DEFAULT
+            obs, _, _, _, infos = self.recv(timeout)
             return obs, infos
-        k, prev = self._next_slot()
-        servers = self._session.servers
+        k = self._slot
         try:
-            for server in servers:
-                envs = server.env_indices
-                server.channel.send({
-                    "cmd": P.RESET,
-                    "slot": k,
-                    "prev_slot": prev,
-                    "seeds": [seeds[i] for i in envs],
-                    "options": options,
-                    "mask": None if mask is None else [bool(mask[i]) for i in envs],
-                }, server.check_alive)
-                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
-            extras, error = self._replies("reset")
-            if error is not None:
-                raise error
+            extras, errors = self._replies("reset", timeout)
+            self._state = AsyncState.DEFAULT
+            if errors:
+                self._raise_env_errors(errors)
             infos = self._gather(k, extras, {})
         except BaseException as exc:
+            self._state = AsyncState.DEFAULT
             self._fail(exc)
             raise
         return self._observations(k), infos
@@ -375,43 +466,81 @@ class VectorPortal(VectorEnv):
             )
         return seeds
 
-    def _replies(self, what: str) -> tuple[dict, Optional[EnvError]]:
-        """Collect one reply per server (always all of them, to stay in step); first error wins."""
+    def _raise_env_errors(self, errors: list) -> None:
+        """Raise an env's error: the first one, or in the env_fns form the last one after logging all
+        as AsyncVectorEnv does (whose failed workers shut down: the portal then refuses further calls)."""
+        if self._gymnasium_form:
+            F.log_env_errors(errors)
+            self._broken = errors[-1]
+            raise errors[-1]
+        raise errors[0]
+
+    def _replies(self, what: str, timeout: Optional[float] = None) -> tuple[dict, list]:
+        """Collect one reply per server (always all of them, to stay in step) and every env error."""
         extras: dict = {}
         results: list = []
-        error = None
+        errors: list = []
+        timeout = self.step_timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         for server in self._session.servers:
-            message = server.channel.recv(server.check_alive, self.step_timeout, f"{what} of env server {server.index}")
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = server.channel.recv(server.check_alive, remaining, f"{what} of env server {server.index}")
             if message["cmd"] == P.ERROR:
-                error = error or server.error(message)
+                errors.extend(server.errors(message))
             elif message["cmd"] == P.REPLY:
                 extras.update(message.get("extras") or {})
                 results.extend(message.get("results") or [])
             else:
                 raise ServerProtocolError(f"env server {server.index} answered {what} with {message['cmd']!r}")
         self._results = results
-        return extras, error
+        return extras, errors
 
     def step_async(self, actions: Any) -> None:
         """Write the actions into the ring and wake every server; returns at once."""
         self._check_usable()
-        if self._state is not AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `step_async` while waiting for a pending call to `{self._state.value}` to complete.",
-                str(self._state.value),
-            )
+        self._check_idle("step_async")
         if self._async:
             self.send(actions)
             self._state = AsyncState.WAITING_STEP
             return
-        k, _ = self._next_slot()
-        self._write_actions(k, actions)
+        k = (self._slot + 1) % self.ring_depth
+        cmd = P.CMD_STEP
+        if self._act_leaves is None:
+            self._send_actions(actions)
+            cmd = P.CMD_STEP_ACTIONS
+        else:
+            try:
+                self._write_actions(k, actions)
+            except (ValueError, TypeError):
+                if not self._gymnasium_form:
+                    raise
+                # AsyncVectorEnv hands each env its element of the batch, whatever its shape: e.g.
+                # [0, 1, 2] for three Box(0, 1, (1,)) envs. Such a batch travels as a message.
+                self._send_actions(actions)
+                cmd = P.CMD_STEP_ACTIONS
+        self._slot = k
         mailbox = self._mailbox
         for server in self._session.servers:
-            mailbox[server.index, _CMD] = P.CMD_STEP
+            mailbox[server.index, _CMD] = cmd
             mailbox[server.index, _SLOT] = k
             server.go.ring()
         self._state = AsyncState.WAITING_STEP
+
+    def _send_actions(self, actions: Any) -> None:
+        """Actions without a fixed layout: one message per server, each env's action as msgpack."""
+        per_env = list(iterate(self.action_space, actions))
+        if len(per_env) != self.num_envs:
+            raise ValueError(f"got {len(per_env)} actions for {self.num_envs} envs")
+        messages = [{"cmd": P.ACTIONS, "actions": [per_env[i] for i in server.env_indices]}
+                    for server in self._session.servers]
+        for message in messages:
+            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
+        try:
+            for server, message in zip(self._session.servers, messages):
+                server.channel.send(message, server.check_alive)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
 
     def _write_actions(self, k: int, actions: Any) -> None:
         leaves_out = self._act_leaves
@@ -423,6 +552,8 @@ class VectorPortal(VectorEnv):
             row = target[k]
             array = np.asarray(value)
             if array.shape != row.shape:
+                if array.ndim == 0 < row.ndim:
+                    raise TypeError(f"actions must hold one action per env (shape {row.shape}), got the scalar {value!r}")
                 raise ValueError(
                     f"actions of shape {array.shape} do not match the batched action space "
                     f"{self.action_space} (expected shape {row.shape})"
@@ -436,7 +567,11 @@ class VectorPortal(VectorEnv):
         return actions
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Wait for the step started by ``step_async``; see the module docstring for view validity."""
+        """Wait for the step started by ``step_async``; see the module docstring for view validity.
+
+        ``timeout`` (seconds) raises ``PortalTimeoutError``, also a ``multiprocessing.TimeoutError``
+        as with AsyncVectorEnv; the portal cannot continue after it.
+        """
         if self.closed:
             raise ClosedEnvironmentError("this VectorPortal is closed")
         if self._state is not AsyncState.WAITING_STEP:
@@ -449,7 +584,7 @@ class VectorPortal(VectorEnv):
         k = self._slot
         extras: dict = {}
         infos: dict = {}
-        error: Optional[EnvError] = None
+        errors: list = []
         try:
             # Servers own ascending env ranges: batching each one's infos as soon as it is done
             # keeps env order (as gymnasium's) and hides the work behind the slower servers.
@@ -459,17 +594,18 @@ class VectorPortal(VectorEnv):
                 if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
                     message = server.channel.recv(server.check_alive, timeout, f"step of env server {server.index}")
                     if message["cmd"] == P.ERROR:
-                        error = error or server.error(message)
+                        errors.extend(server.errors(message))
                     elif message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict):
                         extras.update(message["blobs"])
                     else:
                         raise ServerProtocolError(f"env server {server.index} sent {message['cmd']!r} during a step")
-                if error is None:
+                if not errors:
                     infos = self._gather(k, extras, infos, server.env_indices)
             self._state = AsyncState.DEFAULT
-            if error is not None:
-                raise error
+            if errors:
+                self._raise_env_errors(errors)
         except BaseException as exc:
+            self._state = AsyncState.DEFAULT
             self._fail(exc)
             raise
         reward, terminated, truncated = self._results_views[k]
@@ -482,13 +618,12 @@ class VectorPortal(VectorEnv):
         self.step_async(actions)
         return self.step_wait()
 
-    def _control(self, messages: list, what: str) -> list:
+    def _send_control(self, messages: list, what: str, state: AsyncState) -> None:
+        """Send one control message per server and wake it; the replies are collected later."""
         self._check_usable()
-        if self._state is not AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"calling `{what}` while waiting for a pending call to `{self._state.value}` to complete",
-                str(self._state.value),
-            )
+        self._check_idle(what)
+        for message in messages:
+            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
         try:
             if self._async:
                 self._settle()
@@ -496,23 +631,62 @@ class VectorPortal(VectorEnv):
                 server.channel.send(message, server.check_alive)
                 self._mailbox[server.index, _CMD] = P.CMD_CONTROL
                 server.go.ring()
-            _, error = self._replies(what)
         except BaseException as exc:
             self._fail(exc)
             raise
-        if error is not None:
-            raise error
+        self._state = state
+
+    def _control_wait(self, what: str, timeout: Optional[float]) -> list:
+        try:
+            _, errors = self._replies(what, timeout)
+        except BaseException as exc:
+            self._state = AsyncState.DEFAULT
+            self._fail(exc)
+            raise
+        self._state = AsyncState.DEFAULT
+        if errors:
+            self._raise_env_errors(errors)
         if len(self._results) not in (0, self.num_envs):
             raise ServerProtocolError(f"env servers returned {len(self._results)} results for {self.num_envs} envs")
         return self._results
 
+    def _control(self, messages: list, what: str) -> list:
+        self._send_control(messages, what, AsyncState.WAITING_CALL)
+        return self._control_wait(what, None)
+
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` on every env (or read it, when it is not callable); results must be msgpack-able."""
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
+        if self._gymnasium_form and name in ("reset", "step", "close"):  # as AsyncVectorEnv refuses them
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         message = {"cmd": P.CALL, "name": name, "args": list(args), "kwargs": kwargs}
-        return tuple(self._control([message] * len(self._session.servers), f"call({name!r})"))
+        self._send_control([message] * len(self._session.servers), "call_async", AsyncState.WAITING_CALL)
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Results of ``call_async``, one per env; ``timeout`` as for ``step_wait``."""
+        self._check_usable()
+        if self._state is not AsyncState.WAITING_CALL:
+            raise NoAsyncCallError("Calling `call_wait` without any prior call to `call_async`.",
+                                   AsyncState.WAITING_CALL.value)
+        return tuple(self._control_wait("call", timeout))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
+
+    @property
+    def np_random_seed(self) -> tuple[Any, ...]:
+        """Each env's ``np_random_seed``, as AsyncVectorEnv returns it."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[Any, ...]:
+        """Each env's ``np_random`` as AsyncVectorEnv returns it, where the values can be sent (they
+        cannot: a Generator is not data, so this raises an ``EnvError`` saying so)."""
+        return self.get_attr("np_random")
 
     def set_attr(self, name: str, values: list | tuple | Any) -> None:
         if not isinstance(values, (list, tuple)):
@@ -532,6 +706,9 @@ class VectorPortal(VectorEnv):
 
     # -- async batches (batch_size < num_envs) --------------------------------------------
     def _start_batches(self) -> None:
+        if self._act_leaves is None:
+            raise ValueError(f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
+                             "async batches write actions into the ring")
         servers = self._session.servers
         self._server_size = len(servers[0].env_indices)
         self._queue = ServerQueue(len(servers), self._mailbox, servers[0].done)
@@ -560,7 +737,7 @@ class VectorPortal(VectorEnv):
             ids, servers = self._last_ids, self._last_servers
             if not servers:
                 raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
-            self._check_idle(servers)
+            self._check_servers_idle(servers)
         else:
             ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
             servers = self._servers_of(ids)
@@ -613,10 +790,10 @@ class VectorPortal(VectorEnv):
                 )
             step = rows[0] + np.arange(size)
             out.append((server, slice(rows[0], rows[0] + size) if np.array_equal(rows, step) else rows))
-        self._check_idle(out)
+        self._check_servers_idle(out)
         return out
 
-    def _check_idle(self, servers: list) -> None:
+    def _check_servers_idle(self, servers: list) -> None:
         idle = self._queue.idle
         for server, _ in servers:
             if server.index not in idle:
@@ -668,17 +845,17 @@ class VectorPortal(VectorEnv):
             queue.wait(wanted, deadline, self._check_server, self._timeout_error)
             taken = sorted(queue.take(wanted))
             extras = dict(self._reset_extras)
-            error = None
+            errors: list = []
             for index in taken:
                 message = self._stash.pop(index, None) or self._step_message(index)
                 if message is None:
                     continue
                 if message["cmd"] == P.ERROR:
-                    error = error or self._session.servers[index].error(message)
+                    errors.extend(self._session.servers[index].errors(message))
                 else:
                     extras.update(message["blobs"])
-            if error is not None:
-                raise error
+            if errors:
+                self._raise_env_errors(errors)
             return self._batch(taken, extras)
         except BaseException as exc:
             self._fail(exc)
@@ -777,9 +954,9 @@ class VectorPortal(VectorEnv):
                 }, server.check_alive)
                 self._mailbox[server.index, _CMD] = P.CMD_CONTROL
                 server.go.ring()
-            extras, error = self._replies("reset")
-            if error is not None:
-                raise error
+            extras, errors = self._replies("reset")
+            if errors:
+                self._raise_env_errors(errors)
             self._reset_extras = extras
             self._mailbox[:, _STATUS] = STATUS_OK
             self._mailbox[:, _EXTRA] = 0
@@ -788,8 +965,20 @@ class VectorPortal(VectorEnv):
             self._fail(exc)
             raise
 
-    def close_extras(self, **kwargs: Any) -> None:
-        """Stop the servers and remove the ring, semaphores, sockets and run directory."""
+    def close_extras(self, timeout: float | None = None, terminate: bool = False, **kwargs: Any) -> None:
+        """Stop the servers and remove the ring, semaphores, sockets and run directory.
+
+        As AsyncVectorEnv: a pending call is first waited for (up to ``timeout`` seconds), with a
+        warning; ``terminate=True`` stops the servers at once instead of closing their envs.
+        """
+        if self._state is not AsyncState.DEFAULT and not self._session.closed:
+            logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
+            try:
+                getattr(self, f"{self._state.value}_wait")(0 if terminate else timeout)
+            except Exception:
+                self._session.graceful = False
+        if terminate:
+            self._session.graceful = False
         self._finalizer()
 
     @property

@@ -8,7 +8,7 @@ from typing import Optional
 from .scenarios import Scenario
 
 BACKENDS = ("process", "docker")
-AGAINST = ("sync", "async", "envpool", "portal-env", "portal-lockstep", "envpool-lockstep")
+AGAINST = ("sync", "async", "portal-fns", "envpool", "portal-env", "portal-lockstep", "envpool-lockstep")
 REFERENCES = ("raw", "ceiling")
 
 

@@ -90,6 +90,13 @@ def _build_async(sc: Scenario, n: int, options: BenchOptions) -> Any:
     return gym.vector.AsyncVectorEnv([sc.env_fn() for _ in range(n)], shared_memory=True)
 
 
+def _build_portal_fns(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    """The one-line change from AsyncVectorEnv: the same factories, gymnasium's defaults (copy=True)."""
+    from portal_shm import VectorPortal
+
+    return VectorPortal([sc.env_fn() for _ in range(n)], shared_memory=True)
+
+
 def _build_envpool(sc: Scenario, n: int, options: BenchOptions) -> Any:
     from .envpool_system import EnvpoolVector
 
@@ -133,6 +140,8 @@ SYSTEMS: dict = {s.name: s for s in (
     System("sync", "gymnasium SyncVectorEnv", "gymnasium", "gymnasium", "pip install gymnasium", _build_sync),
     System("async", "gymnasium AsyncVectorEnv (shared_memory=True)", "gymnasium", "gymnasium", "pip install gymnasium",
            _build_async),
+    System("portal-fns", "portal_shm VectorPortal(env_fns), AsyncVectorEnv's arguments", "cloudpickle", "portal-shm",
+           "pip install cloudpickle", _build_portal_fns),
     System("envpool", "envpool", "envpool", "envpool", "pip install envpool", _build_envpool, check=_check_envpool,
            note=_note_envpool),
     System("portal-env", "portal-env (env server as a local process)", "portal_env", "portal-env", "pip install portal-env",

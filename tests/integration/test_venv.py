@@ -120,6 +120,25 @@ def test_numpy2_agent_steps_legacy_gym_env_in_its_venv_exactly(legacy_venv, env_
     assert np.any(terminated) or np.any(truncated), "the rollout should cross an autoreset"
 
 
+def test_env_fns_are_shipped_to_a_venv_with_cloudpickle(legacy_venv, tmp_path, monkeypatch):
+    """A factory (as for AsyncVectorEnv) runs in a numpy 1 + gym 0.26 venv (gym brings cloudpickle);
+    a venv without cloudpickle says what to add."""
+    backend, path, _ = legacy_venv
+    monkeypatch.chdir(tmp_path)
+    factory = lambda: __import__("gym").make("CartPole-v1")  # noqa: E731  gym exists only in the venv
+    envs = VectorPortal([factory] * 2, backend=backend, step_timeout=30)
+    try:
+        assert all(f"python {venv_python(path)}" in server["runtime"] for server in envs.servers)
+        obs, _ = envs.reset(seed=[3, 11])
+        assert obs.shape == (2, 4) and envs.step(np.ones(2, np.int64))[0].shape == (2, 4)
+        assert envs.get_attr("gravity") == (9.8, 9.8)
+    finally:
+        envs.close()
+    bare = VenvBackend(requirements=[], cache_dir=backend.cache_dir)  # only the env server's own dependencies
+    with pytest.raises(portal_shm.EnvError, match="cloudpickle is not installed"):
+        VectorPortal([factory], backend=bare)
+
+
 def test_second_creation_is_a_cache_hit(legacy_venv):
     backend, path, _ = legacy_venv
     same = VenvBackend(requirements=tuple(reversed(REQUIREMENTS)), cache_dir=backend.cache_dir)

@@ -82,6 +82,9 @@ SPACES = [
     gym.spaces.Dict({"a": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiBinary(3))),
                      "b": gym.spaces.Box(-1, 1, (2,))}),
     gym.spaces.Text(8, min_length=2),
+    gym.spaces.Graph(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(3)),
+    gym.spaces.Sequence(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), stack=True),
+    gym.spaces.OneOf([gym.spaces.Discrete(3), gym.spaces.Box(0, 1, (2,))]),
 ]
 
 
@@ -90,14 +93,28 @@ def test_space_schema_roundtrip(space):
     assert schema_to_space(P.unpackb(P.packb(space_to_schema(space)))) == space
 
 
+class MissionSpace(gym.Space):
+    """A custom space without a portable description (as MiniGrid's)."""
+
+
 def test_spaces_without_a_portable_description_become_remote_spaces():
     from portal_shm.remote_space import RemoteSpace
 
-    space = schema_to_space(space_to_schema(gym.spaces.Graph(gym.spaces.Discrete(2), None)))
-    assert isinstance(space, RemoteSpace) and "Graph" in space.name
-    assert space == schema_to_space(space_to_schema(gym.spaces.Graph(gym.spaces.Discrete(2), None)))
+    space = schema_to_space(space_to_schema(MissionSpace()))
+    assert isinstance(space, RemoteSpace) and "MissionSpace" in space.name
+    assert space == schema_to_space(space_to_schema(MissionSpace()))
     with pytest.raises(ValueError, match="invalid space schema"):
         schema_to_space("Box")
+
+
+@pytest.mark.parametrize("space", SPACES[6:], ids=lambda s: type(s).__name__)
+def test_revive_restores_what_msgpack_flattens(space):
+    from portal_shm.schema import revive
+
+    space.seed(1)
+    value = space.sample()
+    rebuilt = schema_to_space(space_to_schema(space))
+    assert revive(rebuilt, P.unpackb(P.packb(value))) in space
 
 
 def test_layout_aligns_every_field_and_views_match_spaces():
