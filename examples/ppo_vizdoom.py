@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import os
 import time
 from collections import deque
 
@@ -121,6 +122,7 @@ class Curve:
     def __init__(self, args: Args) -> None:
         self.rows: list = []
         self.recent: deque = deque(maxlen=20)
+        self.sps = 0.0
         self.writer = None
         if args.tensorboard:
             try:
@@ -145,10 +147,14 @@ class Curve:
         return float(np.mean(self.recent)) if self.recent else float("nan")
 
     def save(self, prefix: str, title: str) -> None:
+        os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
         with open(prefix + ".csv", "w", newline="") as file:
             out = csv.writer(file)
             out.writerow(["global_step", "seconds", "episodic_return", "episodic_length"])
             out.writerows(self.rows)
+        if not self.rows:
+            print(f"wrote {prefix}.csv (no episode has ended yet: no plot)")
+            return
         try:
             import matplotlib
 
@@ -199,8 +205,13 @@ def main() -> None:
     curve = Curve(args)
     try:
         train(args, envs, curve, device)
+    except KeyboardInterrupt:
+        print("interrupted")
     finally:
         envs.close()
+        if args.save_curve:  # also after Ctrl-C: the curve so far
+            curve.save(args.save_curve, f"PPO {args.env_id}, {args.num_envs} envs ({args.backend}), "
+                                        f"{curve.sps:.0f} env-steps/s incl. learning")
         curve.close()
 
 
@@ -294,7 +305,7 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
                 optimizer.step()
 
         elapsed = time.perf_counter() - started
-        sps = global_step / elapsed
+        sps = curve.sps = global_step / elapsed
         curve.scalar("charts/SPS", sps, global_step)
         curve.scalar("losses/policy", policy_loss.item(), global_step)
         curve.scalar("losses/value", value_loss.item(), global_step)
@@ -306,9 +317,6 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
     elapsed = time.perf_counter() - started
     print(f"done: {global_step} env steps in {elapsed:.0f} s, SPS {global_step / elapsed:.0f} (including learning), "
           f"mean return of the last {len(curve.recent)} episodes {curve.mean():.1f}")
-    if args.save_curve:
-        curve.save(args.save_curve, f"PPO {args.env_id}, {args.num_envs} envs ({args.backend}), "
-                                    f"{global_step / elapsed:.0f} env-steps/s incl. learning")
 
 
 if __name__ == "__main__":

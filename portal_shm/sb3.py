@@ -27,8 +27,9 @@ Terminal observations are always fresh arrays: SB3 keeps them in the infos.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -215,13 +216,12 @@ def _fresh(value: Any) -> Any:
     return value
 
 
-class _attribute_errors:
-    """Re-raise an env's ``AttributeError`` as one here: SB3's ``has_attr`` and its constructor catch it."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> bool:
-        if isinstance(exc, EnvError) and exc.error_type == "AttributeError":
+@contextlib.contextmanager
+def _attribute_errors() -> Iterator[None]:
+    """An env's ``AttributeError`` raised here as one: SB3's ``has_attr`` and its constructor catch it."""
+    try:
+        yield
+    except EnvError as exc:
+        if exc.error_type == "AttributeError":
             raise AttributeError(str(exc)) from exc
-        return False
+        raise

@@ -32,8 +32,13 @@ def _actions(step: int) -> np.ndarray:
     return np.array([0, 1, step % 2, (step + 1) % 2])
 
 
-def test_same_results_as_sb3s_own_vec_env(cartpole):
-    reference = DummyVecEnv([lambda: gym.make("CartPole-v1", max_episode_steps=20) for _ in range(4)])
+@pytest.mark.parametrize("backing", ["portal", "gymnasium SyncVectorEnv"])
+def test_same_results_as_sb3s_own_vec_env(cartpole, backing):
+    make = [lambda: gym.make("CartPole-v1", max_episode_steps=20) for _ in range(4)]
+    if backing != "portal":  # any SAME_STEP gymnasium vector env works (one without step_async too)
+        cartpole.close()
+        cartpole = SB3VecEnv(gym.vector.SyncVectorEnv(make, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))
+    reference = DummyVecEnv(make)
     try:
         cartpole.seed(7)
         reference.seed(7)
@@ -59,6 +64,7 @@ def test_same_results_as_sb3s_own_vec_env(cartpole):
         assert ends["terminated"] >= 4 and ends["truncated"] >= 2  # both kinds of episode end were compared
     finally:
         reference.close()
+        cartpole.close()
 
 
 def test_terminal_observation_is_a_copy_the_ring_cannot_overwrite(cartpole):
