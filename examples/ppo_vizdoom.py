@@ -186,6 +186,16 @@ class Curve:
 
 def make_envs(args: Args) -> portal_shm.VectorPortal:
     backend_options = {"image": args.image} if args.backend == "docker" else {}
+    try:
+        return _make_vec(args, backend_options)
+    except portal_shm.EnvNotFoundError as exc:
+        if args.backend != "docker":
+            raise
+        raise SystemExit(f"{exc}\n\nThe image {args.image} predates portal_shm.presets: rebuild it from this "
+                         f"checkout (portal-shm build vizdoom -t {args.image})") from None
+
+
+def _make_vec(args: Args, backend_options: dict) -> portal_shm.VectorPortal:
     return portal_shm.make_vec(
         "portal_shm.presets:vizdoom", args.num_envs, backend=args.backend,
         vector_kwargs={"autoreset_mode": "SameStep"},
