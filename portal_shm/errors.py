@@ -67,3 +67,14 @@ class PortalTimeoutError(PortalError, TimeoutError):
 
 class ServerProtocolError(PortalError):
     """An env server sent something that breaks the protocol (corrupt, unexpected or unsafe)."""
+
+
+class RestartLimitError(PortalError):
+    """An env failed again after using up its restarts (``on_env_failure="restart"``)."""
+
+    def __init__(self, env_indices: list, restarts: int, runtime: str, cause: BaseException) -> None:
+        self.env_indices = list(env_indices)
+        self.restarts = restarts
+        self.cause = cause
+        super().__init__(f"envs {self.env_indices} failed after {restarts} restarts (max_restarts) "
+                         f"[runtime: {runtime}]; last failure: {cause}")

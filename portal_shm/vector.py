@@ -27,12 +27,15 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from . import protocol as P
 from .control import POLL_SLICE
-from .errors import EnvError, PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
+from .errors import (EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError,
+                     ServerProtocolError)
 from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
+from .recovery import RESTARTABLE, Recovery, fixed_obs_views
 from .schema import is_fixed, leaf_shape_dtype, leaves, schema_to_space
 from .session import PortalSession, ServerLink
 from .spec import EnvSpec
+from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 
 _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
 
@@ -79,6 +82,11 @@ class VectorPortal(VectorEnv):
         observation_mode: ``"same"`` (all envs have equal observation spaces) or ``"different"``
             (one shape and dtype, other bounds, e.g. two versions of an env side by side), as in
             gymnasium's vector envs.
+        on_env_failure: ``"raise"`` (default) or ``"restart"``: replace a failed env server by a
+            fresh one and end its envs' episodes as truncated with ``info["env_restarted"]``;
+            the rules, and the seeds restarted envs get, are in ``portal_shm.recovery``.
+        max_restarts: restarts allowed per env over the portal's life with ``"restart"``; the
+            next failure raises ``RestartLimitError``.
     """
 
     def __init__(
@@ -93,6 +101,8 @@ class VectorPortal(VectorEnv):
         startup_timeout: float = 120.0,
         step_timeout: Optional[float] = None,
         observation_mode: str = "same",
+        on_env_failure: str = "raise",
+        max_restarts: int = 3,
     ) -> None:
         specs = list(envs)
         if not specs:
@@ -121,6 +131,8 @@ class VectorPortal(VectorEnv):
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
             self._start(specs, envs_per_server, startup_timeout, info_capacity)
+            # -- recovery policy (portal_shm/recovery.py) --
+            self._recovery = Recovery(self, on_env_failure, max_restarts, startup_timeout)
         except BaseException:
             self._finalizer()
             self.closed = True
@@ -133,11 +145,8 @@ class VectorPortal(VectorEnv):
         obs_schemas = [s for server in session.servers for s in server.schemas("observation_spaces")]
         act_schemas = [s for server in session.servers for s in server.schemas("action_spaces")]
         self._obs_schema, self._act_schema = obs_schemas[0], act_schemas[0]
-        try:
-            self.single_observation_space = schema_to_space(self._obs_schema)
-            self.single_action_space = schema_to_space(self._act_schema)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ServerProtocolError(f"env 0 describes its spaces in a way the agent cannot use: {exc}") from None
+        self.single_observation_space = space_from_schema(self._obs_schema, "env 0's observation space")
+        self.single_action_space = space_from_schema(self._act_schema, "env 0's action space")
         for i, (obs, act) in enumerate(zip(obs_schemas, act_schemas)):
             if self.observation_mode == "different" and _layout_of(obs) != _layout_of(self._obs_schema):
                 raise RuntimeError(
@@ -177,6 +186,7 @@ class VectorPortal(VectorEnv):
         self._info_len, self._info = views["info_len"], views["info"]
         self._info_capacity = info_capacity
         self._act_leaves = [views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))]
+        self._obs_views, self._obs_fixed_views = fixed_obs_views(self._obs_schema, views)
         self._build_obs = self._obs_builder(self._obs_schema, views, [0])
         has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
         self._obs_slots = None if has_variable_leaves else [self._build_obs(k, None) for k in range(self.ring_depth)]
@@ -206,10 +216,8 @@ class VectorPortal(VectorEnv):
         while True:
             server.check_alive()
             if deadline is not None and time.monotonic() > deadline:
-                raise PortalTimeoutError(
-                    f"env server {server.index} (envs {server.env_indices}) did not finish its step within "
-                    f"{self.step_timeout if self.step_timeout is not None else ''} s [runtime: {server.handle.describe()}]"
-                )
+                raise PortalTimeoutError(f"{server.describe()} did not finish its step within "
+                                         f"{self.step_timeout} s (step_timeout): hung or too slow")
             if done.wait(POLL_SLICE):
                 return
 
@@ -220,7 +228,8 @@ class VectorPortal(VectorEnv):
             raise PortalError(f"this VectorPortal cannot continue after an earlier failure: {self._broken}")
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, KeyboardInterrupt)):
+        if isinstance(exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, RestartLimitError,
+                            KeyboardInterrupt)):
             self._broken = exc
             self._session.graceful = False
 
@@ -243,18 +252,15 @@ class VectorPortal(VectorEnv):
                 blob = self._info[k, i, :length].tobytes()
             else:
                 raise ServerProtocolError(f"env {i} wrote an invalid infos length {length}")
-            try:
-                entry = P.unpackb(blob)
-            except P.ProtocolError as exc:
-                raise ServerProtocolError(f"env {i} wrote corrupt infos: {exc}") from None
-            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
-                    and all(isinstance(d, dict) for d in entry[0])):
-                raise ServerProtocolError(f"env {i} wrote infos of an unexpected shape")
-            for env_info in entry[0]:
+            env_infos, var_obs = decode_infos(blob, i)
+            for env_info in env_infos:
                 if env_info:
-                    infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, i, self.num_envs)
-            if entry[1] is not None:
-                self._var_obs[i] = entry[1]
+                    try:
+                        infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, i, self.num_envs)
+                    except Exception as exc:
+                        raise ServerProtocolError(f"env {i}'s infos cannot be batched with the others': {exc}") from None
+            if var_obs is not None:
+                self._var_obs[i] = var_obs
         return infos
 
     def _observations(self, k: int) -> Any:
@@ -301,44 +307,81 @@ class VectorPortal(VectorEnv):
                 )
         k, prev = self._next_slot()
         servers = self._session.servers
+        self._recovery.note_reset(seeds, mask)
+        messages = [{
+            "cmd": P.RESET,
+            "slot": k,
+            "prev_slot": prev,
+            "seeds": [seeds[i] for i in server.env_indices],
+            "options": options,
+            "mask": None if mask is None else [bool(mask[i]) for i in server.env_indices],
+        } for server in servers]
         try:
-            for server in servers:
-                envs = server.env_indices
-                server.channel.send({
-                    "cmd": P.RESET,
-                    "slot": k,
-                    "prev_slot": prev,
-                    "seeds": [seeds[i] for i in envs],
-                    "options": options,
-                    "mask": None if mask is None else [bool(mask[i]) for i in envs],
-                }, server.check_alive)
-                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
-            extras, error = self._replies("reset")
+            sent, failed = self._send_all(messages)
+            extras, error, more_failed = self._replies("reset", sent)
+            failed.update(more_failed)
+            # -- recovery: restart failed servers and repeat the reset for their envs --
+            restarted = []
+            for server, cause in failed.items():
+                extras.update(self._recovery.retry_reset(server, messages[server.index], cause))
+                restarted.extend(server.env_indices)
             if error is not None:
                 raise error
             infos = self._gather(k, extras, {})
+            for i in restarted:
+                infos = add_info(infos, {"env_restarted": True}, i, self.num_envs)
         except BaseException as exc:
             self._fail(exc)
             raise
         return self._observations(k), infos
 
-    def _replies(self, what: str) -> tuple[dict, Optional[EnvError]]:
-        """Collect one reply per server (always all of them, to stay in step); first error wins."""
+    def _send_all(self, messages: list) -> tuple[list, dict]:
+        """Send each server its control message; (servers reached, failed server -> exception)."""
+        sent, failed = [], {}
+        for server, message in zip(self._session.servers, messages):
+            try:
+                server.channel.send(message, server.check_alive)
+                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
+                server.go.ring()
+                sent.append(server)
+            except RESTARTABLE as exc:
+                if not self._recovery.enabled:
+                    raise
+                failed[server] = exc
+        return sent, failed
+
+    def _replies(self, what: str, servers: Optional[list] = None) -> tuple[dict, Optional[EnvError], dict]:
+        """Collect one reply per server (always all of them, to stay in step); first error wins.
+
+        With ``on_env_failure="restart"`` a failed server does not stop the collection: it is
+        returned in the third item (server -> exception) for the caller to recover. A reset
+        counts an env's exception as a failure, other calls only a broken server.
+        """
         extras: dict = {}
         results: list = []
         error = None
-        for server in self._session.servers:
-            message = server.channel.recv(server.check_alive, self.step_timeout, f"{what} of env server {server.index}")
-            if message["cmd"] == P.ERROR:
-                error = error or server.error(message)
-            elif message["cmd"] == P.REPLY:
-                extras.update(message.get("extras") or {})
-                results.extend(message.get("results") or [])
-            else:
-                raise ServerProtocolError(f"env server {server.index} answered {what} with {message['cmd']!r}")
+        failed: dict = {}
+        restart = self._recovery.enabled
+        for server in self._session.servers if servers is None else servers:
+            try:
+                message = server.recv(self.step_timeout, what)
+                if message["cmd"] == P.ERROR:
+                    exc = server.error(message)
+                    if restart and what == "reset":
+                        raise exc
+                    error = error or exc
+                elif message["cmd"] == P.REPLY:
+                    server_extras, server_results = check_reply(message, server.env_indices, server.describe())
+                    extras.update(server_extras)
+                    results.extend(server_results)
+                else:
+                    raise ServerProtocolError(f"{server.describe()} answered {what} with {message['cmd']!r:.40}")
+            except RESTARTABLE as exc:
+                if not restart:
+                    raise
+                failed[server] = exc
         self._results = results
-        return extras, error
+        return extras, error, failed
 
     def step_async(self, actions: Any) -> None:
         """Write the actions into the ring and wake every server; returns at once."""
@@ -351,7 +394,10 @@ class VectorPortal(VectorEnv):
         k, _ = self._next_slot()
         self._write_actions(k, actions)
         mailbox = self._mailbox
+        recovery = self._recovery
         for server in self._session.servers:
+            if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
+                continue  # a restarted server's envs: reset instead of step, or end the episode
             mailbox[server.index, _CMD] = P.CMD_STEP
             mailbox[server.index, _SLOT] = k
             server.go.ring()
@@ -391,22 +437,41 @@ class VectorPortal(VectorEnv):
         extras: dict = {}
         infos: dict = {}
         error: Optional[EnvError] = None
+        recovery = self._recovery
+        failed: list = []
         try:
             # Servers own ascending env ranges: batching each one's infos as soon as it is done
             # keeps env order (as gymnasium's) and hides the work behind the slower servers.
             for server in self._session.servers:
-                self._wait_done(server, deadline)
-                row = self._mailbox[server.index]
-                if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
-                    message = server.channel.recv(server.check_alive, timeout, f"step of env server {server.index}")
-                    if message["cmd"] == P.ERROR:
-                        error = error or server.error(message)
-                    elif message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict):
-                        extras.update(message["blobs"])
+                try:
+                    if recovery.ended and server.index in recovery.ended:
+                        failed.append((server, None))
+                        continue
+                    if recovery.resetting and server.index in recovery.resetting:
+                        extras.update(recovery.finish_reset(server, timeout))
                     else:
-                        raise ServerProtocolError(f"env server {server.index} sent {message['cmd']!r} during a step")
-                if error is None:
-                    infos = self._gather(k, extras, infos, server.env_indices)
+                        self._wait_done(server, deadline)
+                        row = self._mailbox[server.index]
+                        if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
+                            message = server.recv(timeout, "step")
+                            if message["cmd"] == P.ERROR:
+                                raise server.error(message)
+                            elif message["cmd"] == P.EXTRA:
+                                extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
+                            else:
+                                raise ServerProtocolError(f"{server.describe()} sent {message['cmd']!r:.40} during a step")
+                    if error is None:
+                        infos = self._gather(k, extras, infos, server.env_indices)
+                except RESTARTABLE as exc:
+                    if recovery.enabled:
+                        failed.append((server, exc))
+                    elif isinstance(exc, EnvError):
+                        error = error or exc
+                    else:
+                        raise
+            # -- recovery: restart failed servers, end their envs' episodes in this slot --
+            for server, exc in failed:
+                infos = recovery.end_episodes(server, k, infos, exc)
             self._state = AsyncState.DEFAULT
             if error is not None:
                 raise error
@@ -431,14 +496,17 @@ class VectorPortal(VectorEnv):
                 str(self._state.value),
             )
         try:
-            for server, message in zip(self._session.servers, messages):
-                server.channel.send(message, server.check_alive)
-                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
-            _, error = self._replies(what)
+            sent, failed = self._send_all(messages)
+            _, error, more_failed = self._replies(what, sent)
+            failed.update(more_failed)
+            # -- recovery: restart broken servers; the call still raises, their envs end next step --
+            for server, exc in failed.items():
+                self._recovery.after_control_failure(server, exc)
         except BaseException as exc:
             self._fail(exc)
             raise
+        if failed:
+            raise next(iter(failed.values()))
         if error is not None:
             raise error
         if len(self._results) not in (0, self.num_envs):
