@@ -105,6 +105,7 @@ class EnvServer:
         self.ring: Optional[Ring] = None
         self.go: Optional[Doorbell] = None
         self.done: Optional[Doorbell] = None
+        self._reset_env_index: Optional[int] = None
 
     # -- plumbing -------------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -362,6 +363,7 @@ class EnvServer:
         self.socket.send(data, copy=False)
 
     def reset(self, message: dict) -> None:
+        self._reset_env_index = None
         k, prev = int(message["slot"]), int(message["prev_slot"])
         seeds, options, mask = message["seeds"], message.get("options"), message.get("mask")
         self._reset_extras = {}
