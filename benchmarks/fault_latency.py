@@ -14,6 +14,9 @@ import argparse
 import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from typing import Callable
 
@@ -80,7 +83,13 @@ def cases(docker_image: str | None) -> dict:
     out["restart after SIGKILL (until the step reporting env_restarted)"] = lambda: _timed(
         lambda: portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1}),
         restart)
+    out["agent SIGKILLed while idle: servers gone, ring/sems/run dir unlinked"] = lambda: _agent_case("idle", signal.SIGKILL)
+    out["agent SIGKILLed mid-step (env spinning): watchdog cleanup"] = lambda: _agent_case("step", signal.SIGKILL)
+    out["Ctrl-C during reset (env spinning)"] = lambda: _agent_case("reset", signal.SIGINT)
+    out["Ctrl-C during step (env spinning)"] = lambda: _agent_case("step", signal.SIGINT)
     if docker_image:
+        out["agent SIGKILLed mid-step, env in a container: container exits"] = lambda: _agent_case(
+            "step", signal.SIGKILL, docker_image)
         backend = DockerBackend(image=docker_image)
         out["container docker kill"] = lambda: _timed(
             lambda: _pair(backend), lambda e: (_kill_container(e), _step_until_error(e)))
@@ -90,6 +99,67 @@ def cases(docker_image: str | None) -> dict:
         out["container spin in step"] = lambda: _timed(lambda: _pair(backend, fault="spin", phase="step", after=1),
                                                        lambda e: e.step(ZERO))
     return out
+
+
+AGENT = textwrap.dedent("""
+    import sys, time, numpy as np, portal_shm
+    from portal_shm import DockerBackend, EnvSpec, VectorPortal
+    mode, image = sys.argv[1], sys.argv[2]
+    backend = {"backend": DockerBackend(image=image)} if image != "-" else {}
+    fault = {"idle": "none", "step": "spin", "reset": "spin"}[mode]
+    envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": fault, "phase": mode}, **backend)])
+    print(envs.shm_name, flush=True)
+    if mode == "step":
+        envs.reset(seed=0)
+    print("ready", flush=True)
+    if mode == "idle":
+        time.sleep(600)
+    envs.reset(seed=0) if mode == "reset" else envs.step(np.zeros(1, np.int64))
+""")
+
+
+def _agent_case(mode: str, signum: int, image: str = "-") -> dict:
+    """Start an agent, let it block (idle or inside a spinning env), signal it, time the cleanup."""
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, mode, image], stdout=subprocess.PIPE, text=True)
+    tag = agent.stdout.readline().strip().lstrip("/")
+    agent.stdout.readline()
+    time.sleep(1.0)
+    started = time.monotonic()
+    agent.send_signal(signum)
+    code = agent.wait(timeout=60)
+    exited = time.monotonic() - started
+    deadline = started + 60
+    while time.monotonic() < deadline:
+        left = _leftover_files(tag)
+        if not left and not _running_containers(tag):
+            break
+        time.sleep(0.05)
+    return {"seconds": round(time.monotonic() - started, 3), "agent_exit": round(exited, 3), "exit_code": code,
+            "outcome": f"left behind: {left}" if left else "nothing left behind but, with containers, "
+                       "their empty bind-mounted directories (for gc)"}
+
+
+def _leftover_files(tag: str) -> list:
+    """Segments, semaphores, sockets, logs of the portal; empty directories do not count."""
+    left = []
+    for base in ("/dev/shm", "/tmp"):
+        for name in os.listdir(base):
+            path = os.path.join(base, name)
+            if tag in name:
+                if os.path.isdir(path):
+                    left.extend(os.path.join(path, entry) for entry in os.listdir(path))
+                else:
+                    left.append(path)
+    return left
+
+
+def _running_containers(tag: str) -> list:
+    try:
+        from portal_shm.docker_backend import docker_client
+
+        return docker_client().containers.list(filters={"label": f"portal-shm.portal={tag}"})
+    except Exception:
+        return []
 
 
 def _kill_container(envs) -> None:
@@ -109,7 +179,8 @@ def main() -> None:
     results = {}
     for name, run in cases(args.docker_image).items():
         results[name] = run()
-        print(f"{name:70s} {results[name]['seconds']!s:>8} s  {results[name]['outcome']}", flush=True)
+        extra = f" (agent exited after {results[name]['agent_exit']} s)" if "agent_exit" in results[name] else ""
+        print(f"{name:70s} {results[name]['seconds']!s:>8} s  {results[name]['outcome']}{extra}", flush=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=1)
