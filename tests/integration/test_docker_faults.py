@@ -94,3 +94,39 @@ def test_docker_killed_container_is_restarted(faults_image, client):
     finally:
         envs.close()
     assert portal_containers(client, tag) == [] and _leftovers(tag) == []
+
+
+AGENT = """
+import sys, numpy as np
+from portal_shm import DockerBackend, EnvSpec, VectorPortal
+envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": "spin", "phase": "step"},
+                             DockerBackend(image=sys.argv[1]))])
+print(envs.shm_name, flush=True)
+envs.reset(seed=0)
+print("stepping", flush=True)
+envs.step(np.zeros(1, np.int64))
+"""
+
+
+def test_container_stuck_in_an_env_exits_when_its_agent_is_sigkilled(faults_image, client):
+    """The server's watchdog thread sees the agent's lock go even while the env spins."""
+    import signal
+    import subprocess
+    import sys
+
+    from portal_shm.gc import collect
+
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, faults_image], stdout=subprocess.PIPE, text=True)
+    tag = agent.stdout.readline().strip().lstrip("/")
+    assert agent.stdout.readline().strip() == "stepping"
+    time.sleep(1.0)
+    agent.send_signal(signal.SIGKILL)
+    agent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(c.status == "running" for c in portal_containers(client, tag)):
+        time.sleep(0.2)
+    assert [c.status for c in portal_containers(client, tag)] == ["exited"]
+    assert os.listdir(f"/dev/shm/{tag}.d") == []  # ring and semaphores unlinked by the container
+    assert not [n for n in os.listdir("/dev/shm") if tag in n and not n.endswith(".d")]
+    collect()
+    assert portal_containers(client, tag) == [] and _leftovers(tag) == []
