@@ -7,7 +7,8 @@ fresh one (a new process or container from the same spec) and lets the portal go
 - A failure is a server that died (segfault, ``os._exit``, SIGKILL, OOM, ``docker kill``), that
   did not answer within ``step_timeout``, that broke the protocol, or an env that raised in
   ``step`` or ``reset``. An exception inside ``call``/``render``/``set_attr`` is reported, not
-  restarted: the server is still healthy.
+  restarted: the server is still healthy. A hung server is only noticed with ``step_timeout``
+  set; without it the agent waits for as long as the server lives.
 - The unit of restart is the server: every env it hosts is restarted. Pass
   ``envs_per_server=1`` to confine a failure to one env.
 - In the step where the failure shows, each restarted env reports ``truncated=True``,
