@@ -130,3 +130,18 @@ def test_container_stuck_in_an_env_exits_when_its_agent_is_sigkilled(faults_imag
     assert not [n for n in os.listdir("/dev/shm") if tag in n and not n.endswith(".d")]
     collect()
     assert portal_containers(client, tag) == [] and _leftovers(tag) == []
+
+
+def test_ipc_host_is_an_explicit_opt_in(faults_image, client):
+    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, DockerBackend(image=faults_image, ipc_host=True))])
+    tag = envs.shm_name.lstrip("/")
+    try:
+        (container,) = portal_containers(client, tag)
+        assert container.attrs["HostConfig"]["IpcMode"] == "host"
+        assert not os.path.exists(f"/dev/shm/{tag}.d") and os.path.exists(f"/dev/shm/{tag}")
+        envs.reset(seed=0)
+        _, reward, *_ = envs.step(np.zeros(1, np.int64))
+        assert reward.tolist() == [1.0]
+    finally:
+        envs.close()
+    assert portal_containers(client, tag) == [] and _leftovers(tag) == []
