@@ -76,6 +76,7 @@ class Recovery:
         self.seeds: list = [None] * portal.num_envs
         self.resetting: set = set()  # NEXT_STEP: servers whose envs reset in the next step
         self.ended: set = set()  # servers whose envs end their episode in the next step
+        self.failed_early: dict = {}  # servers that failed while ``begin_step`` started their reset
         self.causes: dict = {}
 
     # -- bookkeeping -----------------------------------------------------------------------
@@ -120,7 +121,12 @@ class Recovery:
             portal._reward[k, i] = 0.0
             portal._terminated[k, i] = False
             portal._truncated[k, i] = False
-        server.channel.send(self._reset_message(server, k, (k - 1) % portal.ring_depth), server.check_alive)
+        try:
+            server.channel.send(self._reset_message(server, k, (k - 1) % portal.ring_depth), server.check_alive)
+        except RESTARTABLE as exc:  # the fresh server died already: handled as a failure of this step
+            self.resetting.discard(server.index)
+            self.failed_early[server.index] = exc
+            return True
         portal._mailbox[server.index, _CMD] = P.CMD_CONTROL
         server.go.ring()
         return True

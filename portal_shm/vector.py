@@ -444,6 +444,9 @@ class VectorPortal(VectorEnv):
             # keeps env order (as gymnasium's) and hides the work behind the slower servers.
             for server in self._session.servers:
                 try:
+                    if recovery.failed_early and server.index in recovery.failed_early:
+                        failed.append((server, recovery.failed_early.pop(server.index)))
+                        continue
                     if recovery.ended and server.index in recovery.ended:
                         failed.append((server, None))
                         continue
