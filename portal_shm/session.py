@@ -115,7 +115,8 @@ class PortalSession:
     def _start_server(self, server: ServerLink) -> None:
         """Bind the server's control socket (a new path per generation) and start its runtime."""
         resources = self.resources
-        server.channel = ControlChannel(self.context, resources.socket_address(server.index, server.generation))
+        server.channel = ControlChannel(self.context, resources.socket_address(server.index, server.generation),
+                                        server.describe)
         config = {
             "protocol": P.PROTOCOL_VERSION,
             "server_index": server.index,
