@@ -65,6 +65,14 @@ class Backend(ABC):
         """
         return True
 
+    def runtime_owner(self) -> Optional[tuple]:
+        """(uid, gid) the servers run as when that is not the agent's own, else None.
+
+        The portal's run directory, sockets, ring and semaphores are then handed to that user
+        (they stay 0600/0700): a server must be able to open them, and no one else.
+        """
+        return None
+
     def max_envs_per_server(self) -> Optional[int]:
         """An upper bound the runtime imposes (e.g. one emulator per process), or None."""
         return None

@@ -24,6 +24,7 @@ LABEL_PORTAL = f"{LABEL_PREFIX}.portal"
 LABEL_SERVER = f"{LABEL_PREFIX}.server"
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
 LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
+NOBODY = 65534
 
 
 class DockerUnavailableError(PortalError):
@@ -105,7 +106,8 @@ class DockerBackend(Backend):
     range from megabytes to many gigabytes: a container over it is OOM-killed and reported as
     such) and ``cpus`` (e.g. ``1.5``; default none). ``extra_run_args`` go to the SDK's
     ``containers.run`` as they are. Least privilege by default: all capabilities dropped,
-    ``no-new-privileges``, the agent's own uid/gid (the ring is mode 0600), a read-only root
+    ``no-new-privileges``, the agent's own uid/gid (the ring is mode 0600; an agent running as
+    root runs its containers as nobody, ``user`` to choose), a read-only root
     filesystem with a writable tmpfs at /tmp as working directory (``read_only=False`` for envs
     that must write elsewhere), and a /dev/shm holding only this portal's ring and semaphores
     (``ipc_host=True`` for the host's IPC namespace, e.g. for envs that share memory with
@@ -119,10 +121,25 @@ class DockerBackend(Backend):
     extra_run_args: tuple = ()
     read_only: bool = True
     ipc_host: bool = False
+    user: Optional[str] = None
     name = "docker"
 
     def uses_host_ipc(self) -> bool:
         return self.ipc_host
+
+    def container_user(self) -> tuple:
+        """``user`` ("uid:gid"), else the agent's own uid:gid, but never root: an agent running
+        as root gets its containers run as nobody (65534:65534), and hands them its resources."""
+        if self.user:
+            uid, _, gid = self.user.partition(":")
+            return int(uid), int(gid or uid)
+        if os.getuid() == 0:
+            return NOBODY, NOBODY
+        return os.getuid(), os.getgid()
+
+    def runtime_owner(self) -> Optional[tuple]:
+        owner = self.container_user()
+        return None if owner == (os.getuid(), os.getgid()) else owner
 
     def max_envs_per_server(self) -> Optional[int]:
         """From the image's ``portal-shm.max-envs-per-server`` label (stable-retro needs 1)."""
@@ -154,7 +171,7 @@ class DockerBackend(Backend):
             "init": True,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
-            "user": f"{os.getuid()}:{os.getgid()}",
+            "user": "{}:{}".format(*self.container_user()),
             "read_only": self.read_only,
             "tmpfs": {"/tmp": "rw,exec,size=512m"},
             "working_dir": "/tmp",

@@ -46,6 +46,19 @@ class PortalResources:
         fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.shm_name = "/" + self.tag
         self.semaphores: list[str] = []
+        self.owner: Optional[tuple] = None
+
+    def hand_over(self, owner: Optional[tuple], *paths: str) -> None:
+        """Give ``paths`` (default: the run directory and lock file) to the servers' user.
+
+        Only when servers run as another user than the agent (an agent running as root, its
+        containers as nobody); modes stay 0600/0700, so it is that user and root, nobody else.
+        """
+        if owner is None:
+            return
+        self.owner = owner
+        for path in paths or (self.run_dir, self.lock_path):
+            os.chown(path, *owner)
 
     def socket_address(self, server_index: int, generation: int = 0) -> str:
         suffix = f".{generation}" if generation else ""
@@ -62,6 +75,7 @@ class PortalResources:
             os.mkdir(path, 0o700)
             os.chmod(path, 0o700)
             self.ipc_dir = path
+            self.hand_over(self.owner, path)
         return self.ipc_dir
 
     def publish_ipc(self, host_names_needed: bool) -> None:
@@ -71,8 +85,12 @@ class PortalResources:
         agent keeps its mappings, and after a crash only the directory is left for ``gc``.
         """
         if self.ipc_dir is None:
+            if self.owner is not None:
+                self.hand_over(self.owner, os.path.join(SHM_DIR, self.shm_name[1:]),
+                               *(os.path.join(SHM_DIR, "sem." + name[1:]) for name in self.semaphores))
             return
         files = [self.shm_name[1:]] + ["sem." + name[1:] for name in self.semaphores]
+        self.hand_over(self.owner, *(os.path.join(SHM_DIR, name) for name in files))
         for name in files:
             target = os.path.join(self.ipc_dir, name)
             if not os.path.exists(target):

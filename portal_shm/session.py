@@ -103,6 +103,10 @@ class PortalSession:
 
     def launch(self, specs: Sequence[EnvSpec], envs_per_server: Optional[int], timeout: float) -> None:
         """Start every server, then wait for each one's hello (its envs exist by then)."""
+        owners = {spec.backend.runtime_owner() for spec in specs} - {None}
+        if len(owners) > 1:
+            raise ValueError(f"the envs' runtimes run as different users {sorted(owners)}: one portal, one user")
+        self.resources.hand_over(owners.pop() if owners else None)
         if not all(spec.backend.uses_host_ipc() for spec in specs):
             self.resources.make_ipc_dir()
         for index, env_indices in enumerate(group_envs(specs, envs_per_server)):
@@ -117,6 +121,7 @@ class PortalSession:
         resources = self.resources
         server.channel = ControlChannel(self.context, resources.socket_address(server.index, server.generation),
                                         server.describe)
+        resources.hand_over(resources.owner, server.channel.address[len("ipc://"):])
         config = {
             "protocol": P.PROTOCOL_VERSION,
             "server_index": server.index,

@@ -309,7 +309,11 @@ def test_containers_run_with_least_privilege(ale_image, docker_client):
         host = container.attrs["HostConfig"]
         assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"]
         assert "no-new-privileges" in host["SecurityOpt"]
-        assert container.attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+        # the agent's own uid:gid, never root: a root agent's containers run as nobody, and the
+        # portal's files are handed to that user (still 0600/0700)
+        user = (65534, 65534) if os.getuid() == 0 else (os.getuid(), os.getgid())
+        assert container.attrs["Config"]["User"] == "{}:{}".format(*user)
+        assert container.exec_run(["id", "-u"]).output.decode().strip() == str(user[0])
         assert container.labels["portal-shm.owner-pid"] == str(os.getpid())
         run_dir = os.path.dirname(envs._session.resources.lock_path)
         assert oct(os.stat(run_dir).st_mode & 0o777) == "0o700"
@@ -322,6 +326,8 @@ def test_containers_run_with_least_privilege(ale_image, docker_client):
         assert sorted(os.listdir(ipc_dir)) == sorted([envs.shm_name[1:], f"sem{envs.shm_name.replace('/', '.')}-0d",
                                                       f"sem{envs.shm_name.replace('/', '.')}-0g"])
         assert all(oct(os.stat(os.path.join(ipc_dir, n)).st_mode & 0o777) == "0o600" for n in os.listdir(ipc_dir))
+        owned = [ipc_dir, run_dir] + [os.path.join(ipc_dir, n) for n in os.listdir(ipc_dir)]
+        assert {(os.stat(p).st_uid, os.stat(p).st_gid) for p in owned} == {user}
         assert not os.path.exists("/dev/shm" + envs.shm_name)  # no host-wide name once attached
         assert host["PidsLimit"] == 1024
         seen = container.exec_run(["python", "-c", "import os; print(sorted(os.listdir('/dev/shm')))"]).output.decode()
