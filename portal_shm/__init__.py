@@ -29,6 +29,8 @@ _LAZY = {
     "ProtocolMismatchError": "errors",
     "PortalTimeoutError": "errors",
     "ServerProtocolError": "errors",
+    "RestartLimitError": "errors",
+    "restart_seed": "recovery",
 }
 
 __all__ = sorted(_LAZY) + ["serve", "__version__"]

@@ -22,6 +22,7 @@ from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
 from .pending import AsyncState
 from .schema import leaves
 from .session import group_envs
+from .validate import check_blobs
 
 _CMD, _SLOT, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "status", "extra"))
 
@@ -188,7 +189,8 @@ class AsyncBatches:
                 if message["cmd"] == P.ERROR:
                     errors.extend(self._session.servers[index].errors(message))
                 else:
-                    extras.update(message["blobs"])
+                    server = self._session.servers[index]
+                    extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
             if errors:
                 self._raise_env_errors(errors)
             return self._batch(taken, extras)
@@ -202,7 +204,7 @@ class AsyncBatches:
         if row[_STATUS] != STATUS_ERROR and not row[_EXTRA]:
             return None
         server = self._session.servers[index]
-        message = server.channel.recv(server.check_alive, self.step_timeout, f"step of env server {index}")
+        message = server.recv(self.step_timeout, "step")
         if message["cmd"] == P.ERROR or (message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict)):
             return message
         raise ServerProtocolError(f"env server {index} sent {message['cmd']!r} during a step")
@@ -289,7 +291,7 @@ class AsyncBatches:
                 }, server.check_alive)
                 self._mailbox[server.index, _CMD] = P.CMD_CONTROL
                 server.go.ring()
-            extras, errors = self._replies("reset")
+            extras, errors, _ = self._replies("reset")
             if errors:
                 self._raise_env_errors(errors)
             self._reset_extras = extras

@@ -19,8 +19,9 @@ POLL_SLICE = 0.05
 
 
 class ControlChannel:
-    def __init__(self, context: zmq.Context, address: str) -> None:
+    def __init__(self, context: zmq.Context, address: str, describe: Optional[Callable[[], str]] = None) -> None:
         self.address = address
+        self.describe = describe or (lambda: address)
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
@@ -39,7 +40,8 @@ class ControlChannel:
             except zmq.Again:
                 check()
                 if deadline is not None and time.monotonic() > deadline:
-                    raise PortalTimeoutError(f"could not send {message.get('cmd')!r} within {timeout} s") from None
+                    raise PortalTimeoutError(
+                        f"could not send {message.get('cmd')!r} to {self.describe()} within {timeout} s") from None
                 time.sleep(0.001)
 
     def recv(self, check: Callable[[], None], timeout: Optional[float], what: str) -> dict:

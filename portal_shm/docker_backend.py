@@ -1,8 +1,9 @@
 """Env servers in Docker containers, started and watched through the docker SDK.
 
-Containers get no network (``--network none``), the host's /dev/shm (``--ipc=host``) so they can
-map the ring and its semaphores, and the portal's run directory bind-mounted at the same path for
-the control sockets and the agent's lock file. Labels name the owning agent pid and portal, so
+Containers get no network (``--network none``), a private /dev/shm that holds only their
+portal's ring and semaphores (the portal's IPC directory on the host's /dev/shm, bind-mounted;
+``ipc_host=True`` shares the host's IPC namespace instead), and the portal's run directory
+bind-mounted at the same path for the control sockets and the agent's lock file. Labels name the owning agent pid and portal, so
 ``portal-shm ps/stop/gc`` find them; the agent removes its containers on close, and a container
 whose agent died exits by itself (its server sees the lock go) and is removed by ``gc``.
 """
@@ -23,6 +24,7 @@ LABEL_PORTAL = f"{LABEL_PREFIX}.portal"
 LABEL_SERVER = f"{LABEL_PREFIX}.server"
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
 LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
+NOBODY = 65534
 
 
 class DockerUnavailableError(PortalError):
@@ -98,21 +100,46 @@ class DockerHandle(ServerHandle):
 class DockerBackend(Backend):
     """Runs each env server in a container of ``image`` (its default command serves the envs).
 
-    ``image`` is a built image (``portal-shm build ale`` gives ``portal-shm/ale``). ``mem_limit``,
-    ``cpus`` and ``pids_limit`` bound the container; ``extra_run_args`` go to the SDK's
+    ``image`` is a built image (``portal-shm build ale`` gives ``portal-shm/ale``). Limits per
+    container: ``pids_limit`` (default 1024: ample for envs that spawn helper processes, such as
+    ViZDoom, and a stop for a fork bomb), ``mem_limit`` (e.g. ``"2g"``; default none, since envs
+    range from megabytes to many gigabytes: a container over it is OOM-killed and reported as
+    such) and ``cpus`` (e.g. ``1.5``; default none). ``extra_run_args`` go to the SDK's
     ``containers.run`` as they are. Least privilege by default: all capabilities dropped,
-    ``no-new-privileges``, the agent's own uid/gid (the ring is mode 0600), and a read-only root
+    ``no-new-privileges``, the agent's own uid/gid (the ring is mode 0600; an agent running as
+    root runs its containers as nobody, ``user`` to choose), a read-only root
     filesystem with a writable tmpfs at /tmp as working directory (``read_only=False`` for envs
-    that must write elsewhere).
+    that must write elsewhere), and a /dev/shm holding only this portal's ring and semaphores
+    (``ipc_host=True`` for the host's IPC namespace, e.g. for envs that share memory with
+    other host processes).
     """
 
     image: str = "portal-shm/ale"
     mem_limit: Optional[str] = None
     cpus: Optional[float] = None
-    pids_limit: Optional[int] = None
+    pids_limit: Optional[int] = 1024
     extra_run_args: tuple = ()
     read_only: bool = True
+    ipc_host: bool = False
+    user: Optional[str] = None
     name = "docker"
+
+    def uses_host_ipc(self) -> bool:
+        return self.ipc_host
+
+    def container_user(self) -> tuple:
+        """``user`` ("uid:gid"), else the agent's own uid:gid, but never root: an agent running
+        as root gets its containers run as nobody (65534:65534), and hands them its resources."""
+        if self.user:
+            uid, _, gid = self.user.partition(":")
+            return int(uid), int(gid or uid)
+        if os.getuid() == 0:
+            return NOBODY, NOBODY
+        return os.getuid(), os.getgid()
+
+    def runtime_owner(self) -> Optional[tuple]:
+        owner = self.container_user()
+        return None if owner == (os.getuid(), os.getgid()) else owner
 
     def max_envs_per_server(self) -> Optional[int]:
         """From the image's ``portal-shm.max-envs-per-server`` label (stable-retro needs 1)."""
@@ -132,7 +159,6 @@ class DockerBackend(Backend):
         kwargs: dict = {
             "environment": {CONFIG_ENV_VAR: encode_config(config), "PYTHONUNBUFFERED": "1"},
             "network_mode": "none",
-            "ipc_mode": "host",
             "volumes": {run_dir: {"bind": run_dir, "mode": "rw"}},
             "labels": {
                 LABEL_OWNER: str(os.getpid()),
@@ -145,12 +171,17 @@ class DockerBackend(Backend):
             "init": True,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
-            "user": f"{os.getuid()}:{os.getgid()}",
+            "user": "{}:{}".format(*self.container_user()),
             "read_only": self.read_only,
             "tmpfs": {"/tmp": "rw,exec,size=512m"},
             "working_dir": "/tmp",
         }
         kwargs["environment"]["HOME"] = "/tmp"
+        if self.ipc_host or launch.ipc_dir is None:
+            kwargs["ipc_mode"] = "host"
+        else:
+            kwargs["ipc_mode"] = "private"
+            kwargs["volumes"][launch.ipc_dir] = {"bind": "/dev/shm", "mode": "rw"}
         if self.mem_limit:
             kwargs["mem_limit"] = self.mem_limit
         if self.cpus:

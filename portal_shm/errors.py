@@ -108,3 +108,14 @@ def env_error_class(error_type: str, base: type = EnvError) -> type:
         except TypeError:  # incompatible layouts
             _mirrors[key] = base
     return _mirrors[key]
+
+
+class RestartLimitError(PortalError):
+    """An env failed again after using up its restarts (``on_env_failure="restart"``)."""
+
+    def __init__(self, env_indices: list, restarts: int, runtime: str, cause: BaseException) -> None:
+        self.env_indices = list(env_indices)
+        self.restarts = restarts
+        self.cause = cause
+        super().__init__(f"envs {self.env_indices} failed after {restarts} restarts (max_restarts) "
+                         f"[runtime: {runtime}]; last failure: {cause}")

@@ -108,7 +108,9 @@ class NestedEnv(gym.Env):
 
 
 class FaultyEnv(gym.Env):
-    """Fails on purpose: raise, segfault, exit or hang in a chosen phase after ``after`` steps."""
+    """Fails on purpose in a chosen phase after ``after`` steps: ``raise``, ``segfault``, ``exit``
+    (``os._exit(7)``), ``hang`` (sleeps), ``spin`` (an endless Python loop), ``stop`` (SIGSTOPs
+    its own process) or ``oom`` (allocates memory until the runtime's limit kills it)."""
 
     def __init__(self, fault: str = "raise", phase: str = "step", after: int = 0, only_env: Optional[int] = None):
         self.observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -127,6 +129,15 @@ class FaultyEnv(gym.Env):
             os._exit(7)
         if self.fault == "hang":
             time.sleep(3600)
+        if self.fault == "spin":
+            while True:
+                pass
+        if self.fault == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if self.fault == "oom":
+            hoard = []
+            while True:
+                hoard.append(np.ones(16 * 2**20, np.uint8))
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)

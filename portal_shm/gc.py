@@ -1,8 +1,9 @@
 """Reclaiming what dead agents left behind: shared-memory segments, semaphores, run directories.
 
-A leftover is only touched when its owner is provably gone: the run directory's lock file is
-free (the agent held an exclusive record lock on it for its whole life), or, for a segment
-without a run directory, no process with the owner's pid exists. A live portal is never touched,
+A leftover is only touched when its owner is provably gone: no process with the owner's pid
+exists and, while its run directory is there, that directory's lock file is free (the agent held
+an exclusive record lock on it for its whole life). Both are required: the lock alone would not
+cover the instant between creating a run directory and locking it, the pid alone a reused pid. A live portal is never touched,
 and neither is anything of the calling process itself: closing any descriptor of a lock file
 drops the caller's own record locks, so gc never opens its own portals' lock files.
 """
@@ -24,7 +25,7 @@ _NAME = re.compile(rf"^(?P<sem>sem\.)?(?P<tag>{PREFIX}-(?P<pid>\d+)-[0-9a-f]+)(?
 
 @dataclass
 class Leftover:
-    kind: str  # "segment", "semaphore" or "run dir"
+    kind: str  # "segment", "semaphore", "ipc dir", "run dir" or "container"
     name: str
     owner_pid: int
     size: int
@@ -57,12 +58,10 @@ def _lock_free(run_dir: str) -> bool:
 
 
 def _owner_gone(tag: str, pid: int) -> bool:
-    if pid == os.getpid():
+    if pid == os.getpid() or pid_alive(pid):
         return False
     run_dir = os.path.join(run_base_dir(), tag)
-    if os.path.isdir(run_dir):
-        return _lock_free(run_dir)
-    return not pid_alive(pid)
+    return _lock_free(run_dir) if os.path.isdir(run_dir) else True
 
 
 def find_leftovers() -> list[Leftover]:
@@ -72,11 +71,12 @@ def find_leftovers() -> list[Leftover]:
         for entry in sorted(os.listdir(SHM_DIR)):
             match = _NAME.match(entry)
             if match and _owner_gone(match["tag"], int(match["pid"])):
+                path = os.path.join(SHM_DIR, entry)
                 try:
-                    size = os.stat(os.path.join(SHM_DIR, entry)).st_size
+                    size = os.stat(path).st_size
                 except OSError:
                     continue
-                kind = "semaphore" if match["sem"] else "segment"
+                kind = "semaphore" if match["sem"] else "ipc dir" if os.path.isdir(path) else "segment"
                 found.append(Leftover(kind, entry, int(match["pid"]), size))
     base = run_base_dir()
     if os.path.isdir(base):
@@ -93,6 +93,8 @@ def remove(leftover: Leftover) -> None:
         unlink_shm("/" + leftover.name)
     elif leftover.kind == "semaphore":
         unlink_semaphore("/" + leftover.name[len("sem."):])
+    elif leftover.kind == "ipc dir":
+        shutil.rmtree(os.path.join(SHM_DIR, leftover.name), ignore_errors=True)
     else:
         shutil.rmtree(leftover.name, ignore_errors=True)
 

@@ -7,6 +7,7 @@ send anything, and the worst it may cause in the agent is a ``ProtocolError``.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import msgpack
@@ -41,6 +42,10 @@ _EXT_NUMPY_SCALAR = 2
 _EXT_TUPLE = 3
 
 _SAFE_DTYPE_KINDS = frozenset("biufcSU?")
+# Each tuple is decoded by a nested msgpack call: without a bound, a few kilobytes of nested
+# tuples overflow the C stack (a crash, not an exception). No honest message nests this deep.
+MAX_TUPLE_NESTING = 32
+_nesting = threading.local()
 
 
 class ProtocolError(Exception):
@@ -126,7 +131,14 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise ProtocolError("numpy scalar payload has the wrong size")
         return np.frombuffer(payload, dtype=dtype)[0]
     if code == _EXT_TUPLE:
-        value = unpackb(data)
+        depth = getattr(_nesting, "depth", 0)
+        if depth >= MAX_TUPLE_NESTING:
+            raise ProtocolError(f"tuples nested deeper than {MAX_TUPLE_NESTING}")
+        _nesting.depth = depth + 1
+        try:
+            value = unpackb(data)
+        finally:
+            _nesting.depth = depth
         if not isinstance(value, list):
             raise ProtocolError("corrupt tuple")
         return tuple(value)

@@ -15,6 +15,8 @@ import fcntl
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 from typing import Any, Callable, Optional
 
@@ -29,6 +31,7 @@ from .schema import is_fixed, leaves, revive, space_to_schema
 
 CONFIG_ENV_VAR = "PORTAL_SHM_SERVER_CONFIG"
 IDLE_CHECK_SECONDS = 0.5
+WATCHDOG_GRACE_SECONDS = 3.0
 NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
 
 _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
@@ -107,6 +110,7 @@ class EnvServer:
         self.ring: Optional[Ring] = None
         self.go: Optional[Doorbell] = None
         self.done: Optional[Doorbell] = None
+        self._reset_env_index: Optional[int] = None
 
     # -- plumbing -------------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -114,20 +118,8 @@ class EnvServer:
 
     def agent_alive(self) -> bool:
         """The agent holds an exclusive record lock on its lock file for as long as it lives."""
-        path = self.config.get("lock_path")
-        if not path:
-            return True
-        if self._lock_fd is None:
-            try:
-                self._lock_fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                return False
-        try:
-            fcntl.lockf(self._lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.lockf(self._lock_fd, fcntl.LOCK_UN)
-        return False
+        alive, self._lock_fd = _probe_agent(self.config.get("lock_path"), self._lock_fd)
+        return alive
 
     def recv(self) -> dict:
         while not self.socket.poll(int(IDLE_CHECK_SECONDS * 1000)):
@@ -137,6 +129,47 @@ class EnvServer:
         if not isinstance(message, dict):
             raise P.ProtocolError("control message is not a map")
         return message
+
+    def watch_agent(self) -> None:
+        """Exit even when an env hangs (sleep, infinite loop) after the agent has died.
+
+        The main thread notices a dead agent only between commands; this daemon thread checks
+        the agent's lock every second, and when the main thread has not cleaned up within a
+        grace period (it is stuck inside an env), it unlinks what the agent owned and exits.
+        A hang in C code that holds the GIL cannot be helped here: ``gc`` and the agent's
+        ``stop`` (kill) remain for those.
+        """
+
+        def watch() -> None:
+            fd = None
+            while True:
+                time.sleep(1.0)
+                alive, fd = _probe_agent(self.config.get("lock_path"), fd)
+                if not alive:
+                    time.sleep(WATCHDOG_GRACE_SECONDS)
+                    self.unlink_agent_resources()
+                    os._exit(0)
+
+        threading.Thread(target=watch, name="portal-shm-agent-watchdog", daemon=True).start()
+
+    def unlink_agent_resources(self) -> None:
+        """Unlink the ring, doorbells and run directory of a dead agent (it cannot any more)."""
+        names = getattr(self, "shm_names", None)
+        if names is not None:
+            unlink_shm(names[0])
+            unlink_semaphore(names[1])
+            unlink_semaphore(names[2])
+        run_dir = self.config.get("run_dir")
+        if run_dir and os.path.isdir(run_dir):
+            for name in os.listdir(run_dir):
+                try:
+                    os.unlink(os.path.join(run_dir, name))
+                except OSError:
+                    pass
+            try:
+                os.rmdir(run_dir)
+            except OSError:
+                pass
 
     # -- lifecycle ------------------------------------------------------------------------
     def handshake(self) -> None:
@@ -195,7 +228,12 @@ class EnvServer:
                 self.step(int(mailbox[_SLOT]), cmd == P.CMD_STEP_ACTIONS)
                 self.done.ring()
             elif cmd == P.CMD_CONTROL:
-                if not self.control(self.recv()):
+                try:
+                    message = self.recv()
+                except P.ProtocolError as exc:
+                    self.send(_error_message(exc, None, "decode"))
+                    continue
+                if not self.control(message):
                     return
 
     def cleanup(self, agent_gone: bool) -> None:
@@ -211,21 +249,7 @@ class EnvServer:
             if bell is not None:
                 bell.close()
         if agent_gone:
-            if self.ring is not None:
-                unlink_shm(self.shm_names[0])
-                unlink_semaphore(self.shm_names[1])
-                unlink_semaphore(self.shm_names[2])
-            run_dir = self.config.get("run_dir")
-            if run_dir and os.path.isdir(run_dir):
-                for name in os.listdir(run_dir):
-                    try:
-                        os.unlink(os.path.join(run_dir, name))
-                    except OSError:
-                        pass
-                try:
-                    os.rmdir(run_dir)
-                except OSError:
-                    pass
+            self.unlink_agent_resources()
         self.socket.close(linger=0 if agent_gone else 2000)
         self.context.term()
 
@@ -333,11 +357,15 @@ class EnvServer:
                     results.append(env.render())
                 self._reply_results(results, "render")
             elif cmd == P.CLOSE:
+                # Close every env even when one raises, then stop: the agent is closing anyway.
+                failure = None
                 for j, env in enumerate(self.envs):
-                    env_index = self.env_indices[j]
-                    env.close()
+                    try:
+                        env.close()
+                    except Exception as exc:
+                        failure = failure or _error_message(exc, self.env_indices[j], "close")
                 self.envs = []
-                self.send({"cmd": P.REPLY})
+                self.send(failure or {"cmd": P.REPLY})
                 return False
             else:
                 raise P.ProtocolError(f"unknown control command {cmd!r}")
@@ -376,6 +404,23 @@ class EnvServer:
                     payload.append(self.last_var_obs[j])
                 self._publish(k, i, [], payload, self._reset_extras)
         return errors
+
+
+def _probe_agent(path: Optional[str], fd: Optional[int]) -> tuple:
+    """(agent alive?, descriptor to reuse): free lock or vanished lock file means gone."""
+    if not path:
+        return True, fd
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False, None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True, fd
+    fcntl.lockf(fd, fcntl.LOCK_UN)
+    return False, fd
 
 
 def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
@@ -456,6 +501,7 @@ def run(config: dict, factory: Optional[Callable[..., Any]] = None) -> int:
         context.term()
         return 3
     server = EnvServer(config, envs)
+    server.watch_agent()
     agent_gone = False
     try:
         server.handshake()

@@ -17,11 +17,13 @@ import zmq
 from . import protocol as P
 from .backend import ServerHandle, ServerLaunch
 from .control import ControlChannel
-from .errors import EnvError, EnvNotFoundError, env_error_class, ProtocolMismatchError, ServerDiedError, ServerProtocolError
+from .errors import (EnvError, EnvNotFoundError, ProtocolMismatchError, ServerDiedError, ServerProtocolError,
+                     env_error_class)
 from .layout import MAILBOX_FIELDS
 from .resources import PortalResources
 from .ring import Doorbell, Ring
 from .spec import EnvSpec
+from .validate import check_error, check_hello
 
 _CMD = MAILBOX_FIELDS.index("cmd")
 
@@ -38,6 +40,13 @@ class ServerLink:
         self.go: Optional[Doorbell] = None
         self.done: Optional[Doorbell] = None
         self.hello: dict = {}
+        self.launch: Optional[ServerLaunch] = None
+        self.generation = 0
+
+    def describe(self) -> str:
+        """'env server 1 (envs [2, 3]) [runtime: ...]': what every error about this server names."""
+        runtime = self.handle.describe() if self.handle is not None else "not started"
+        return f"env server {self.index} (envs {self.env_indices}) [runtime: {runtime}]"
 
     def check_alive(self) -> None:
         status = self.handle.exit_status() if self.handle is not None else None
@@ -46,11 +55,14 @@ class ServerLink:
                                   self.handle.describe())
 
     def error(self, message: dict) -> EnvError:
-        """The agent-side exception for an ERROR message this server sent."""
-        error_type = str(message.get("type", ""))
+        """The agent-side exception for an ERROR message this server sent (fields validated)."""
+        env_index, phase, error_type, text, remote_traceback = check_error(message, self.env_indices)
         cls = EnvNotFoundError if error_type.endswith("EnvNotFound") else env_error_class(error_type)
-        return cls(message.get("env_index"), str(message.get("phase")), str(message.get("type")),
-                   str(message.get("message")), str(message.get("traceback", "")), self.handle.describe())
+        return cls(env_index, phase, error_type, text, remote_traceback, self.handle.describe())
+
+    def recv(self, timeout: Optional[float], what: str) -> dict:
+        """One message from this server; dead or silent servers raise, naming envs and runtime."""
+        return self.channel.recv(self.check_alive, timeout, f"{what} of {self.describe()}")
 
     def errors(self, message: dict) -> list[EnvError]:
         """All env errors of one ERROR message: the first env's, then those of the server's other envs."""
@@ -59,7 +71,7 @@ class ServerLink:
                                         if isinstance(m, dict)]
 
     def expect(self, cmd: str, timeout: Optional[float], what: str) -> dict:
-        message = self.channel.recv(self.check_alive, timeout, f"{what} of env server {self.index}")
+        message = self.recv(timeout, what)
         if message["cmd"] == P.ERROR:
             raise self.error(message)
         if message["cmd"] != cmd:
@@ -67,10 +79,7 @@ class ServerLink:
         return message
 
     def schemas(self, key: str) -> list:
-        schemas = self.hello.get(key)
-        if not isinstance(schemas, list) or len(schemas) != len(self.env_indices):
-            raise ServerProtocolError(f"env server {self.index} sent a handshake without valid {key}")
-        return schemas
+        return self.hello[key]
 
 
 def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list[list[int]]:
@@ -101,36 +110,79 @@ class PortalSession:
 
     def launch(self, specs: Sequence[EnvSpec], envs_per_server: Optional[int], timeout: float) -> None:
         """Start every server, then wait for each one's hello (its envs exist by then)."""
-        resources = self.resources
+        self.specs = list(specs)
+        owners = {spec.backend.runtime_owner() for spec in specs} - {None}
+        if len(owners) > 1:
+            raise ValueError(f"the envs' runtimes run as different users {sorted(owners)}: one portal, one user")
+        self.resources.hand_over(owners.pop() if owners else None)
+        if not all(spec.backend.uses_host_ipc() for spec in specs):
+            self.resources.make_ipc_dir()
         for index, env_indices in enumerate(group_envs(specs, envs_per_server)):
             server = ServerLink(index, env_indices, specs[env_indices[0]])
             self.servers.append(server)
-            server.channel = ControlChannel(self.context, resources.socket_address(index))
-            if server.spec.factory is not None:
-                from .env_fns import ship_factories
-
-                env_config = ship_factories([specs[i] for i in env_indices], resources.run_dir, index)
-            else:
-                env_config = server.spec.to_config()
-            config = {
-                "protocol": P.PROTOCOL_VERSION,
-                "server_index": index,
-                "env_indices": env_indices,
-                "env": env_config,
-                "control_address": server.channel.address,
-                "lock_path": resources.lock_path,
-                "run_dir": resources.run_dir,
-            }
-            launch = ServerLaunch(index, env_indices, config, resources.run_dir, resources.log_path(index))
-            server.handle = server.spec.backend.start(launch)
+            self._start_server(server)
         for server in self.servers:
-            server.hello = server.expect(P.HELLO, timeout, "start-up")
-            if server.hello.get("protocol") != P.PROTOCOL_VERSION:
-                raise ProtocolMismatchError(
-                    f"env server {server.index} speaks portal-shm protocol {server.hello.get('protocol')}, "
-                    f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
-                    f"env runtime ({server.handle.describe()})"
-                )
+            self._handshake(server, timeout)
+
+    def _start_server(self, server: ServerLink) -> None:
+        """Bind the server's control socket (a new path per generation) and start its runtime."""
+        resources = self.resources
+        server.channel = ControlChannel(self.context, resources.socket_address(server.index, server.generation),
+                                        server.describe)
+        resources.hand_over(resources.owner, server.channel.address[len("ipc://"):])
+        if server.spec.factory is not None:
+            from .env_fns import ship_factories
+
+            env_config = ship_factories([self.specs[i] for i in server.env_indices], resources.run_dir, server.index)
+        else:
+            env_config = server.spec.to_config()
+        config = {
+            "protocol": P.PROTOCOL_VERSION,
+            "server_index": server.index,
+            "env_indices": server.env_indices,
+            "env": env_config,
+            "control_address": server.channel.address,
+            "lock_path": resources.lock_path,
+            "run_dir": resources.run_dir,
+        }
+        server.launch = ServerLaunch(server.index, server.env_indices, config, resources.run_dir,
+                                     resources.log_path(server.index), resources.ipc_dir)
+        server.handle = server.spec.backend.start(server.launch)
+
+    def _handshake(self, server: ServerLink, timeout: float) -> None:
+        hello = server.expect(P.HELLO, timeout, "start-up")
+        if hello.get("protocol") != P.PROTOCOL_VERSION:
+            raise ProtocolMismatchError(
+                f"env server {server.index} speaks portal-shm protocol {hello.get('protocol')!r:.40}, "
+                f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
+                f"env runtime ({server.handle.describe()})"
+            )
+        server.hello = check_hello(hello, len(server.env_indices), server.describe())
+
+    def restart(self, server: ServerLink, timeout: float) -> None:
+        """Replace a failed server by a fresh one of the same spec, attached to the same ring.
+
+        The old runtime is stopped first (a hung one is killed), so nothing writes its rows any
+        more; stale doorbell posts are drained and the control socket gets a new path, since
+        ZeroMQ removes a closed ipc socket's file asynchronously and could remove a rebound one.
+        The fresh server must describe exactly the spaces its predecessor did.
+        """
+        before = (server.hello["observation_spaces"], server.hello["action_spaces"])
+        if server.handle is not None:
+            server.handle.stop(timeout=1.0)
+        server.channel.close()
+        server.generation += 1
+        server.go.drain()
+        server.done.drain()
+        mailbox = self.ring.views["mailbox"][server.index]
+        mailbox[:] = 0
+        self._start_server(server)
+        self._handshake(server, timeout)
+        after = (server.hello["observation_spaces"], server.hello["action_spaces"])
+        if P.packb(after) != P.packb(before):
+            raise ServerProtocolError(f"the restarted {server.describe()} describes other spaces than before")
+        server.channel.send(self._attach_message(server), server.check_alive)
+        server.expect(P.READY, timeout, "restart")
 
     def attach(self, layout: dict, settings: dict, timeout: float, shared_done: bool = False) -> Ring:
         """Create the ring and doorbells, hand them to every server and wait until all are ready.
@@ -138,16 +190,21 @@ class PortalSession:
         ``shared_done``: all servers ring one ``done`` semaphore (async batches wait for any server).
         """
         self.ring = Ring(self.resources.shm_name, layout, create=True)
+        self._layout, self._settings = layout, settings
         shared = Doorbell(self.resources.semaphore_name(0, "d"), create=True) if shared_done else None
         for server in self.servers:
             server.go = Doorbell(self.resources.semaphore_name(server.index, "g"), create=True)
             server.done = shared or Doorbell(self.resources.semaphore_name(server.index, "d"), create=True)
-            message = {"cmd": P.ATTACH, "shm_name": self.ring.name, "layout": layout,
-                       "go": server.go.name, "done": server.done.name, **settings}
-            server.channel.send(message, server.check_alive)
+        self.resources.publish_ipc(host_names_needed=any(s.spec.backend.uses_host_ipc() for s in self.servers))
+        for server in self.servers:
+            server.channel.send(self._attach_message(server), server.check_alive)
         for server in self.servers:
             server.expect(P.READY, timeout, "start-up")
         return self.ring
+
+    def _attach_message(self, server: ServerLink) -> dict:
+        return {"cmd": P.ATTACH, "shm_name": self.ring.name, "layout": self._layout,
+                "go": server.go.name, "done": server.done.name, **self._settings}
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""

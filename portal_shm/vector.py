@@ -31,13 +31,16 @@ from . import protocol as P
 from .backend import Backend
 from .batched import AsyncBatches
 from .control import POLL_SLICE
-from .errors import PortalError, PortalTimeoutError, ServerDiedError, ServerProtocolError
+from .errors import (EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError,
+                     ServerProtocolError)
 from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
-from .schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, schema_to_space, space_to_schema
 from .pending import AsyncState
+from .recovery import RESTARTABLE, Recovery, fixed_obs_views
+from .schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, schema_to_space, space_to_schema
 from .session import PortalSession, ServerLink
 from .spec import EnvSpec
+from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 
 _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
 
@@ -108,6 +111,11 @@ class VectorPortal(AsyncBatches, VectorEnv):
             the unit of asynchrony, so it must be a multiple of ``envs_per_server`` (by default the
             largest divisor of both ``batch_size`` and the number of envs that spreads the envs
             over the cores). See ``recv`` for when the batch is a view and when a copy.
+        on_env_failure: ``"raise"`` (default) or ``"restart"``: replace a failed env server by a
+            fresh one and end its envs' episodes as truncated with ``info["env_restarted"]``;
+            the rules, and the seeds restarted envs get, are in ``portal_shm.recovery``.
+        max_restarts: restarts allowed per env over the portal's life with ``"restart"``; the
+            next failure raises ``RestartLimitError``.
     """
 
     def __init__(
@@ -129,6 +137,8 @@ class VectorPortal(AsyncBatches, VectorEnv):
         startup_timeout: float = 120.0,
         step_timeout: Optional[float] = None,
         batch_size: Optional[int] = None,
+        on_env_failure: str = "raise",
+        max_restarts: int = 3,
     ) -> None:
         F.check_options(context, worker, max_concurrency)
         specs, self._gymnasium_form = F.to_specs(env_fns, backend)
@@ -152,6 +162,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
         self._async = self.batch_size != self.num_envs
         if self._async:
+            if on_env_failure != "raise":
+                raise ValueError("on_env_failure='restart' is not available with batch_size yet: a restarted server "
+                                 "would have to rejoin the batches in flight; use lockstep stepping for it")
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 raise ValueError("batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
                                  "could only be reset by a masked reset, which async batches do not have")
@@ -172,6 +185,8 @@ class VectorPortal(AsyncBatches, VectorEnv):
         try:
             self._start(specs, F.envs_per_server(self.num_envs, envs_per_server, max_concurrency),
                         startup_timeout, info_capacity)
+            # -- recovery policy (portal_shm/recovery.py) --
+            self._recovery = Recovery(self, on_env_failure, max_restarts, startup_timeout)
         except BaseException:
             self._finalizer()
             self.closed = True
@@ -184,11 +199,8 @@ class VectorPortal(AsyncBatches, VectorEnv):
         obs_schemas = [s for server in session.servers for s in server.schemas("observation_spaces")]
         act_schemas = [s for server in session.servers for s in server.schemas("action_spaces")]
         self._obs_schema, self._act_schema = obs_schemas[0], act_schemas[0]
-        try:
-            self.single_observation_space = schema_to_space(self._obs_schema)
-            self.single_action_space = schema_to_space(self._act_schema)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ServerProtocolError(f"env 0 describes its spaces in a way the agent cannot use: {exc}") from None
+        self.single_observation_space = space_from_schema(self._obs_schema, "env 0's observation space")
+        self.single_action_space = space_from_schema(self._act_schema, "env 0's action space")
         if self._gymnasium_form and (has_opaque(self._obs_schema) or has_opaque(self._act_schema)):
             local = F.local_spaces(specs[0].factory) if specs[0].factory is not None else None
             if local is not None:
@@ -249,6 +261,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
                             if is_fixed(self._act_schema) else None)
         self._var_spaces = {index: _subspace(self.single_observation_space, path)
                             for index, (path, leaf) in enumerate(leaves(self._obs_schema)) if not is_fixed(leaf)}
+        self._obs_views, self._obs_fixed_views = fixed_obs_views(self._obs_schema, views)
         self._build_obs = self._obs_builder(self._obs_schema, views, [0])
         has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
         self._obs_slots = None if has_variable_leaves else [
@@ -283,10 +296,8 @@ class VectorPortal(AsyncBatches, VectorEnv):
         while True:
             server.check_alive()
             if deadline is not None and time.monotonic() > deadline:
-                raise PortalTimeoutError(
-                    f"env server {server.index} (envs {server.env_indices}) did not finish its step within "
-                    f"{self.step_timeout if self.step_timeout is not None else ''} s [runtime: {server.handle.describe()}]"
-                )
+                raise PortalTimeoutError(f"{server.describe()} did not finish its step within "
+                                         f"{self.step_timeout} s (step_timeout): hung or too slow")
             if done.wait(POLL_SLICE):
                 return
 
@@ -297,7 +308,8 @@ class VectorPortal(AsyncBatches, VectorEnv):
             raise PortalError(f"this VectorPortal cannot continue after an earlier failure: {self._broken}")
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, KeyboardInterrupt)):
+        if isinstance(exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, RestartLimitError,
+                            KeyboardInterrupt)):
             self._broken = exc
             self._session.graceful = False
 
@@ -321,23 +333,18 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 blob = self._info[k, i, :length].tobytes()
             else:
                 raise ServerProtocolError(f"env {i} wrote an invalid infos length {length}")
-            try:
-                entry = P.unpackb(blob)
-            except P.ProtocolError as exc:
-                raise ServerProtocolError(f"env {i} wrote corrupt infos: {exc}") from None
-            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list)
-                    and all(isinstance(d, dict) for d in entry[0])):
-                raise ServerProtocolError(f"env {i} wrote infos of an unexpected shape")
-            for env_info in entry[0]:
+            env_infos, var_obs = decode_infos(blob, i)
+            for env_info in env_infos:
                 if env_info:
                     if self._var_spaces and "final_obs" in env_info:
                         env_info["final_obs"] = self._revive(self.single_observation_space, env_info["final_obs"], i)
-                    infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, position, total)
-            if entry[1] is not None:
-                if not isinstance(entry[1], dict):
-                    raise ServerProtocolError(f"env {i} sent variable-layout observations of an unexpected shape")
+                    try:
+                        infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, position, total)
+                    except Exception as exc:
+                        raise ServerProtocolError(f"env {i}'s infos cannot be batched with the others': {exc}") from None
+            if var_obs is not None:
                 self._var_obs[i] = {index: self._revive(self._var_spaces.get(index), value, i)
-                                    for index, value in entry[1].items()}
+                                    for index, value in var_obs.items()}
         return infos
 
     @staticmethod
@@ -397,6 +404,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
             return
         messages = []
         k, prev = (self._slot + 1) % self.ring_depth, max(self._slot, 0)
+        self._recovery.note_reset(seeds, mask)
         for server in self._session.servers:
             envs = server.env_indices
             messages.append({
@@ -409,6 +417,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
             })
         self._send_control(messages, "reset_async", AsyncState.WAITING_RESET)
         self._slot = k
+        self._reset_messages = messages
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
         """Results of ``reset_async``; ``timeout`` (seconds) raises ``PortalTimeoutError``, also a
@@ -423,11 +432,19 @@ class VectorPortal(AsyncBatches, VectorEnv):
             return obs, infos
         k = self._slot
         try:
-            extras, errors = self._replies("reset", timeout)
+            extras, errors, failed = self._replies("reset", timeout, self._sent)
+            failed.update(self._send_failed)
             self._state = AsyncState.DEFAULT
+            # -- recovery: restart failed servers and repeat the reset for their envs --
+            restarted = []
+            for server, cause in failed.items():
+                extras.update(self._recovery.retry_reset(server, self._reset_messages[server.index], cause))
+                restarted.extend(server.env_indices)
             if errors:
                 self._raise_env_errors(errors)
             infos = self._gather(k, extras, {})
+            for i in restarted:
+                infos = add_info(infos, {"env_restarted": True}, i, self.num_envs)
         except BaseException as exc:
             self._state = AsyncState.DEFAULT
             self._fail(exc)
@@ -456,25 +473,57 @@ class VectorPortal(AsyncBatches, VectorEnv):
             raise errors[-1]
         raise errors[0]
 
-    def _replies(self, what: str, timeout: Optional[float] = None) -> tuple[dict, list]:
-        """Collect one reply per server (always all of them, to stay in step) and every env error."""
+    def _send_all(self, messages: list) -> tuple[list, dict]:
+        """Send each server its control message; (servers reached, failed server -> exception)."""
+        sent, failed = [], {}
+        for server, message in zip(self._session.servers, messages):
+            try:
+                server.channel.send(message, server.check_alive)
+                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
+                server.go.ring()
+                sent.append(server)
+            except RESTARTABLE as exc:
+                if not self._recovery.enabled:
+                    raise
+                failed[server] = exc
+        return sent, failed
+
+    def _replies(self, what: str, timeout: Optional[float] = None,
+                 servers: Optional[list] = None) -> tuple[dict, list, dict]:
+        """Collect one reply per server (always all of them, to stay in step) and every env error.
+
+        With ``on_env_failure="restart"`` a failed server does not stop the collection: it is
+        returned in the third item (server -> exception) for the caller to recover. A reset
+        counts an env's exception as a failure, other calls only a broken server.
+        """
         extras: dict = {}
         results: list = []
         errors: list = []
+        failed: dict = {}
+        restart = self._recovery.enabled
         timeout = self.step_timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        for server in self._session.servers:
+        for server in self._session.servers if servers is None else servers:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            message = server.channel.recv(server.check_alive, remaining, f"{what} of env server {server.index}")
-            if message["cmd"] == P.ERROR:
-                errors.extend(server.errors(message))
-            elif message["cmd"] == P.REPLY:
-                extras.update(message.get("extras") or {})
-                results.extend(message.get("results") or [])
-            else:
-                raise ServerProtocolError(f"env server {server.index} answered {what} with {message['cmd']!r}")
+            try:
+                message = server.recv(remaining, what)
+                if message["cmd"] == P.ERROR:
+                    server_errors = server.errors(message)
+                    if restart and what == "reset":
+                        raise server_errors[0]
+                    errors.extend(server_errors)
+                elif message["cmd"] == P.REPLY:
+                    server_extras, server_results = check_reply(message, server.env_indices, server.describe())
+                    extras.update(server_extras)
+                    results.extend(server_results)
+                else:
+                    raise ServerProtocolError(f"{server.describe()} answered {what} with {message['cmd']!r:.40}")
+            except RESTARTABLE as exc:
+                if not restart:
+                    raise
+                failed[server] = exc
         self._results = results
-        return extras, errors
+        return extras, errors, failed
 
     def step_async(self, actions: Any) -> None:
         """Write the actions into the ring and wake every server; returns at once."""
@@ -501,7 +550,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 cmd = P.CMD_STEP_ACTIONS
         self._slot = k
         mailbox = self._mailbox
+        recovery = self._recovery
         for server in self._session.servers:
+            if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
+                continue  # a restarted server's envs: reset instead of step, or end the episode
             mailbox[server.index, _CMD] = cmd
             mailbox[server.index, _SLOT] = k
             server.go.ring()
@@ -566,22 +618,47 @@ class VectorPortal(AsyncBatches, VectorEnv):
         extras: dict = {}
         infos: dict = {}
         errors: list = []
+        recovery = self._recovery
+        failed: list = []
         try:
             # Servers own ascending env ranges: batching each one's infos as soon as it is done
             # keeps env order (as gymnasium's) and hides the work behind the slower servers.
             for server in self._session.servers:
-                self._wait_done(server, deadline)
-                row = self._mailbox[server.index]
-                if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
-                    message = server.channel.recv(server.check_alive, timeout, f"step of env server {server.index}")
-                    if message["cmd"] == P.ERROR:
-                        errors.extend(server.errors(message))
-                    elif message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict):
-                        extras.update(message["blobs"])
+                try:
+                    if recovery.failed_early and server.index in recovery.failed_early:
+                        failed.append((server, recovery.failed_early.pop(server.index)))
+                        continue
+                    if recovery.ended and server.index in recovery.ended:
+                        failed.append((server, None))
+                        continue
+                    if recovery.resetting and server.index in recovery.resetting:
+                        extras.update(recovery.finish_reset(server, timeout))
                     else:
-                        raise ServerProtocolError(f"env server {server.index} sent {message['cmd']!r} during a step")
-                if not errors:
-                    infos = self._gather(k, extras, infos, server.env_indices)
+                        self._wait_done(server, deadline)
+                        row = self._mailbox[server.index]
+                        if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
+                            message = server.recv(timeout, "step")
+                            if message["cmd"] == P.ERROR:
+                                server_errors = server.errors(message)
+                                if recovery.enabled:
+                                    raise server_errors[0]
+                                errors.extend(server_errors)
+                            elif message["cmd"] == P.EXTRA:
+                                extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
+                            else:
+                                raise ServerProtocolError(f"{server.describe()} sent {message['cmd']!r:.40} during a step")
+                    if not errors:
+                        infos = self._gather(k, extras, infos, server.env_indices)
+                except RESTARTABLE as exc:
+                    if recovery.enabled:
+                        failed.append((server, exc))
+                    elif isinstance(exc, EnvError):
+                        errors.append(exc)
+                    else:
+                        raise
+            # -- recovery: restart failed servers, end their envs' episodes in this slot --
+            for server, exc in failed:
+                infos = recovery.end_episodes(server, k, infos, exc)
             self._state = AsyncState.DEFAULT
             if errors:
                 self._raise_env_errors(errors)
@@ -608,10 +685,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         try:
             if self._async:
                 self._settle()
-            for server, message in zip(self._session.servers, messages):
-                server.channel.send(message, server.check_alive)
-                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
+            self._sent, self._send_failed = self._send_all(messages)
         except BaseException as exc:
             self._fail(exc)
             raise
@@ -619,12 +693,18 @@ class VectorPortal(AsyncBatches, VectorEnv):
 
     def _control_wait(self, what: str, timeout: Optional[float]) -> list:
         try:
-            _, errors = self._replies(what, timeout)
+            _, errors, failed = self._replies(what, timeout, self._sent)
+            failed.update(self._send_failed)
+            # -- recovery: restart broken servers; the call still raises, their envs end next step --
+            for server, exc in failed.items():
+                self._recovery.after_control_failure(server, exc)
         except BaseException as exc:
             self._state = AsyncState.DEFAULT
             self._fail(exc)
             raise
         self._state = AsyncState.DEFAULT
+        if failed:
+            raise next(iter(failed.values()))
         if errors:
             self._raise_env_errors(errors)
         if len(self._results) not in (0, self.num_envs):

@@ -133,17 +133,26 @@ def test_containers_of_a_sigkilled_agent_exit_and_gc_removes_them(ale_image, doc
     assert len(portal_containers(docker_client, tag)) == 2
     agent.send_signal(signal.SIGKILL)
     agent.wait()
+    ipc_dir = f"/dev/shm/{tag}.d"
+
+    def ring_and_semaphores() -> list:
+        return [n for n in os.listdir("/dev/shm") if tag in n and n != f"{tag}.d"] + os.listdir(ipc_dir)
+
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         states = {c.status for c in portal_containers(docker_client, tag)}
-        if states <= {"exited", "dead"} and not [n for n in os.listdir("/dev/shm") if tag in n]:
+        if states <= {"exited", "dead"} and not ring_and_semaphores():
             break
         time.sleep(0.2)
     assert {c.status for c in portal_containers(docker_client, tag)} <= {"exited", "dead"}
-    assert not [n for n in os.listdir("/dev/shm") if tag in n]
+    # the containers unlinked the ring and semaphores; their (empty) directory, which is the
+    # containers' /dev/shm mount and so cannot be removed from inside, is left for gc
+    assert ring_and_semaphores() == []
     collected = collect()
     assert sum(item.kind == "container" for item in collected) >= 2
+    assert any(item.kind == "ipc dir" and tag in item.name for item in collected)
     assert portal_containers(docker_client, tag) == []
+    assert not [n for n in os.listdir("/dev/shm") if tag in n]
 
 
 def test_custom_env_directory_builds_and_serves(docker_client):
@@ -300,12 +309,29 @@ def test_containers_run_with_least_privilege(ale_image, docker_client):
         host = container.attrs["HostConfig"]
         assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"]
         assert "no-new-privileges" in host["SecurityOpt"]
-        assert container.attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+        # the agent's own uid:gid, never root: a root agent's containers run as nobody, and the
+        # portal's files are handed to that user (still 0600/0700)
+        user = (65534, 65534) if os.getuid() == 0 else (os.getuid(), os.getgid())
+        assert container.attrs["Config"]["User"] == "{}:{}".format(*user)
+        assert container.exec_run(["id", "-u"]).output.decode().strip() == str(user[0])
         assert container.labels["portal-shm.owner-pid"] == str(os.getpid())
         run_dir = os.path.dirname(envs._session.resources.lock_path)
         assert oct(os.stat(run_dir).st_mode & 0o777) == "0o700"
         assert all(oct(os.stat(os.path.join(run_dir, n)).st_mode & 0o777) == "0o600"
                    for n in os.listdir(run_dir) if n.endswith(".ctl"))
-        assert oct(os.stat("/dev/shm" + envs.shm_name).st_mode & 0o777) == "0o600"
+        # the container's /dev/shm is the portal's own directory: its ring and semaphores, no more
+        ipc_dir = f"/dev/shm{envs.shm_name}.d"
+        assert host["IpcMode"] == "private" and oct(os.stat(ipc_dir).st_mode & 0o777) == "0o700"
+        assert any(m["Destination"] == "/dev/shm" and m["Source"] == ipc_dir for m in container.attrs["Mounts"])
+        assert sorted(os.listdir(ipc_dir)) == sorted([envs.shm_name[1:], f"sem{envs.shm_name.replace('/', '.')}-0d",
+                                                      f"sem{envs.shm_name.replace('/', '.')}-0g"])
+        assert all(oct(os.stat(os.path.join(ipc_dir, n)).st_mode & 0o777) == "0o600" for n in os.listdir(ipc_dir))
+        owned = [ipc_dir, run_dir] + [os.path.join(ipc_dir, n) for n in os.listdir(ipc_dir)]
+        assert {(os.stat(p).st_uid, os.stat(p).st_gid) for p in owned} == {user}
+        assert not os.path.exists("/dev/shm" + envs.shm_name)  # no host-wide name once attached
+        assert host["PidsLimit"] == 1024
+        seen = container.exec_run(["python", "-c", "import os; print(sorted(os.listdir('/dev/shm')))"]).output.decode()
+        assert seen.strip() == str(sorted(os.listdir(ipc_dir)))
     finally:
         envs.close()
+    assert not [n for n in os.listdir("/dev/shm") if envs.shm_name[1:] in n]

@@ -110,16 +110,44 @@ def test_sigkilled_server_is_reported():
         envs.close()
 
 
-def test_hanging_server_times_out():
-    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "hang", "phase": "step", "after": 1})], step_timeout=0.5)
+@pytest.mark.parametrize("fault", ["hang", "spin", "stop"])
+def test_hanging_server_times_out(fault):
+    """A server asleep, in an endless loop or SIGSTOPped: step_timeout bounds the wait."""
+    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}), EnvSpec(FAULTY, {"fault": fault, "phase": "step", "after": 1})],
+                        step_timeout=0.5)
+    tag = envs.shm_name.lstrip("/")
     try:
         envs.reset(seed=0)
-        with pytest.raises(portal_shm.PortalTimeoutError, match="did not finish"):
-            envs.step(np.zeros(1, np.int64))
+        started = time.monotonic()
+        with pytest.raises(portal_shm.PortalTimeoutError, match=r"env server 1 \(envs \[1\]\) \[runtime: process pid") as info:
+            envs.step(np.zeros(2, np.int64))
+        assert time.monotonic() - started < 10  # an upper bound for a hang, not a timing claim
+        assert "step_timeout" in str(info.value)
         pids = _server_pids(envs)
     finally:
         envs.close()
     assert all(_pid_gone(pid) for pid in pids)
+    assert not [name for name in leftovers() if tag in name]
+
+
+@pytest.mark.parametrize("phase", ["reset", "call"])
+def test_step_timeout_bounds_control_calls_too(phase):
+    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "spin", "phase": "reset" if phase == "reset" else "render"})],
+                        step_timeout=0.5)
+    try:
+        with pytest.raises(portal_shm.PortalTimeoutError, match=r"envs \[0\]"):
+            envs.reset(seed=0) if phase == "reset" else envs.render()
+    finally:
+        envs.close()
+
+
+def test_env_raising_in_close_does_not_delay_close():
+    envs = faulty_pair(fault="raise", phase="close")
+    tag = envs.shm_name.lstrip("/")
+    pids = _server_pids(envs)
+    envs.reset(seed=0)
+    envs.close()  # the env's exception is not the caller's problem at close; nothing stays behind
+    _wait_until_clean(tag, pids, 3)
 
 
 def test_unknown_env_id_fails_fast_naming_the_id():
@@ -147,9 +175,11 @@ def test_close_removes_segments_sockets_and_processes():
 AGENT = textwrap.dedent("""
     import sys, time, numpy as np, portal_shm
     from portal_shm import EnvSpec, VectorPortal
-    envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": "hang", "phase": sys.argv[1]})])
+    fault = "spin" if sys.argv[1] == "spin" else "hang"
+    phase = "step" if sys.argv[1] == "spin" else sys.argv[1]
+    envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": fault, "phase": phase})])
     print(envs.shm_name, " ".join(s["runtime"].split()[2].rstrip(",") for s in envs.servers), flush=True)
-    if sys.argv[1] == "step":
+    if phase == "step":
         envs.reset(seed=0)
         print("stepping", flush=True)
         envs.step(np.zeros(1, np.int64))
@@ -193,8 +223,9 @@ def test_ctrl_c_during_a_hung_call_exits_and_cleans_up(phase):
     _wait_until_clean(tag, pids, 10)
 
 
-@pytest.mark.parametrize("mode", ["idle", "idle-forked"])
+@pytest.mark.parametrize("mode", ["idle", "idle-forked", "step", "spin"])
 def test_servers_clean_up_after_their_agent_is_sigkilled(mode):
+    """Idle servers notice at once; servers stuck in an env (mid-step) through their watchdog."""
     process, tag, pids = _start_agent(mode)
     process.kill()
     process.wait()
