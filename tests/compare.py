@@ -56,3 +56,35 @@ def rollout(envs: Any, steps: int, seed: int, mode: str) -> list:
         if mode == "Disabled" and done.any():
             records.append(snapshot(envs.reset(options={"reset_mask": done.copy()})))
     return records
+
+
+def row(value, j):
+    """Env ``j`` of a batched value, kept as a batch of one."""
+    if isinstance(value, dict):
+        return {key: row(sub, j) for key, sub in value.items()}
+    if isinstance(value, tuple):
+        return tuple(row(sub, j) for sub in value)
+    return value[j:j + 1]
+
+
+def info_row(infos, j):
+    """Env ``j``'s entries of batched infos, as a one-env vector env would batch them."""
+    out = {}
+    for key, value in infos.items():
+        mask = infos.get("_" + key)
+        if key.startswith("_") or key == "env_id" or mask is None or not mask[j]:
+            continue
+        out[key] = info_row(value, j) if isinstance(value, dict) else value[j:j + 1]
+        out["_" + key] = mask[j:j + 1]
+    return out
+
+
+def check_batch(result, expected_by_env):
+    """Each env of the batch shows what its replica returned last: a reset (obs, infos) or a step."""
+    obs, reward, terminated, truncated, infos = result
+    for j, env_id in enumerate(infos["env_id"].tolist()):
+        expected = expected_by_env.pop(env_id)
+        assert_same(row(obs, j), expected[0], f"obs of env {env_id}")
+        assert_same(info_row(infos, j), info_row(expected[-1], 0), f"infos of env {env_id}")
+        if len(expected) == 5:
+            assert_same((row(reward, j), row(terminated, j), row(truncated, j)), expected[1:4])

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, rollout
+from tests.compare import assert_same, check_batch, rollout
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -335,3 +335,33 @@ def test_containers_run_with_least_privilege(ale_image, docker_client):
     finally:
         envs.close()
     assert not [n for n in os.listdir("/dev/shm") if envs.shm_name[1:] in n]
+
+
+def test_async_batches_of_containerised_pong_follow_each_env(ale_image, docker_client):
+    """Batches of 2 from 2 containers of 2 Pong envs each: every env matches its own in-process env."""
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    kwargs, seed = {"max_episode_steps": 12}, 9
+    envs = portal_shm.make_vec("ALE/Pong-v5", 4, backend="docker", image=ale_image, **kwargs,
+                               vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", **kwargs)]) for _ in range(4)]
+    tag = envs.shm_name.lstrip("/")
+    try:
+        expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
+        obs, infos = envs.reset(seed=seed)
+        check_batch((obs, None, None, None, infos), expected)
+        envs.action_space.seed(seed)
+        ids = infos["env_id"]
+        for _ in range(40):
+            actions = envs.action_space.sample()
+            envs.send(actions, ids)
+            for j, env_id in enumerate(ids.tolist()):
+                expected[env_id] = expected_envs[env_id].step(actions[j:j + 1])
+            result = envs.recv()
+            check_batch(result, expected)
+            ids = result[4]["env_id"]
+    finally:
+        envs.close()
+        for env in expected_envs:
+            env.close()
+    assert portal_containers(docker_client, tag) == []
