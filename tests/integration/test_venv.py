@@ -134,7 +134,7 @@ def test_env_fns_are_shipped_to_a_venv_with_cloudpickle(legacy_venv, tmp_path, m
         assert envs.get_attr("gravity") == (9.8, 9.8)
     finally:
         envs.close()
-    bare = VenvBackend(requirements=[], cache_dir=backend.cache_dir)  # only the env server's own dependencies
+    bare = VenvBackend(requirements=[], cache_dir=str(tmp_path / "bare"))  # only the env server's own dependencies
     with pytest.raises(portal_shm.EnvError, match="cloudpickle is not installed"):
         VectorPortal([factory], backend=bare)
 
