@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from typing import Any, Callable
 
 # Env ids whose registration lives in a plugin package that must be imported first.
@@ -42,6 +43,15 @@ def load_entry_point(entry_point: str) -> Callable[..., Any]:
     return target
 
 
+def prepare_vizdoom() -> None:
+    """ViZDoom creates ``./_vizdoom`` when a game starts and segfaults when another process creates
+    it at the same moment, which env servers sharing a working directory do: make it beforehand."""
+    try:
+        os.makedirs("_vizdoom", exist_ok=True)
+    except OSError:
+        pass  # a read-only directory: ViZDoom reports what it needs itself
+
+
 def _import_plugin(env_id: str) -> None:
     for prefix, module in PLUGIN_MODULES:
         if env_id.startswith(prefix):
@@ -49,6 +59,8 @@ def _import_plugin(env_id: str) -> None:
                 importlib.import_module(module)
             except ImportError:
                 pass  # the registry lookup below reports the missing id with the hint
+            if prefix == "Vizdoom":
+                prepare_vizdoom()
             return
 
 

@@ -198,6 +198,10 @@ def vizdoom(env_id: str = "VizdoomBasic-v1", *, frame_skip: int = 4, size: tuple
     import vizdoom as vzd
     import vizdoom.gymnasium_wrapper  # noqa: F401  (registers the Vizdoom* ids)
 
+    from .envs import prepare_vizdoom
+
+    prepare_vizdoom()
+
     screen_format = vzd.ScreenFormat.GRAY8 if grayscale else vzd.ScreenFormat.RGB24
     options = {"screen_resolution": vzd.ScreenResolution.RES_160X120, "screen_format": screen_format, **kwargs}
     env = gym.make(env_id, frame_skip=frame_skip, **options)
