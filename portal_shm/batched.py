@@ -20,7 +20,6 @@ from .batches import ServerQueue, default_envs_per_server, server_sizes_error
 from .errors import PortalError, PortalTimeoutError, ServerProtocolError
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
 from .pending import AsyncState
-from .schema import leaves
 from .session import group_envs
 from .validate import check_blobs
 
@@ -139,11 +138,7 @@ class AsyncBatches:
                 )
 
     def _action_values(self, actions: Any, count: int) -> list:
-        if len(self._act_leaves) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple"):
-            values = [actions]
-        else:
-            values = [self._leaf(actions, path) for path, _ in leaves(self._act_schema)]
-        arrays = [np.asarray(value) for value in values]
+        arrays = [np.asarray(value) for value in self._action_leaves(actions)]
         for array, leaf in zip(arrays, self._act_leaves):
             if array.shape != (count,) + leaf.shape[2:]:
                 raise ValueError(

@@ -27,8 +27,6 @@ _WAIT_SLICE = 0.05
 
 def server_sizes_error(sizes: list, batch_size: int, num_envs: int) -> Optional[str]:
     """Why these server sizes cannot serve batches of ``batch_size`` envs (None when they can)."""
-    if not 1 <= batch_size <= num_envs:
-        return f"batch_size must be between 1 and num_envs={num_envs}, got {batch_size}"
     if len(set(sizes)) != 1 or batch_size % sizes[0]:
         return (
             f"batch_size={batch_size} must be a multiple of the envs per server, and all servers must host "

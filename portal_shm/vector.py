@@ -575,13 +575,14 @@ class VectorPortal(AsyncBatches, VectorEnv):
             self._fail(exc)
             raise
 
+    def _action_leaves(self, actions: Any) -> list:
+        """The actions split into the action space's leaves, in ring order (``act.0``, ``act.1``, ...)."""
+        if len(self._act_leaves) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple"):
+            return [actions]
+        return [self._leaf(actions, path) for path, _ in leaves(self._act_schema)]
+
     def _write_actions(self, k: int, actions: Any) -> None:
-        leaves_out = self._act_leaves
-        if len(leaves_out) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple"):
-            values = [actions]
-        else:
-            values = [self._leaf(actions, path) for path, _ in leaves(self._act_schema)]
-        for target, value in zip(leaves_out, values):
+        for target, value in zip(self._act_leaves, self._action_leaves(actions)):
             row = target[k]
             array = np.asarray(value)
             if array.shape != row.shape:
