@@ -108,7 +108,7 @@ AGENT = textwrap.dedent("""
     backend = {"backend": DockerBackend(image=image)} if image != "-" else {}
     fault = {"idle": "none", "step": "spin", "reset": "spin"}[mode]
     envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": fault, "phase": mode}, **backend)])
-    print(envs.shm_name, flush=True)
+    print(envs.tag, flush=True)
     if mode == "step":
         envs.reset(seed=0)
     print("ready", flush=True)
@@ -140,7 +140,7 @@ def _agent_case(mode: str, signum: int, image: str = "-") -> dict:
 
 
 def _leftover_files(tag: str) -> list:
-    """Segments, semaphores, sockets, logs of the portal; empty directories do not count."""
+    """/dev/shm names, sockets, logs of the portal; empty directories do not count."""
     left = []
     for base in ("/dev/shm", "/tmp"):
         for name in os.listdir(base):
@@ -165,7 +165,7 @@ def _running_containers(tag: str) -> list:
 def _kill_container(envs) -> None:
     from portal_shm.docker_backend import docker_client
 
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     for container in docker_client().containers.list(filters={"label": f"portal-shm.portal={tag}"}):
         if container.labels.get("portal-shm.server") == "1":
             container.kill()

@@ -2,7 +2,7 @@
 """Soak test: step VectorPortals for a long time and check that nothing grows.
 
 Leaks in a runtime like this one are slow: a few bytes of infos kept per step, a descriptor per
-restart, a semaphore per reset. They only show over millions of steps, so this script steps each
+restart, a mapping per reset. They only show over millions of steps, so this script steps each
 scenario until a time or step budget is spent and samples, every ``--interval`` seconds, the
 agent's and the env servers' resident memory, their open file descriptors and the entries in
 /dev/shm. A resource is "flat" when the median of the last quarter of the samples is within a
@@ -81,7 +81,7 @@ def soak(scenario: str, minutes: float, max_steps: int, interval: float) -> dict
     env_id, num_envs, envs = _make(scenario)
     agent = os.getpid()
     servers = _server_pids(envs)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     samples = []
     rng = np.random.default_rng(0)
     actions = [envs.action_space.sample() for _ in range(64)]

@@ -21,7 +21,6 @@ class ServerLaunch:
     config: dict
     run_dir: str
     log_path: str
-    ipc_dir: Optional[str] = None  # the portal's ring and semaphores alone, for a private /dev/shm
 
 
 class ServerHandle(ABC):
@@ -57,18 +56,10 @@ class Backend(ABC):
         """Where this backend needs the portal's run directory (None: the default temp dir)."""
         return None
 
-    def uses_host_ipc(self) -> bool:
-        """Whether servers open the ring and semaphores by name in the host's /dev/shm.
-
-        False for runtimes that get the portal's own ``ServerLaunch.ipc_dir`` as their /dev/shm
-        (containers), which then see no other shared memory of the host.
-        """
-        return True
-
     def runtime_owner(self) -> Optional[tuple]:
         """(uid, gid) the servers run as when that is not the agent's own, else None.
 
-        The portal's run directory, sockets, ring and semaphores are then handed to that user
+        The portal's run directory and sockets are then handed to that user
         (they stay 0600/0700): a server must be able to open them, and no one else.
         """
         return None

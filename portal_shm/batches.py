@@ -2,12 +2,12 @@
 
 A server steps all its envs on one wake-up, so servers are the unit of asynchrony and a batch is a
 set of whole servers (``batch_size`` is a multiple of the envs per server). In lockstep the agent
-waits on each server's own ``done`` semaphore in turn; here it must learn which of several servers
-finished first, and a POSIX semaphore cannot be waited on together with others. So every server
-rings one shared ``done`` semaphore, and the agent finds out who rang by reading the servers'
-mailbox ``status`` words: it marks a server PENDING before waking it, and the server overwrites
-that with OK or ERROR after writing its results and before ringing. Each ring is one finished
-server, so the agent keeps a count of rings it consumed but has not yet matched to a server.
+waits on each server's own ``done`` bell in turn; here it must learn which of several servers
+finished first, and one futex word cannot be waited on together with others. So every server
+rings one shared ``done`` bell, and the agent finds out who rang by reading the servers' mailbox
+``status`` words: it marks a server PENDING before waking it, and the server overwrites that with
+OK or ERROR after writing its results and before ringing. A wake-up only says "look again":
+rings do not queue up, so the status words alone say who is done.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .layout import MAILBOX_FIELDS, STATUS_PENDING
-from .ring import Doorbell
+from .doorbell import Doorbell
 
 _STATUS = MAILBOX_FIELDS.index("status")
 _WAIT_SLICE = 0.05
@@ -52,7 +52,6 @@ class ServerQueue:
         self.pending: list[int] = []
         self.ready: deque[int] = deque()
         self.idle: set[int] = set(range(num_servers))
-        self.unmatched_rings = 0
 
     def started(self, server: int) -> None:
         """Call before waking ``server``: marks it PENDING so its OK/ERROR word can be seen."""
@@ -66,34 +65,27 @@ class ServerQueue:
         self.idle.clear()
         self.pending.clear()
 
-    def _collect(self, check_alive: Callable[[int], None]) -> None:
+    def _collect(self) -> None:
         """Move servers whose status is no longer PENDING to ``ready``, in finishing order."""
         for server in list(self.pending):
             if self.status[server] != STATUS_PENDING:
                 self.pending.remove(server)
                 self.ready.append(server)
-                if self.unmatched_rings:
-                    self.unmatched_rings -= 1
-                else:
-                    # The server wrote its status a moment before ringing: consume that ring.
-                    while not self.done.wait(_WAIT_SLICE):
-                        check_alive(server)
 
     def wait(self, servers_needed: int, deadline: Optional[float], check_alive: Callable[[int], None],
              on_timeout: Callable[[list], BaseException]) -> None:
         """Block until ``servers_needed`` servers are ready (all pending ones when it is larger)."""
         servers_needed = min(servers_needed, len(self.ready) + len(self.pending))
-        self._collect(check_alive)
+        self._collect()
         while len(self.ready) < servers_needed:
             if self.done.wait(_WAIT_SLICE):
-                self.unmatched_rings += 1
-                self._collect(check_alive)
+                self._collect()
                 continue
             for server in self.pending:
                 check_alive(server)
             if deadline is not None and time.monotonic() > deadline:
                 raise on_timeout(list(self.pending))
-            self._collect(check_alive)
+            self._collect()
 
     def take(self, count: int) -> list[int]:
         """The first ``count`` ready servers (in finishing order), now waiting for actions."""

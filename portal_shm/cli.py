@@ -94,7 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    """Remove shared memory, semaphores and run directories of agents that are gone."""
+    """Remove run directories, containers and old-style /dev/shm names of agents that are gone."""
     from .gc import collect
 
     leftovers = collect(dry_run=args.dry_run)

@@ -1,9 +1,10 @@
 """Env servers in Docker containers, started and watched through the docker SDK.
 
-Containers get no network (``--network none``), a private /dev/shm that holds only their
-portal's ring and semaphores (the portal's IPC directory on the host's /dev/shm, bind-mounted;
-``ipc_host=True`` shares the host's IPC namespace instead), and the portal's run directory
-bind-mounted at the same path for the control sockets and the agent's lock file. Labels name the owning agent pid and portal, so
+Containers get no network (``--network none``), their own IPC namespace (nothing of the host's
+/dev/shm: the ring comes as a descriptor over a socket, see ``handoff``; ``ipc_host=True``
+shares the host's IPC namespace for envs that need it), and the portal's run directory
+bind-mounted at the same path for the control sockets, the ring's socket and the agent's lock
+file. Labels name the owning agent pid and portal, so
 ``portal-shm ps/stop/gc`` find them; the agent removes its containers on close, and a container
 whose agent died exits by itself (its server sees the lock go) and is removed by ``gc``.
 """
@@ -106,10 +107,10 @@ class DockerBackend(Backend):
     range from megabytes to many gigabytes: a container over it is OOM-killed and reported as
     such) and ``cpus`` (e.g. ``1.5``; default none). ``extra_run_args`` go to the SDK's
     ``containers.run`` as they are. Least privilege by default: all capabilities dropped,
-    ``no-new-privileges``, the agent's own uid/gid (the ring is mode 0600; an agent running as
+    ``no-new-privileges``, the agent's own uid/gid (its sockets are mode 0600; an agent running as
     root runs its containers as nobody, ``user`` to choose), a read-only root
     filesystem with a writable tmpfs at /tmp as working directory (``read_only=False`` for envs
-    that must write elsewhere), and a /dev/shm holding only this portal's ring and semaphores
+    that must write elsewhere), and a private IPC namespace with its own /dev/shm
     (``ipc_host=True`` for the host's IPC namespace, e.g. for envs that share memory with
     other host processes).
     """
@@ -123,9 +124,6 @@ class DockerBackend(Backend):
     ipc_host: bool = False
     user: Optional[str] = None
     name = "docker"
-
-    def uses_host_ipc(self) -> bool:
-        return self.ipc_host
 
     def container_user(self) -> tuple:
         """``user`` ("uid:gid"), else the agent's own uid:gid, but never root: an agent running
@@ -177,11 +175,7 @@ class DockerBackend(Backend):
             "working_dir": "/tmp",
         }
         kwargs["environment"]["HOME"] = "/tmp"
-        if self.ipc_host or launch.ipc_dir is None:
-            kwargs["ipc_mode"] = "host"
-        else:
-            kwargs["ipc_mode"] = "private"
-            kwargs["volumes"][launch.ipc_dir] = {"bind": "/dev/shm", "mode": "rw"}
+        kwargs["ipc_mode"] = "host" if self.ipc_host else "private"
         if self.mem_limit:
             kwargs["mem_limit"] = self.mem_limit
         if self.cpus:

@@ -1,4 +1,6 @@
-"""Reclaiming what dead agents left behind: shared-memory segments, semaphores, run directories.
+"""Reclaiming what dead agents left behind: run directories, containers, and the named /dev/shm
+segments, semaphores and IPC directories that portal-shm versions before the sealed memfd ring
+created (a ring now has no name, so a crash leaves nothing in /dev/shm).
 
 A leftover is only touched when its owner is provably gone: no process with the owner's pid
 exists and, while its run directory is there, that directory's lock file is free (the agent held
@@ -17,7 +19,6 @@ import shutil
 from dataclasses import dataclass
 
 from .resources import PREFIX, run_base_dir
-from .ring import unlink_semaphore, unlink_shm
 
 SHM_DIR = "/dev/shm"
 _NAME = re.compile(rf"^(?P<sem>sem\.)?(?P<tag>{PREFIX}-(?P<pid>\d+)-[0-9a-f]+)(?P<rest>.*)$")
@@ -89,10 +90,11 @@ def find_leftovers() -> list[Leftover]:
 
 
 def remove(leftover: Leftover) -> None:
-    if leftover.kind == "segment":
-        unlink_shm("/" + leftover.name)
-    elif leftover.kind == "semaphore":
-        unlink_semaphore("/" + leftover.name[len("sem."):])
+    if leftover.kind in ("segment", "semaphore"):
+        try:
+            os.unlink(os.path.join(SHM_DIR, leftover.name))
+        except FileNotFoundError:
+            pass
     elif leftover.kind == "ipc dir":
         shutil.rmtree(os.path.join(SHM_DIR, leftover.name), ignore_errors=True)
     else:

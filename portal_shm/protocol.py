@@ -29,7 +29,7 @@ ERROR = "error"
 EXTRA = "extra"
 ACTIONS = "actions"  # per-env actions of spaces without a fixed layout, sent just before a step
 
-# Mailbox commands written into shared memory before the doorbell semaphore is posted.
+# Mailbox commands written into shared memory before the server's go bell is rung.
 CMD_NONE = 0
 CMD_STEP = 1
 CMD_CONTROL = 2

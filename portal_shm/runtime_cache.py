@@ -39,7 +39,7 @@ ALL = "all"
 FOLDERS = {"venv": "venvs", "micromamba": "micromamba"}  # kind -> folder of the cache root
 # What the env server imports besides the standard library (see server.py); no version pins, so
 # that the runtime's own requirements (``numpy<2``) decide.
-SERVER_DEPS = ("numpy", "pyzmq", "posix_ipc", "msgpack")
+SERVER_DEPS = ("numpy", "pyzmq", "msgpack")
 
 
 class RuntimeBuildError(PortalError):

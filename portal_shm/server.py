@@ -1,7 +1,7 @@
 """The env server: hosts one or more envs of a runtime and steps them into the shared ring.
 
 This is the only part of portal-shm that runs inside env runtimes, so it depends on nothing but
-numpy, pyzmq, posix_ipc and msgpack, and stays Python 3.9 compatible. Start it with
+numpy, pyzmq and msgpack, and stays Python 3.9 compatible. Start it with
 ``python -m portal_shm.server --config JSON`` (what the backends do) or call ``serve(factory)``
 from an image's entry script; either way the agent passes its connection details in the config.
 """
@@ -26,7 +26,9 @@ import zmq
 from . import protocol as P
 from .envs import LegacyEnv, get_attr, is_legacy, make_env, set_attr
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
-from .ring import Doorbell, Ring, unlink_semaphore, unlink_shm
+from .doorbell import Doorbell
+from .handoff import fetch_segment
+from .ring import Ring
 from .schema import is_fixed, leaves, revive, space_to_schema
 
 CONFIG_ENV_VAR = "PORTAL_SHM_SERVER_CONFIG"
@@ -153,12 +155,7 @@ class EnvServer:
         threading.Thread(target=watch, name="portal-shm-agent-watchdog", daemon=True).start()
 
     def unlink_agent_resources(self) -> None:
-        """Unlink the ring, doorbells and run directory of a dead agent (it cannot any more)."""
-        names = getattr(self, "shm_names", None)
-        if names is not None:
-            unlink_shm(names[0])
-            unlink_semaphore(names[1])
-            unlink_semaphore(names[2])
+        """Remove the run directory of a dead agent (it cannot any more; the ring has no name)."""
         run_dir = self.config.get("run_dir")
         if run_dir and os.path.isdir(run_dir):
             for name in os.listdir(run_dir):
@@ -190,10 +187,10 @@ class EnvServer:
         if attach.get("cmd") != P.ATTACH:
             raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
         self.autoreset_mode = attach["autoreset_mode"]
-        self.ring = Ring(attach["shm_name"], attach["layout"], create=False)
-        self.go = Doorbell(attach["go"], create=False)
-        self.done = Doorbell(attach["done"], create=False)
-        self.shm_names = (attach["shm_name"], attach["go"], attach["done"])
+        self.ring = Ring(attach["layout"], fetch_segment(attach["segment"], timeout=30.0))
+        self.ring.close_fd()
+        self.go = self.ring.bell(*attach["go"])
+        self.done = self.ring.bell(*attach["done"])
         self._bind_views(attach["observation_schema"], attach["action_schema"])
         self.send({"cmd": P.READY, "server_index": self.config["server_index"]})
 
@@ -243,11 +240,9 @@ class EnvServer:
                 env.close()
             except Exception:
                 pass
+        self.go = self.done = None
         if self.ring is not None:
             self.ring.close()
-        for bell in (self.go, self.done):
-            if bell is not None:
-                bell.close()
         if agent_gone:
             self.unlink_agent_resources()
         self.socket.close(linger=0 if agent_gone else 2000)

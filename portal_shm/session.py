@@ -1,7 +1,7 @@
 """The agent's side of a portal's env servers: launching, handshakes and orderly shutdown.
 
 A ``PortalSession`` owns everything a portal holds outside Python's heap (processes or
-containers, sockets, the ring, semaphores, the run directory) and releases it exactly once,
+containers, sockets, the ring, the run directory) and releases it exactly once,
 whether through ``close()``, garbage collection, interpreter exit or a failed start-up.
 """
 
@@ -19,9 +19,11 @@ from .backend import ServerHandle, ServerLaunch
 from .control import ControlChannel
 from .errors import (EnvError, EnvNotFoundError, ProtocolMismatchError, ServerDiedError, ServerProtocolError,
                      env_error_class)
-from .layout import MAILBOX_FIELDS
+from .doorbell import Doorbell
+from .handoff import SegmentOffer
+from .layout import MAILBOX_FIELDS, done_bell, go_bell
 from .resources import PortalResources
-from .ring import Doorbell, Ring
+from .ring import Ring
 from .spec import EnvSpec
 from .validate import check_error, check_hello
 
@@ -39,6 +41,7 @@ class ServerLink:
         self.channel: Optional[ControlChannel] = None
         self.go: Optional[Doorbell] = None
         self.done: Optional[Doorbell] = None
+        self.bells: tuple = ()  # where its go and done doorbells are: ``layout.go_bell``, ``done_bell``
         self.hello: dict = {}
         self.launch: Optional[ServerLaunch] = None
         self.generation = 0
@@ -105,6 +108,7 @@ class PortalSession:
         self.context = zmq.Context()
         self.servers: list[ServerLink] = []
         self.ring: Optional[Ring] = None
+        self._offer: Optional[SegmentOffer] = None
         self.closed = False
         self.graceful = True
 
@@ -115,8 +119,6 @@ class PortalSession:
         if len(owners) > 1:
             raise ValueError(f"the envs' runtimes run as different users {sorted(owners)}: one portal, one user")
         self.resources.hand_over(owners.pop() if owners else None)
-        if not all(spec.backend.uses_host_ipc() for spec in specs):
-            self.resources.make_ipc_dir()
         for index, env_indices in enumerate(group_envs(specs, envs_per_server)):
             server = ServerLink(index, env_indices, specs[env_indices[0]])
             self.servers.append(server)
@@ -146,7 +148,7 @@ class PortalSession:
             "run_dir": resources.run_dir,
         }
         server.launch = ServerLaunch(server.index, server.env_indices, config, resources.run_dir,
-                                     resources.log_path(server.index), resources.ipc_dir)
+                                     resources.log_path(server.index))
         server.handle = server.spec.backend.start(server.launch)
 
     def _handshake(self, server: ServerLink, timeout: float) -> None:
@@ -163,7 +165,8 @@ class PortalSession:
         """Replace a failed server by a fresh one of the same spec, attached to the same ring.
 
         The old runtime is stopped first (a hung one is killed), so nothing writes its rows any
-        more; stale doorbell posts are drained and the control socket gets a new path, since
+        more; stale rings of its done bell are forgotten (a fresh server starts from its go bell's
+        present count), and the control socket gets a new path, since
         ZeroMQ removes a closed ipc socket's file asynchronously and could remove a rebound one.
         The fresh server must describe exactly the spaces its predecessor did.
         """
@@ -172,7 +175,6 @@ class PortalSession:
             server.handle.stop(timeout=1.0)
         server.channel.close()
         server.generation += 1
-        server.go.drain()
         server.done.drain()
         mailbox = self.ring.views["mailbox"][server.index]
         mailbox[:] = 0
@@ -185,17 +187,19 @@ class PortalSession:
         server.expect(P.READY, timeout, "restart")
 
     def attach(self, layout: dict, settings: dict, timeout: float, shared_done: bool = False) -> Ring:
-        """Create the ring and doorbells, hand them to every server and wait until all are ready.
+        """Create the ring, hand it to every server and wait until all are ready.
 
-        ``shared_done``: all servers ring one ``done`` semaphore (async batches wait for any server).
+        ``shared_done``: all servers ring one ``done`` bell (async batches wait for any server).
         """
-        self.ring = Ring(self.resources.shm_name, layout, create=True)
+        self.ring = Ring.create(self.resources.tag, layout)
         self._layout, self._settings = layout, settings
-        shared = Doorbell(self.resources.semaphore_name(0, "d"), create=True) if shared_done else None
+        self._offer = SegmentOffer(self.resources.segment_socket, self.ring.fd)
+        self.resources.hand_over(self.resources.owner, self._offer.path)
+        count = len(self.servers)
         for server in self.servers:
-            server.go = Doorbell(self.resources.semaphore_name(server.index, "g"), create=True)
-            server.done = shared or Doorbell(self.resources.semaphore_name(server.index, "d"), create=True)
-        self.resources.publish_ipc(host_names_needed=any(s.spec.backend.uses_host_ipc() for s in self.servers))
+            server.bells = (go_bell(server.index), done_bell(server.index, count, shared_done))
+            server.go = self.ring.bell(*server.bells[0])
+            server.done = self.ring.bell(*server.bells[1])
         for server in self.servers:
             server.channel.send(self._attach_message(server), server.check_alive)
         for server in self.servers:
@@ -203,8 +207,9 @@ class PortalSession:
         return self.ring
 
     def _attach_message(self, server: ServerLink) -> dict:
-        return {"cmd": P.ATTACH, "shm_name": self.ring.name, "layout": self._layout,
-                "go": server.go.name, "done": server.done.name, **self._settings}
+        go, done = server.bells
+        return {"cmd": P.ATTACH, "segment": self._offer.path, "layout": self._layout, "go": go, "done": done,
+                **self._settings}
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""
@@ -233,11 +238,10 @@ class PortalSession:
                     server.handle.stop(timeout=1.0)
         finally:
             for server in self.servers:
-                for bell in (server.go, server.done):
-                    if bell is not None:
-                        bell.close()
                 if server.channel is not None:
                     server.channel.close()
+            if self._offer is not None:
+                self._offer.close()
             if self.ring is not None:
                 self.ring.close()
             self.context.term()

@@ -769,7 +769,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
     _copy_tree = staticmethod(_tree_copy)
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False, **kwargs: Any) -> None:
-        """Stop the servers and remove the ring, semaphores, sockets and run directory.
+        """Stop the servers and remove the ring, sockets and run directory.
 
         As AsyncVectorEnv: a pending call is first waited for (up to ``timeout`` seconds), with a
         warning; ``terminate=True`` stops the servers at once instead of closing their envs.
@@ -791,8 +791,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 for s in self._session.servers if s.handle is not None]
 
     @property
-    def shm_name(self) -> str:
-        return self._session.resources.shm_name
+    def tag(self) -> str:
+        """``psm-<pid>-<token>``: the name of this portal's run directory, memfd and containers."""
+        return self._session.resources.tag
 
     def __repr__(self) -> str:
         return f"VectorPortal({self._session.servers[0].spec.id if self._session.servers else '?'}, num_envs={self.num_envs})"

@@ -3,7 +3,7 @@
 The point is dependency isolation without Docker: an agent on numpy 2 and gymnasium 1 can step
 an env that needs ``numpy<2`` and legacy ``gym``, because the env's server runs under the venv's
 interpreter, which sees only the venv's packages. The venv gets the requirements, the env server's
-own dependencies (numpy, pyzmq, posix_ipc, msgpack; unpinned, so the requirements decide their
+own dependencies (numpy, pyzmq, msgpack; unpinned, so the requirements decide their
 versions) and a copy of portal-shm's env-server modules, never the agent's site-packages.
 
 The venv is built on first use (uv when available, else ``python -m venv`` and pip) into

@@ -10,7 +10,7 @@ from typing import Optional
 
 # Every package a benchmark may involve; absent ones are reported as null.
 PACKAGES = ("portal-shm", "numpy", "gymnasium", "ale-py", "vizdoom", "envpool", "portal-env", "portal",
-            "pyzmq", "posix_ipc", "msgpack", "docker", "rich", "matplotlib")
+            "pyzmq", "msgpack", "docker", "rich", "matplotlib")
 
 
 def _grep(path: str, key: str) -> Optional[str]:

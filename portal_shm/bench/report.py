@@ -58,7 +58,7 @@ ROLES = {"raw": "reference", "ceiling": "reference"}
 
 
 def own_leftovers() -> list:
-    """/dev/shm names (segments and semaphores) that portals of this process left behind."""
+    """/dev/shm names of this process (the ring is an unnamed memfd: any entry here is a leak)."""
     tag = f"psm-{os.getpid()}-"
     return sorted(name for name in os.listdir("/dev/shm") if tag in name) if os.path.isdir("/dev/shm") else []
 

@@ -4,18 +4,19 @@ Started by ``test_untrusted.GarbageBackend`` as ``python garbage_server.py MODE`
 agent's real config; each MODE breaks the protocol in one way (see ``test_untrusted``).
 """
 
-import mmap
+import fcntl
 import os
 import sys
 import time
 
 import msgpack
 import numpy as np
-import posix_ipc
 import zmq
 
 from portal_shm import protocol as P
-from portal_shm.layout import MAILBOX_FIELDS, field_views
+from portal_shm.handoff import fetch_segment
+from portal_shm.layout import MAILBOX_FIELDS
+from portal_shm.ring import Ring
 from portal_shm.server import CONFIG_ENV_VAR, decode_config
 
 mode = sys.argv[1]
@@ -79,13 +80,25 @@ if mode == "bad-ready":
     sock.send(P.packb({"cmd": "reply", "results": "nope"}))
     time.sleep(60)
     sys.exit(0)
-memory = posix_ipc.SharedMemory(attach["shm_name"])
-views = field_views(attach["layout"], mmap.mmap(memory.fd, memory.size))
-go, done = posix_ipc.Semaphore(attach["go"]), posix_ipc.Semaphore(attach["done"])
+ring = Ring(attach["layout"], fetch_segment(attach["segment"], 10.0))
+views = ring.views
+go, done = ring.bell(*attach["go"]), ring.bell(*attach["done"])
 mailbox = views["mailbox"][config["server_index"]]
+if mode == "truncate":
+    # the agent's mapping must survive whatever a server does to the segment
+    size = os.fstat(ring.fd).st_size
+    for attempt in (lambda: os.ftruncate(ring.fd, 0), lambda: os.ftruncate(ring.fd, size * 4),
+                    lambda: fcntl.fcntl(ring.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)):
+        try:
+            attempt()
+            print("the segment let a server change it", flush=True)
+            sys.exit(9)
+        except PermissionError:
+            pass
 sock.send(P.packb({"cmd": "ready"}))
 while True:
-    go.acquire()
+    while not go.wait(60):
+        pass
     if mailbox[CMD] == P.CMD_CONTROL:
         message = P.unpackb(sock.recv())
         if message["cmd"] == "close":
@@ -123,10 +136,13 @@ while True:
     elif mode == "step-flood":
         views["info_len"][k, i] = 0
         for _ in range(1000):
-            done.release()
+            done.ring()
+        continue
+    elif mode == "step-scribble-bells":
+        views["bells"][:] = np.random.randint(0, 2**32, views["bells"].shape, dtype=np.uint64).astype(np.uint32)
         continue
     else:
         views["info_len"][k, i] = 0
-    done.release()
+    done.ring()
 sock.close(0)
 context.term()

@@ -13,7 +13,7 @@ from portal_shm.gc import collect
 AGENT = textwrap.dedent("""
     import sys, numpy as np, portal_shm
     envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 2})
-    print(envs.shm_name, flush=True)
+    print(envs.tag, flush=True)
     envs.reset(seed=0)
     sys.stdin.readline()  # the test runs gc meanwhile
     for _ in range(200):
@@ -30,7 +30,7 @@ def _names(tag: str) -> list:
 def test_eight_portals_in_one_process_then_gc_from_another():
     portals = [portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 2}) for _ in range(8)]
     try:
-        tags = [p.shm_name.lstrip("/") for p in portals]
+        tags = [p.tag for p in portals]
         assert len(set(tags)) == 8
         before = {tag: sorted(_names(tag)) for tag in tags}
         for p in portals:

@@ -68,7 +68,7 @@ def test_seeded_pong_in_containers_equals_in_process_gymnasium(ale_image, docker
     kwargs = {"max_episode_steps": 40}
     expected = gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", **kwargs)] * 4)
     envs = portal_shm.make_vec("ALE/Pong-v5", 4, backend="docker", image=ale_image, **kwargs)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         assert all("docker container" in server["runtime"] for server in envs.servers)
         assert_same(rollout(envs, 80, seed=3, mode="NextStep"), rollout(expected, 80, seed=3, mode="NextStep"))
@@ -99,7 +99,7 @@ def test_vizdoom_basic_dict_observation(vizdoom_image):
 def test_killed_container_is_reported_with_its_exit_code(ale_image, docker_client):
     envs = portal_shm.make_vec("ALE/Pong-v5", 2, backend="docker", image=ale_image,
                                vector_kwargs={"envs_per_server": 1})
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         envs.reset(seed=0)
         victim = sorted(portal_containers(docker_client, tag), key=lambda c: c.name)[1]
@@ -120,39 +120,32 @@ def test_missing_image_is_a_clear_error(docker_client):
 AGENT = textwrap.dedent("""
     import sys, time, portal_shm
     envs = portal_shm.make_vec("ALE/Pong-v5", 2, backend="docker", image=sys.argv[1])
-    print(envs.shm_name, flush=True)
+    print(envs.tag, flush=True)
     time.sleep(600)
 """)
 
 
 def test_containers_of_a_sigkilled_agent_exit_and_gc_removes_them(ale_image, docker_client):
     from portal_shm.gc import collect
+    from portal_shm.resources import run_base_dir
 
     agent = subprocess.Popen([sys.executable, "-c", AGENT, ale_image], stdout=subprocess.PIPE, text=True)
     tag = agent.stdout.readline().strip().lstrip("/")
     assert len(portal_containers(docker_client, tag)) == 2
     agent.send_signal(signal.SIGKILL)
     agent.wait()
-    ipc_dir = f"/dev/shm/{tag}.d"
-
-    def ring_and_semaphores() -> list:
-        return [n for n in os.listdir("/dev/shm") if tag in n and n != f"{tag}.d"] + os.listdir(ipc_dir)
-
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        states = {c.status for c in portal_containers(docker_client, tag)}
-        if states <= {"exited", "dead"} and not ring_and_semaphores():
+        if {c.status for c in portal_containers(docker_client, tag)} <= {"exited", "dead"}:
             break
         time.sleep(0.2)
     assert {c.status for c in portal_containers(docker_client, tag)} <= {"exited", "dead"}
-    # the containers unlinked the ring and semaphores; their (empty) directory, which is the
-    # containers' /dev/shm mount and so cannot be removed from inside, is left for gc
-    assert ring_and_semaphores() == []
+    # the ring was a memfd: it went with the last process holding it; nothing was ever in /dev/shm
+    assert not [n for n in os.listdir("/dev/shm") if tag in n]
     collected = collect()
     assert sum(item.kind == "container" for item in collected) >= 2
-    assert any(item.kind == "ipc dir" and tag in item.name for item in collected)
     assert portal_containers(docker_client, tag) == []
-    assert not [n for n in os.listdir("/dev/shm") if tag in n]
+    assert not os.path.exists(os.path.join(run_base_dir(), tag))
 
 
 def test_custom_env_directory_builds_and_serves(docker_client):
@@ -305,7 +298,7 @@ def test_mixed_runtimes_compare_env_versions_side_by_side(legacy_image):
 def test_containers_run_with_least_privilege(ale_image, docker_client):
     envs = portal_shm.make_vec("ALE/Pong-v5", 1, backend="docker", image=ale_image)
     try:
-        (container,) = portal_containers(docker_client, envs.shm_name.lstrip("/"))
+        (container,) = portal_containers(docker_client, envs.tag)
         host = container.attrs["HostConfig"]
         assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"] and host["ReadonlyRootfs"]
         assert "no-new-privileges" in host["SecurityOpt"]
@@ -319,22 +312,19 @@ def test_containers_run_with_least_privilege(ale_image, docker_client):
         assert oct(os.stat(run_dir).st_mode & 0o777) == "0o700"
         assert all(oct(os.stat(os.path.join(run_dir, n)).st_mode & 0o777) == "0o600"
                    for n in os.listdir(run_dir) if n.endswith(".ctl"))
-        # the container's /dev/shm is the portal's own directory: its ring and semaphores, no more
-        ipc_dir = f"/dev/shm{envs.shm_name}.d"
-        assert host["IpcMode"] == "private" and oct(os.stat(ipc_dir).st_mode & 0o777) == "0o700"
-        assert any(m["Destination"] == "/dev/shm" and m["Source"] == ipc_dir for m in container.attrs["Mounts"])
-        assert sorted(os.listdir(ipc_dir)) == sorted([envs.shm_name[1:], f"sem{envs.shm_name.replace('/', '.')}-0d",
-                                                      f"sem{envs.shm_name.replace('/', '.')}-0g"])
-        assert all(oct(os.stat(os.path.join(ipc_dir, n)).st_mode & 0o777) == "0o600" for n in os.listdir(ipc_dir))
-        owned = [ipc_dir, run_dir] + [os.path.join(ipc_dir, n) for n in os.listdir(ipc_dir)]
-        assert {(os.stat(p).st_uid, os.stat(p).st_gid) for p in owned} == {user}
-        assert not os.path.exists("/dev/shm" + envs.shm_name)  # no host-wide name once attached
-        assert host["PidsLimit"] == 1024
+        # the ring reaches the container as a descriptor over a 0600 socket: its /dev/shm is its own
+        # IPC namespace's, and it sees nothing of the host's
+        assert host["IpcMode"] == "private"
+        assert not any(m["Destination"] == "/dev/shm" for m in container.attrs["Mounts"])
+        ring_socket = os.path.join(run_dir, "ring.sock")
+        assert oct(os.stat(ring_socket).st_mode & 0o777) == "0o600"
+        assert {(os.stat(p).st_uid, os.stat(p).st_gid) for p in (run_dir, ring_socket)} == {user}
         seen = container.exec_run(["python", "-c", "import os; print(sorted(os.listdir('/dev/shm')))"]).output.decode()
-        assert seen.strip() == str(sorted(os.listdir(ipc_dir)))
+        assert envs.tag not in seen and "sem." not in seen
+        assert host["PidsLimit"] == 1024
     finally:
         envs.close()
-    assert not [n for n in os.listdir("/dev/shm") if envs.shm_name[1:] in n]
+    assert not [n for n in os.listdir("/dev/shm") if envs.tag in n]
 
 
 def test_async_batches_of_containerised_pong_follow_each_env(ale_image, docker_client):
@@ -345,7 +335,7 @@ def test_async_batches_of_containerised_pong_follow_each_env(ale_image, docker_c
     envs = portal_shm.make_vec("ALE/Pong-v5", 4, backend="docker", image=ale_image, **kwargs,
                                vector_kwargs={"batch_size": 2, "envs_per_server": 2})
     expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", **kwargs)]) for _ in range(4)]
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
         obs, infos = envs.reset(seed=seed)

@@ -39,7 +39,7 @@ def test_container_out_of_memory_is_reported_as_such(faults_image, client):
     envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, backend),
                          EnvSpec(FAULTY, {"fault": "oom", "phase": "step", "after": 2}, backend)],
                         envs_per_server=1, step_timeout=60)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         envs.reset(seed=0)
         with pytest.raises(portal_shm.ServerDiedError, match=r"out of memory") as info:
@@ -57,7 +57,7 @@ def test_container_out_of_memory_is_reported_as_such(faults_image, client):
 def test_hung_container_times_out_and_is_removed(faults_image, client, fault):
     envs = VectorPortal([EnvSpec(FAULTY, {"fault": fault, "phase": "step", "after": 1}, DockerBackend(image=faults_image))],
                         step_timeout=1.0)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         envs.reset(seed=0)
         started = time.monotonic()
@@ -73,7 +73,7 @@ def test_docker_killed_container_is_restarted(faults_image, client):
     backend = DockerBackend(image=faults_image)
     envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, backend)] * 2, envs_per_server=1,
                         on_env_failure="restart", step_timeout=60)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         envs.reset(seed=0)
         before = {c.labels["portal-shm.server"]: c.id for c in portal_containers(client, tag)}
@@ -101,7 +101,7 @@ import sys, numpy as np
 from portal_shm import DockerBackend, EnvSpec, VectorPortal
 envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": "spin", "phase": "step"},
                              DockerBackend(image=sys.argv[1]))])
-print(envs.shm_name, flush=True)
+print(envs.tag, flush=True)
 envs.reset(seed=0)
 print("stepping", flush=True)
 envs.step(np.zeros(1, np.int64))
@@ -126,19 +126,18 @@ def test_container_stuck_in_an_env_exits_when_its_agent_is_sigkilled(faults_imag
     while time.monotonic() < deadline and any(c.status == "running" for c in portal_containers(client, tag)):
         time.sleep(0.2)
     assert [c.status for c in portal_containers(client, tag)] == ["exited"]
-    assert os.listdir(f"/dev/shm/{tag}.d") == []  # ring and semaphores unlinked by the container
-    assert not [n for n in os.listdir("/dev/shm") if tag in n and not n.endswith(".d")]
+    assert not [n for n in os.listdir("/dev/shm") if tag in n]  # the ring never had a name
     collect()
     assert portal_containers(client, tag) == [] and _leftovers(tag) == []
 
 
 def test_ipc_host_is_an_explicit_opt_in(faults_image, client):
     envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, DockerBackend(image=faults_image, ipc_host=True))])
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         (container,) = portal_containers(client, tag)
         assert container.attrs["HostConfig"]["IpcMode"] == "host"
-        assert not os.path.exists(f"/dev/shm/{tag}.d") and os.path.exists(f"/dev/shm/{tag}")
+        assert not [n for n in os.listdir("/dev/shm") if tag in n]  # the ring is a memfd all the same
         envs.reset(seed=0)
         _, reward, *_ = envs.step(np.zeros(1, np.int64))
         assert reward.tolist() == [1.0]

@@ -115,7 +115,7 @@ def test_hanging_server_times_out(fault):
     """A server asleep, in an endless loop or SIGSTOPped: step_timeout bounds the wait."""
     envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}), EnvSpec(FAULTY, {"fault": fault, "phase": "step", "after": 1})],
                         step_timeout=0.5)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         envs.reset(seed=0)
         started = time.monotonic()
@@ -143,7 +143,7 @@ def test_step_timeout_bounds_control_calls_too(phase):
 
 def test_env_raising_in_close_does_not_delay_close():
     envs = faulty_pair(fault="raise", phase="close")
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     pids = _server_pids(envs)
     envs.reset(seed=0)
     envs.close()  # the env's exception is not the caller's problem at close; nothing stays behind
@@ -161,7 +161,7 @@ def test_unknown_env_id_fails_fast_naming_the_id():
 
 def test_close_removes_segments_sockets_and_processes():
     envs = portal_shm.make_vec("CartPole-v1", 3)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     pids = _server_pids(envs)
     assert any(tag in name for name in leftovers())
     envs.reset(seed=0)
@@ -178,7 +178,7 @@ AGENT = textwrap.dedent("""
     fault = "spin" if sys.argv[1] == "spin" else "hang"
     phase = "step" if sys.argv[1] == "spin" else sys.argv[1]
     envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": fault, "phase": phase})])
-    print(envs.shm_name, " ".join(s["runtime"].split()[2].rstrip(",") for s in envs.servers), flush=True)
+    print(envs.tag, " ".join(s["runtime"].split()[2].rstrip(",") for s in envs.servers), flush=True)
     if phase == "step":
         envs.reset(seed=0)
         print("stepping", flush=True)
@@ -235,8 +235,8 @@ def test_servers_clean_up_after_their_agent_is_sigkilled(mode):
 def test_gc_reclaims_only_dead_owners():
     from portal_shm.gc import collect
 
-    process = subprocess.Popen([sys.executable, "-c", "import posix_ipc, os, sys; "
-                                "posix_ipc.SharedMemory(f'/psm-{os.getpid()}-abcdef01', posix_ipc.O_CREX, size=4096); "
+    process = subprocess.Popen([sys.executable, "-c", "import os, sys; "
+                                "open(f'/dev/shm/psm-{os.getpid()}-abcdef01', 'wb').write(bytes(4096)); "
                                 "print(os.getpid(), flush=True)"], stdout=subprocess.PIPE, text=True)
     dead_pid = int(process.stdout.readline())
     process.wait()
@@ -245,7 +245,7 @@ def test_gc_reclaims_only_dead_owners():
         collected = collect()
         names = [item.name for item in collected]
         assert f"psm-{dead_pid}-abcdef01" in names
-        assert not any(envs.shm_name.lstrip("/") in name for name in names)
+        assert not any(envs.tag in name for name in names)
         envs.reset(seed=0)
         envs.step(np.zeros(1, np.int64))
     finally:

@@ -5,6 +5,7 @@ breaks the protocol in one way; the agent must raise a ``PortalError`` (never an
 never a crash, never a hang) and leave nothing behind.
 """
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -40,7 +41,8 @@ class GarbageBackend(Backend):
 
 
 def _portal(mode: str, **kwargs) -> VectorPortal:
-    return VectorPortal([EnvSpec("garbage", {}, GarbageBackend(mode))], startup_timeout=10, step_timeout=5, **kwargs)
+    kwargs.setdefault("step_timeout", 5)
+    return VectorPortal([EnvSpec("garbage", {}, GarbageBackend(mode))], startup_timeout=10, **kwargs)
 
 
 def _leftovers(tag: str) -> list:
@@ -90,7 +92,7 @@ RUNTIME_CASES = {
 def test_garbage_after_the_handshake_is_a_clear_error(mode):
     phase, pattern = RUNTIME_CASES[mode]
     envs = _portal(mode)
-    tag = envs.shm_name.lstrip("/")
+    tag = envs.tag
     try:
         with pytest.raises(portal_shm.ServerProtocolError if "no answer" not in pattern else portal_shm.PortalTimeoutError,
                            match=pattern):
@@ -110,6 +112,37 @@ def test_a_flooding_server_gives_wrong_observations_at_worst():
             assert obs.shape == (1, 3) and obs.dtype == np.float32  # the ring's layout is the agent's
     finally:
         envs.close()
+
+
+def test_a_server_cannot_resize_or_reseal_the_ring():
+    envs = _portal("truncate")
+    try:
+        seals = fcntl.fcntl(envs._session.ring.fd, fcntl.F_GET_SEALS)
+        assert seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW and seals & fcntl.F_SEAL_SEAL
+        envs.reset(seed=0)
+        for _ in range(20):
+            obs, *_ = envs.step(np.zeros(1, np.int64))
+            assert np.isnan(obs).all()  # the agent still reads its whole mapping: no SIGBUS
+        envs._session.servers[0].check_alive()  # the server found every attempt refused (else exit 9)
+    finally:
+        envs.close()
+
+
+def test_a_server_scribbling_on_the_doorbells_causes_an_error_or_wrong_data_never_a_hang():
+    envs = _portal("step-scribble-bells", step_timeout=1)
+    outcomes = set()
+    try:
+        envs.reset(seed=0)
+        for _ in range(10):
+            try:
+                envs.step(np.zeros(1, np.int64))
+                outcomes.add("stepped")
+            except portal_shm.PortalError as exc:
+                outcomes.add(type(exc).__name__)
+                break
+    finally:
+        envs.close()
+    assert outcomes <= {"stepped", "PortalTimeoutError", "ServerProtocolError"}, outcomes
 
 
 def test_a_garbage_server_under_the_restart_policy_uses_up_its_restarts():
