@@ -6,8 +6,17 @@ waits on each server's own ``done`` semaphore in turn; here it must learn which 
 finished first, and a POSIX semaphore cannot be waited on together with others. So every server
 rings one shared ``done`` semaphore, and the agent finds out who rang by reading the servers'
 mailbox ``status`` words: it marks a server PENDING before waking it, and the server overwrites
-that with OK or ERROR after writing its results and before ringing. Each ring is one finished
-server, so the agent keeps a count of rings it consumed but has not yet matched to a server.
+that with OK or ERROR after writing its results and before ringing.
+
+The status words are the truth and the rings only wake the agent up: every ring consumed is
+followed by a scan of the status words, which then shows the server that rang. The agent counts
+rings consumed minus servers seen finished: below zero, rings of servers it already collected are
+still in the semaphore (or about to be), and it consumes them without waiting so that they do not
+wake it for nothing later. Nothing blocks on one server's ring, because a failed server may never
+ring: one killed between its status and its ring leaves the count one short (that costs a
+``wait(0)`` per scan), and one stopped while it rang (a timed-out server finishing as it is
+killed) leaves a ring no server accounts for, which the count forgets at the next scan. Restarts
+therefore never drain the shared semaphore: that would swallow other servers' rings.
 """
 
 from __future__ import annotations
@@ -52,13 +61,29 @@ class ServerQueue:
         self.pending: list[int] = []
         self.ready: deque[int] = deque()
         self.idle: set[int] = set(range(num_servers))
-        self.unmatched_rings = 0
+        self.sent_at = [0.0] * num_servers
+        self._next_check = 0.0
+        self.rings = 0  # rings consumed minus servers collected (see the module docstring)
 
     def started(self, server: int) -> None:
         """Call before waking ``server``: marks it PENDING so its OK/ERROR word can be seen."""
         self.status[server] = STATUS_PENDING
         self.idle.discard(server)
         self.pending.append(server)
+        self.sent_at[server] = time.monotonic()
+
+    def finished(self, server: int) -> None:
+        """An idle server's result was made by the agent (it was not woken): ready at once."""
+        self.idle.discard(server)
+        self.ready.append(server)
+
+    def stopped(self, server: int) -> None:
+        """A stepping server failed and is replaced: ready now, with the result the agent makes.
+
+        Its ring, if it rang at all, is not counted (see the module docstring).
+        """
+        self.pending.remove(server)
+        self.ready.append(server)
 
     def reset_all_ready(self, order: list) -> None:
         """After a reset every server holds fresh results, handed out in server order."""
@@ -66,34 +91,49 @@ class ServerQueue:
         self.idle.clear()
         self.pending.clear()
 
-    def _collect(self, check_alive: Callable[[int], None]) -> None:
+    def _collect(self) -> None:
         """Move servers whose status is no longer PENDING to ``ready``, in finishing order."""
-        for server in list(self.pending):
-            if self.status[server] != STATUS_PENDING:
-                self.pending.remove(server)
-                self.ready.append(server)
-                if self.unmatched_rings:
-                    self.unmatched_rings -= 1
-                else:
-                    # The server wrote its status a moment before ringing: consume that ring.
-                    while not self.done.wait(_WAIT_SLICE):
-                        check_alive(server)
+        while True:
+            for server in list(self.pending):
+                if self.status[server] != STATUS_PENDING:
+                    self.pending.remove(server)
+                    self.ready.append(server)
+                    self.rings -= 1
+            # After a full scan every ring consumed has its server collected: more is a stray ring.
+            self.rings = min(self.rings, 0)
+            if self.rings == 0 or not self.done.wait(0):
+                return
+            self.rings += 1  # maybe a newer server's ring, not a collected one's: scan again
 
-    def wait(self, servers_needed: int, deadline: Optional[float], check_alive: Callable[[int], None],
+    def wait(self, servers_needed: int, deadline: Optional[float], check: Callable[[int], None],
              on_timeout: Callable[[list], BaseException]) -> None:
-        """Block until ``servers_needed`` servers are ready (all pending ones when it is larger)."""
+        """Block until ``servers_needed`` servers are ready (all pending ones when it is larger).
+
+        Every ``_WAIT_SLICE`` seconds, even while other servers keep finishing, ``check(server)``
+        looks at each server still stepping: it raises for a dead one, or replaces it and calls
+        ``stopped``. Otherwise a dead server would go unnoticed as long as the others keep the
+        batches coming.
+        """
         servers_needed = min(servers_needed, len(self.ready) + len(self.pending))
-        self._collect(check_alive)
-        while len(self.ready) < servers_needed:
+        while True:
+            self._collect()
+            if time.monotonic() >= self._next_check:
+                self._check_pending(check)
+            if len(self.ready) >= servers_needed:
+                return
             if self.done.wait(_WAIT_SLICE):
-                self.unmatched_rings += 1
-                self._collect(check_alive)
-                continue
-            for server in self.pending:
-                check_alive(server)
-            if deadline is not None and time.monotonic() > deadline:
-                raise on_timeout(list(self.pending))
-            self._collect(check_alive)
+                self.rings += 1
+            elif deadline is not None and time.monotonic() > deadline:
+                self._check_pending(check)
+                if len(self.ready) < servers_needed:
+                    raise on_timeout(list(self.pending))
+
+    def _check_pending(self, check: Callable[[int], None]) -> None:
+        for server in list(self.pending):
+            self._collect()  # a server that finished meanwhile (say during a restart) is not checked
+            if server in self.pending:
+                check(server)
+        self._next_check = time.monotonic() + _WAIT_SLICE
 
     def take(self, count: int) -> list[int]:
         """The first ``count`` ready servers (in finishing order), now waiting for actions."""

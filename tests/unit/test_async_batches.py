@@ -1,13 +1,17 @@
 """Async batches: each env's trajectory is exactly its own gymnasium env's, whatever order envs finish in."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 import portal_shm
+from portal_shm.batches import ServerQueue
 from portal_shm.errors import EnvError, PortalError
 from portal_shm.example_envs import NestedEnv
+from portal_shm.layout import MAILBOX_FIELDS, STATUS_OK
 from tests.compare import check_batch, row
 
 
@@ -179,3 +183,54 @@ def test_an_env_error_names_the_env_and_reset_recovers():
         assert infos["env_id"].tolist() == [0, 1]
     finally:
         envs.close()
+
+
+class CountingBell:
+    """A doorbell without a clock: a timed wait that finds no ring returns at once."""
+
+    def __init__(self):
+        self.count = 0
+
+    def ring(self):
+        self.count += 1
+
+    def wait(self, timeout):
+        if self.count:
+            self.count -= 1
+            return True
+        return False
+
+
+STATUS = MAILBOX_FIELDS.index("status")
+
+
+def test_the_queue_needs_no_ring_from_a_failed_server():
+    """Status words say who finished: a ring lost to a kill blocks nothing, a stray one is forgotten."""
+    mailbox = np.zeros((2, len(MAILBOX_FIELDS)), np.int64)
+    bell = CountingBell()
+    queue = ServerQueue(2, mailbox, bell)
+    queue.started(0)
+    queue.started(1)
+    mailbox[0, STATUS] = STATUS_OK  # killed after its status, before its ring
+    mailbox[1, STATUS] = STATUS_OK
+    bell.ring()
+    queue.wait(2, None, lambda server: None, TimeoutError)
+    assert queue.take(2) == [0, 1] and queue.rings == -1 and bell.count == 0
+
+    queue = ServerQueue(2, mailbox, bell)
+    queue.started(0)
+
+    def check(server):  # found hung and replaced, it rings as it is stopped: a ring of no server
+        queue.stopped(server)
+        bell.ring()
+
+    queue.wait(1, None, check, TimeoutError)
+    assert queue.take(1) == [0] and bell.count == 1
+    queue.started(0)
+    with pytest.raises(TimeoutError):  # the stray ring wakes the wait, which finds nothing finished
+        queue.wait(1, time.monotonic(), lambda server: None, TimeoutError)
+    assert queue.rings == 0 and bell.count == 0
+    mailbox[0, STATUS] = STATUS_OK
+    bell.ring()
+    queue.wait(1, None, lambda server: None, TimeoutError)
+    assert queue.take(1) == [0] and queue.rings == 0 and bell.count == 0
