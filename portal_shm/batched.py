@@ -4,6 +4,9 @@ A mixin of ``VectorPortal``: it works on the portal's ring views, servers and in
 adds only what batches need (which servers are stepping, ready or idle lives in ``batches.py``).
 A batch is a set of whole servers; ``recv`` returns ring views when its servers hold consecutive
 envs in one slot, else copies into arrays the portal owns (same validity rule as lockstep).
+
+With ``on_env_failure="restart"`` a failed server's step is made by the agent (``recovery.StandIn``)
+and handed out like any other server's: see the module docstring of ``recovery.py``.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from . import protocol as P
 from .batches import ServerQueue, default_envs_per_server, server_sizes_error
 from .errors import PortalError, PortalTimeoutError, ServerProtocolError
+from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
 from .pending import AsyncState
+from .recovery import RESTARTABLE, StandIn
 from .session import group_envs
 from .validate import check_blobs
 
@@ -49,6 +54,7 @@ class AsyncBatches:
         self._queue = ServerQueue(len(servers), self._mailbox, servers[0].done)
         self._server_slot = [0] * len(servers)
         self._stash: dict = {}
+        self._stand_ins: dict[int, StandIn] = {}  # ready servers whose result the agent made
         self._reset_extras: dict = {}
         self._last_ids = np.arange(0)
         self._last_servers: list = []
@@ -83,10 +89,17 @@ class AsyncBatches:
                     first, last = server.env_indices[0], server.env_indices[-1] + 1
                     np.copyto(leaf[k, first:last], value[rows], casting="unsafe")
             mailbox = self._mailbox
+            recovery = self._recovery
             for server, _ in servers:
                 k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
                 if self._reset_extras:
                     self._reset_extras = {i: b for i, b in self._reset_extras.items() if i not in server.env_indices}
+                if recovery.ended or recovery.replays:
+                    stand_in = recovery.stand_in(server, k)
+                    if stand_in is not None:  # a restarted server's envs end or replay their reset
+                        self._stand_ins[server.index] = stand_in
+                        self._queue.finished(server.index)
+                        continue
                 mailbox[server.index, _CMD] = P.CMD_STEP
                 mailbox[server.index, _SLOT] = k
                 self._queue.started(server.index)
@@ -170,28 +183,55 @@ class AsyncBatches:
                 "the last recv() returned (or reset()) first",
                 AsyncState.WAITING_STEP.value,
             )
-        timeout = self.step_timeout if timeout is None else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            queue.wait(wanted, deadline, self._check_server, self._timeout_error)
+            queue.wait(wanted, self._deadline(timeout), self._check_server, self._timeout_error)
             taken = sorted(queue.take(wanted))
             extras = dict(self._reset_extras)
             errors: list = []
             for index in taken:
-                message = self._stash.pop(index, None) or self._step_message(index)
-                if message is None:
-                    continue
-                if message["cmd"] == P.ERROR:
-                    errors.extend(self._session.servers[index].errors(message))
-                else:
-                    server = self._session.servers[index]
-                    extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
+                extras.update(self._step_extras(index, errors))
             if errors:
                 self._raise_env_errors(errors)
             return self._batch(taken, extras)
         except BaseException as exc:
             self._fail(exc)
             raise
+
+    def _deadline(self, timeout: Optional[float]) -> Optional[float]:
+        """When waiting for servers gives up: after ``timeout``, by default ``step_timeout``.
+
+        With the restart policy only an explicit ``timeout`` applies: a server past
+        ``step_timeout`` since its own ``send`` is restarted instead (``_check_server``).
+        """
+        if timeout is None and not self._recovery.enabled:
+            timeout = self.step_timeout
+        return None if timeout is None else time.monotonic() + timeout
+
+    def _step_extras(self, index: int, errors: list) -> dict:
+        """The infos blobs of a taken server's step; its env errors go to ``errors``.
+
+        With the restart policy an env error or a broken message restarts the server instead,
+        and its envs' episodes end in this batch.
+        """
+        stand_in = self._stand_ins.get(index)
+        if stand_in is not None:
+            return stand_in.extras
+        server = self._session.servers[index]
+        try:
+            message = self._stash.pop(index, None) or self._step_message(index)
+            if message is None:
+                return {}
+            if message["cmd"] != P.ERROR:
+                return check_blobs(message.get("blobs"), server.env_indices, server.describe())
+            server_errors = server.errors(message)
+            if self._recovery.enabled:
+                raise server_errors[0]
+            errors.extend(server_errors)
+            return {}
+        except RESTARTABLE as exc:
+            if not self._recovery.enabled:
+                raise
+            return self._end_failed(index, exc).extras
 
     def _step_message(self, index: int) -> Optional[dict]:
         """The ERROR or EXTRA message a finished server sent with its step, if any."""
@@ -205,7 +245,26 @@ class AsyncBatches:
         raise ServerProtocolError(f"env server {index} sent {message['cmd']!r} during a step")
 
     def _check_server(self, index: int) -> None:
-        self._session.servers[index].check_alive()
+        """Raise if a stepping server died; with the restart policy restart it instead, also
+        when it overran ``step_timeout``: its failed step then waits in ``ready``."""
+        server = self._session.servers[index]
+        if not self._recovery.enabled:
+            server.check_alive()
+            return
+        try:
+            server.check_alive()
+            if self.step_timeout is not None and time.monotonic() - self._queue.sent_at[index] > self.step_timeout:
+                raise PortalTimeoutError(f"{server.describe()} did not finish its step within {self.step_timeout} s "
+                                         "(step_timeout): hung or too slow")
+        except RESTARTABLE as exc:
+            self._queue.stopped(index)
+            self._end_failed(index, exc)
+
+    def _end_failed(self, index: int, cause: BaseException) -> StandIn:
+        """Restart a server whose step failed; its envs' episodes end in that step's slot."""
+        server = self._session.servers[index]
+        self._stand_ins[index] = self._recovery.end_batched(server, self._server_slot[index], cause)
+        return self._stand_ins[index]
 
     def _timeout_error(self, pending: list) -> PortalTimeoutError:
         envs = [i for index in pending for i in self._session.servers[index].env_indices]
@@ -222,7 +281,7 @@ class AsyncBatches:
         infos: dict = {}
         position = 0
         for server, k in zip(servers, slots):
-            infos = self._gather(k, extras, infos, server.env_indices, position, self.batch_size)
+            infos = self._gather_server(server, k, extras, infos, position)
             position += len(server.env_indices)
         infos["env_id"] = ids.astype(np.int32)
         infos["_env_id"] = np.ones(ids.size, dtype=np.bool_)
@@ -262,31 +321,61 @@ class AsyncBatches:
             obs, reward, terminated, truncated = (self._copy_tree(value) for value in (obs, reward, terminated, truncated))
         return obs, reward, terminated, truncated, infos
 
+    def _gather_server(self, server: Any, k: int, extras: dict, infos: dict, position: int) -> dict:
+        """Decode one server's infos into the batch at ``position``, with those of a restart.
+
+        With the restart policy, infos that cannot be decoded restart the server, as in lockstep.
+        """
+        try:
+            infos = self._gather(k, extras, infos, server.env_indices, position, self.batch_size)
+        except ServerProtocolError as exc:
+            if not self._recovery.enabled or server.index in self._stand_ins:
+                raise
+            extras.update(self._end_failed(server.index, exc).extras)
+            infos = self._gather(k, extras, infos, server.env_indices, position, self.batch_size)
+        stand_in = self._stand_ins.pop(server.index, None)
+        if stand_in is not None:
+            for j, i in enumerate(server.env_indices):
+                if i in stand_in.infos:
+                    infos = add_info(infos, stand_in.infos[i], position + j, self.batch_size)
+        return infos
+
     def _settle(self) -> None:
         """Let every stepping server finish (their results stay waiting) before a control message."""
         queue = self._queue
-        queue.wait(len(self._session.servers), None if self.step_timeout is None else time.monotonic() + self.step_timeout,
-                   self._check_server, self._timeout_error)
+        queue.wait(len(self._session.servers), self._deadline(None), self._check_server, self._timeout_error)
         for index in queue.ready:
-            if index not in self._stash:
+            if index in self._stash or index in self._stand_ins:
+                continue
+            try:
                 message = self._step_message(index)
-                if message is not None:
-                    self._stash[index] = message
+            except ServerProtocolError as exc:
+                if not self._recovery.enabled:
+                    raise
+                self._end_failed(index, exc)
+                continue
+            if message is not None:
+                self._stash[index] = message
 
     def _reset_batches(self, seeds: list, options: Optional[dict]) -> None:
         """Reset every env (waiting for steps in flight first); recv() then hands them out."""
         try:
             self._settle()
             self._stash.clear()
+            self._stand_ins.clear()
+            self._recovery.note_reset(seeds, None)
+            messages = []
             for server in self._session.servers:
                 k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
-                server.channel.send({
-                    "cmd": P.RESET, "slot": k, "prev_slot": k, "seeds": [seeds[i] for i in server.env_indices],
-                    "options": options, "mask": None,
-                }, server.check_alive)
-                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
-            extras, errors, _ = self._replies("reset")
+                messages.append({"cmd": P.RESET, "slot": k, "prev_slot": k, "options": options, "mask": None,
+                                 "seeds": [seeds[i] for i in server.env_indices]})
+            sent, failed = self._send_all(messages)
+            extras, errors, failed_replies = self._replies("reset", None, sent)
+            failed.update(failed_replies)
+            # -- recovery: restart failed servers and repeat the reset for their envs --
+            for server, cause in failed.items():
+                extras.update(self._recovery.retry_reset(server, messages[server.index], cause))
+                self._stand_ins[server.index] = StandIn({}, {i: {"env_restarted": True} for i in server.env_indices})
             if errors:
                 self._raise_env_errors(errors)
             self._reset_extras = extras

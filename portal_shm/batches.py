@@ -6,8 +6,12 @@ waits on each server's own ``done`` bell in turn; here it must learn which of se
 finished first, and one futex word cannot be waited on together with others. So every server
 rings one shared ``done`` bell, and the agent finds out who rang by reading the servers' mailbox
 ``status`` words: it marks a server PENDING before waking it, and the server overwrites that with
-OK or ERROR after writing its results and before ringing. A wake-up only says "look again":
-rings do not queue up, so the status words alone say who is done.
+OK or ERROR after writing its results and before ringing.
+
+The status words are the truth and a wake-up only says "look again" (rings do not queue up): after
+every wake-up the agent scans the status words. Nothing waits on one server's ring, because a
+failed server may never ring; and restarts never touch the shared bell, since forgetting its rings
+could hide other servers'.
 """
 
 from __future__ import annotations
@@ -52,12 +56,28 @@ class ServerQueue:
         self.pending: list[int] = []
         self.ready: deque[int] = deque()
         self.idle: set[int] = set(range(num_servers))
+        self.sent_at = [0.0] * num_servers
+        self._next_check = 0.0
 
     def started(self, server: int) -> None:
         """Call before waking ``server``: marks it PENDING so its OK/ERROR word can be seen."""
         self.status[server] = STATUS_PENDING
         self.idle.discard(server)
         self.pending.append(server)
+        self.sent_at[server] = time.monotonic()
+
+    def finished(self, server: int) -> None:
+        """An idle server's result was made by the agent (it was not woken): ready at once."""
+        self.idle.discard(server)
+        self.ready.append(server)
+
+    def stopped(self, server: int) -> None:
+        """A stepping server failed and is replaced: ready now, with the result the agent makes.
+
+        Its ring, if it rang at all, is not counted (see the module docstring).
+        """
+        self.pending.remove(server)
+        self.ready.append(server)
 
     def reset_all_ready(self, order: list) -> None:
         """After a reset every server holds fresh results, handed out in server order."""
@@ -72,20 +92,33 @@ class ServerQueue:
                 self.pending.remove(server)
                 self.ready.append(server)
 
-    def wait(self, servers_needed: int, deadline: Optional[float], check_alive: Callable[[int], None],
+    def wait(self, servers_needed: int, deadline: Optional[float], check: Callable[[int], None],
              on_timeout: Callable[[list], BaseException]) -> None:
-        """Block until ``servers_needed`` servers are ready (all pending ones when it is larger)."""
+        """Block until ``servers_needed`` servers are ready (all pending ones when it is larger).
+
+        Every ``_WAIT_SLICE`` seconds, even while other servers keep finishing, ``check(server)``
+        looks at each server still stepping: it raises for a dead one, or replaces it and calls
+        ``stopped``. Otherwise a dead server would go unnoticed as long as the others keep the
+        batches coming.
+        """
         servers_needed = min(servers_needed, len(self.ready) + len(self.pending))
-        self._collect()
-        while len(self.ready) < servers_needed:
-            if self.done.wait(_WAIT_SLICE):
-                self._collect()
-                continue
-            for server in self.pending:
-                check_alive(server)
-            if deadline is not None and time.monotonic() > deadline:
-                raise on_timeout(list(self.pending))
+        while True:
             self._collect()
+            if time.monotonic() >= self._next_check:
+                self._check_pending(check)
+            if len(self.ready) >= servers_needed:
+                return
+            if not self.done.wait(_WAIT_SLICE) and deadline is not None and time.monotonic() > deadline:
+                self._check_pending(check)
+                if len(self.ready) < servers_needed:
+                    raise on_timeout(list(self.pending))
+
+    def _check_pending(self, check: Callable[[int], None]) -> None:
+        for server in list(self.pending):
+            self._collect()  # a server that finished meanwhile (say during a restart) is not checked
+            if server in self.pending:
+                check(server)
+        self._next_check = time.monotonic() + _WAIT_SLICE
 
     def take(self, count: int) -> list[int]:
         """The first ``count`` ready servers (in finishing order), now waiting for actions."""

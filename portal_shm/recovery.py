@@ -29,11 +29,21 @@ fresh one (a new process or container from the same spec) and lets the portal go
 - Each env may be restarted ``max_restarts`` times over the portal's life; the next failure
   raises ``RestartLimitError`` (and so does a fresh server that cannot start or that describes
   other spaces than the one it replaces).
+- Async batches (``batch_size``): the same per-env results, in the batch that hands the failed
+  server out. A server found dead or past ``step_timeout`` (counted from its ``send``) while
+  stepping is restarted at once and its failed step joins ``ready`` as if it had just finished;
+  an env error or broken protocol shows when its batch is taken, and that very batch carries the
+  failed step. Servers of other batches in flight step on undisturbed. The fresh server's envs
+  are reset right after the restart (a reply on the control channel rings no doorbell ``recv``
+  could wait on): SAME_STEP returns that observation at once; NEXT_STEP keeps it and returns it
+  when the envs are next sent (reward 0, the actions ignored), without waking the server. A fresh
+  server whose reset fails is restarted again at once. After a failed ``call`` the envs' episodes
+  end at their next ``send``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -51,6 +61,13 @@ if TYPE_CHECKING:
 POLICIES = ("raise", "restart")
 RESTARTABLE = (ServerDiedError, PortalTimeoutError, ServerProtocolError, EnvError)
 _CMD = MAILBOX_FIELDS.index("cmd")
+
+
+class StandIn(NamedTuple):
+    """A step's result the agent wrote into the ring in place of a server (async batches)."""
+
+    extras: dict  # infos blobs of the slot's rows that spilled (env index -> blob)
+    infos: dict  # env index -> infos to add to what its row decodes to
 
 
 def restart_seed(seed: Optional[int], restarts: int) -> Optional[int]:
@@ -78,6 +95,7 @@ class Recovery:
         self.ended: set = set()  # servers whose envs end their episode in the next step
         self.failed_early: dict = {}  # servers that failed while ``begin_step`` started their reset
         self.causes: dict = {}
+        self.replays: dict = {}  # async batches, NEXT_STEP: server -> its fresh envs' reset rows
 
     # -- bookkeeping -----------------------------------------------------------------------
     def note_reset(self, seeds: list, mask: Optional[Any]) -> None:
@@ -89,6 +107,7 @@ class Recovery:
             if mask is None or all(mask[i] for i in server.env_indices):
                 self.resetting.discard(server.index)
                 self.ended.discard(server.index)
+                self.replays.pop(server.index, None)
 
     def restart(self, server: "ServerLink", cause: BaseException) -> None:
         """Start a fresh server in place of ``server``, within every env's restart budget."""
@@ -100,7 +119,7 @@ class Recovery:
             for i in server.env_indices:
                 self.restarts[i] += 1
             try:
-                session.restart(server, self.startup_timeout)
+                session.restart(server, self.startup_timeout, drain_done=not self.portal._async)
                 return
             except PortalError as exc:  # the fresh server failed as well: that costs a restart too
                 cause = exc
@@ -144,14 +163,35 @@ class Recovery:
     def end_episodes(self, server: "ServerLink", k: int, infos: dict, cause: Optional[BaseException]) -> dict:
         """Restart ``server`` (after a failure in step ``k``) and end its envs' episodes in slot ``k``."""
         portal = self.portal
-        if cause is not None:
-            self.restart(server, cause)
-            self.causes[server.index] = cause
-        cause = self.causes.pop(server.index, cause)
-        self.ended.discard(server.index)
+        cause = self._restart_for(server, cause)
         prev = (k - 1) % portal.ring_depth
         mode = portal.autoreset_mode.value
-        final = {i: self._env_obs(prev, i) for i in server.env_indices} if mode == "SameStep" else {}
+        final = self._final_obs(server, prev) if mode == "SameStep" else {}
+        self._truncate(server, k, prev)
+        if mode == "SameStep":
+            extras = self._reset_now(server, k, prev)
+            infos = portal._gather(k, extras, infos, server.env_indices)
+        elif mode == "NextStep":
+            self.resetting.add(server.index)
+        for i, info in self._restart_infos(server, cause, final).items():
+            infos = add_info(infos, info, i, portal.num_envs)
+        return infos
+
+    def _restart_for(self, server: "ServerLink", cause: Optional[BaseException]) -> Optional[BaseException]:
+        """Restart ``server`` after ``cause``; without one, it was restarted by a failed call: its cause."""
+        earlier = self.causes.pop(server.index, None)
+        self.ended.discard(server.index)
+        if cause is None:
+            return earlier
+        self.restart(server, cause)
+        return cause
+
+    def _final_obs(self, server: "ServerLink", prev: int) -> dict:
+        return {i: self._env_obs(prev, i) for i in server.env_indices}
+
+    def _truncate(self, server: "ServerLink", k: int, prev: int) -> None:
+        """Slot ``k`` of the server's envs: their last observation, reward 0, truncated, no infos."""
+        portal = self.portal
         for i in server.env_indices:
             for view in portal._obs_fixed_views:
                 view[k, i] = view[prev, i]
@@ -159,21 +199,66 @@ class Recovery:
             portal._terminated[k, i] = False
             portal._truncated[k, i] = True
             portal._info_len[k, i] = 0
-        if mode == "SameStep":
-            extras = self._reset_now(server, k, prev)
-            infos = portal._gather(k, extras, infos, server.env_indices)
-        elif mode == "NextStep":
-            self.resetting.add(server.index)
+
+    def _restart_infos(self, server: "ServerLink", cause: Optional[BaseException], final: dict) -> dict:
+        """Each env's infos of the step that ended its episode by a restart (``final``: SAME_STEP's)."""
         first_line = str(cause).splitlines()[0][:500] if cause is not None else ""
+        out = {}
         for i in server.env_indices:
-            info: dict = {"env_restarted": True, "env_failure": first_line}
-            if mode == "SameStep":
-                info.update({"final_obs": final[i], "final_info": {}})
-            infos = add_info(infos, info, i, portal.num_envs)
-        return infos
+            out[i] = {"env_restarted": True, "env_failure": first_line}
+            if final:
+                out[i].update({"final_obs": final[i], "final_info": {}})
+        return out
+
+    # -- async batches -----------------------------------------------------------------------
+    def end_batched(self, server: "ServerLink", k: int, cause: Optional[BaseException]) -> StandIn:
+        """``end_episodes`` for async batches: the fresh server's envs are reset now, into slot ``k``.
+
+        In NEXT_STEP the reset's rows are kept for ``replay`` and slot ``k`` gets the last
+        observation back; the module docstring says why the reset cannot wait for the next step.
+        """
+        portal = self.portal
+        cause = self._restart_for(server, cause)
+        prev = (k - 1) % portal.ring_depth
+        if portal.autoreset_mode.value == "SameStep":
+            final = self._final_obs(server, prev)
+            self._truncate(server, k, prev)
+            extras = self._reset_now(server, k, prev)
+        else:
+            self.replays[server.index] = self._rows(server, k, self._reset_now(server, k, prev))
+            self._truncate(server, k, prev)
+            final, extras = {}, {}
+        return StandIn(extras, self._restart_infos(server, cause, final))
+
+    def _rows(self, server: "ServerLink", k: int, extras: dict) -> tuple:
+        """A copy of the server's rows of slot ``k`` that a reset writes: observations and infos."""
+        portal, rows = self.portal, _env_rows(server)
+        return ([view[k, rows].copy() for view in portal._obs_fixed_views], portal._info_len[k, rows].copy(),
+                portal._info[k, rows].copy(), extras)
+
+    def replay(self, server: "ServerLink", k: int) -> StandIn:
+        """NEXT_STEP: write the fresh envs' reset into slot ``k`` as the result of their next step."""
+        portal, rows = self.portal, _env_rows(server)
+        obs, info_len, info, extras = self.replays.pop(server.index)
+        for view, saved in zip(portal._obs_fixed_views, obs):
+            view[k, rows] = saved
+        portal._reward[k, rows] = 0.0
+        portal._terminated[k, rows] = False
+        portal._truncated[k, rows] = False
+        portal._info_len[k, rows] = info_len
+        portal._info[k, rows] = info
+        return StandIn(extras, {})
+
+    def stand_in(self, server: "ServerLink", k: int) -> Optional[StandIn]:
+        """The result of the server's step in slot ``k`` when the agent makes it instead of waking it."""
+        if server.index in self.ended:
+            return self.end_batched(server, k, None)
+        if server.index in self.replays:
+            return self.replay(server, k)
+        return None
 
     def _reset_now(self, server: "ServerLink", k: int, prev: int) -> dict:
-        """Reset a fresh server's envs into slot ``k`` (SAME_STEP), restarting it if it fails."""
+        """Reset a fresh server's envs into slot ``k`` (SAME_STEP, or batches), restarting it if it fails."""
         while True:
             try:
                 server.channel.send(self._reset_message(server, k, prev), server.check_alive)
@@ -210,6 +295,7 @@ class Recovery:
         self.restart(server, cause)
         self.causes[server.index] = cause
         self.resetting.discard(server.index)
+        self.replays.pop(server.index, None)
         self.ended.add(server.index)
 
     def retry_reset(self, server: "ServerLink", message: dict, cause: BaseException) -> dict:
@@ -225,6 +311,11 @@ class Recovery:
                 return self.finish_reset(server, self.portal.step_timeout)
             except RESTARTABLE as exc:
                 cause = exc
+
+
+def _env_rows(server: "ServerLink") -> slice:
+    """The ring rows of a server's envs (consecutive)."""
+    return slice(server.env_indices[0], server.env_indices[-1] + 1)
 
 
 def fixed_obs_views(schema: dict, views: dict) -> tuple:

@@ -161,13 +161,15 @@ class PortalSession:
             )
         server.hello = check_hello(hello, len(server.env_indices), server.describe())
 
-    def restart(self, server: ServerLink, timeout: float) -> None:
+    def restart(self, server: ServerLink, timeout: float, drain_done: bool = True) -> None:
         """Replace a failed server by a fresh one of the same spec, attached to the same ring.
 
         The old runtime is stopped first (a hung one is killed), so nothing writes its rows any
         more; stale rings of its done bell are forgotten (a fresh server starts from its go bell's
         present count), and the control socket gets a new path, since
         ZeroMQ removes a closed ipc socket's file asynchronously and could remove a rebound one.
+        ``drain_done=False`` leaves the ``done`` bell alone: async batches share one among all
+        servers, and forgetting its rings could hide the others' (their queue reads statuses).
         The fresh server must describe exactly the spaces its predecessor did.
         """
         before = (server.hello["observation_spaces"], server.hello["action_spaces"])
@@ -175,7 +177,8 @@ class PortalSession:
             server.handle.stop(timeout=1.0)
         server.channel.close()
         server.generation += 1
-        server.done.drain()
+        if drain_done:
+            server.done.drain()
         mailbox = self.ring.views["mailbox"][server.index]
         mailbox[:] = 0
         self._start_server(server)

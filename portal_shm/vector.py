@@ -112,8 +112,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
             largest divisor of both ``batch_size`` and the number of envs that spreads the envs
             over the cores). See ``recv`` for when the batch is a view and when a copy.
         on_env_failure: ``"raise"`` (default) or ``"restart"``: replace a failed env server by a
-            fresh one and end its envs' episodes as truncated with ``info["env_restarted"]``;
-            the rules, and the seeds restarted envs get, are in ``portal_shm.recovery``.
+            fresh one and end its envs' episodes as truncated with ``info["env_restarted"]``, in
+            lockstep and in async batches alike (there in the batch that hands the failed server
+            out, the other batches in flight undisturbed); the rules, and the seeds restarted envs
+            get, are in ``portal_shm.recovery``.
         max_restarts: restarts allowed per env over the portal's life with ``"restart"``; the
             next failure raises ``RestartLimitError``.
     """
@@ -162,9 +164,6 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
         self._async = self.batch_size != self.num_envs
         if self._async:
-            if on_env_failure != "raise":
-                raise ValueError("on_env_failure='restart' is not available with batch_size yet: a restarted server "
-                                 "would have to rejoin the batches in flight; use lockstep stepping for it")
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 raise ValueError("batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
                                  "could only be reset by a masked reset, which async batches do not have")

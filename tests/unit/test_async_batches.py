@@ -1,13 +1,18 @@
 """Async batches: each env's trajectory is exactly its own gymnasium env's, whatever order envs finish in."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 import portal_shm
+from portal_shm.batches import ServerQueue
+from portal_shm.doorbell import Doorbell
 from portal_shm.errors import EnvError, PortalError
 from portal_shm.example_envs import NestedEnv
+from portal_shm.layout import MAILBOX_FIELDS, STATUS_OK
 from tests.compare import check_batch, row
 
 
@@ -179,3 +184,38 @@ def test_an_env_error_names_the_env_and_reset_recovers():
         assert infos["env_id"].tolist() == [0, 1]
     finally:
         envs.close()
+
+
+STATUS = MAILBOX_FIELDS.index("status")
+
+
+def test_the_queue_needs_no_ring_from_a_failed_server():
+    """Status words say who finished: a ring lost to a kill blocks nothing, a stray one wakes the
+    agent for nothing and is then forgotten."""
+    mailbox = np.zeros((2, len(MAILBOX_FIELDS)), np.int64)
+    bell = Doorbell(np.zeros(1, np.uint32))  # a real futex word, in this process's memory
+    queue = ServerQueue(2, mailbox, bell)
+    queue.started(0)
+    queue.started(1)
+    mailbox[0, STATUS] = STATUS_OK  # killed after its status, before its ring
+    mailbox[1, STATUS] = STATUS_OK
+    bell.ring()
+    queue.wait(2, None, lambda server: None, TimeoutError)
+    assert queue.take(2) == [0, 1]
+
+    queue = ServerQueue(2, mailbox, bell)
+    queue.started(0)
+
+    def check(server):  # found hung and replaced, it rings as it is stopped: a ring of no server
+        queue.stopped(server)
+        bell.ring()
+
+    queue.wait(1, None, check, TimeoutError)
+    assert queue.take(1) == [0]
+    queue.started(0)
+    with pytest.raises(TimeoutError):  # the stray ring wakes the wait, which finds nothing finished
+        queue.wait(1, time.monotonic() + 0.2, lambda server: None, TimeoutError)
+    mailbox[0, STATUS] = STATUS_OK
+    bell.ring()
+    queue.wait(1, None, lambda server: None, TimeoutError)
+    assert queue.take(1) == [0]
