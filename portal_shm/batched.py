@@ -20,6 +20,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from . import protocol as P
 from .batches import ServerQueue, default_envs_per_server, server_sizes_error
+from .doorbell import AnyDone
 from .errors import PortalError, PortalTimeoutError, ServerProtocolError
 from .infos import add_info
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
@@ -51,7 +52,7 @@ class AsyncBatches:
                              "async batches write actions into the ring")
         servers = self._session.servers
         self._server_size = len(servers[0].env_indices)
-        self._queue = ServerQueue(len(servers), self._mailbox, servers[0].done)
+        self._queue = ServerQueue(len(servers), self._mailbox, AnyDone(lambda: [s.done for s in servers]))
         self._server_slot = [0] * len(servers)
         self._stash: dict = {}
         self._stand_ins: dict[int, StandIn] = {}  # ready servers whose result the agent made

@@ -2,16 +2,14 @@
 
 A server steps all its envs on one wake-up, so servers are the unit of asynchrony and a batch is a
 set of whole servers (``batch_size`` is a multiple of the envs per server). In lockstep the agent
-waits on each server's own ``done`` bell in turn; here it must learn which of several servers
-finished first, and one futex word cannot be waited on together with others. So every server
-rings one shared ``done`` bell, and the agent finds out who rang by reading the servers' mailbox
-``status`` words: it marks a server PENDING before waking it, and the server overwrites that with
-OK or ERROR after writing its results and before ringing.
+waits on each server's own ``done`` end in turn; here it polls all of them at once
+(``doorbell.AnyDone``), and learns who finished from the servers' mailbox ``status`` words: it
+marks a server PENDING before waking it, and the server overwrites that with OK or ERROR after
+writing its results and before ringing.
 
 The status words are the truth and a wake-up only says "look again" (rings do not queue up): after
 every wake-up the agent scans the status words. Nothing waits on one server's ring, because a
-failed server may never ring; and restarts never touch the shared bell, since forgetting its rings
-could hide other servers'.
+failed server may never ring.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .layout import MAILBOX_FIELDS, STATUS_PENDING
-from .doorbell import Doorbell
+from .doorbell import AnyDone
 
 _STATUS = MAILBOX_FIELDS.index("status")
 _WAIT_SLICE = 0.05
@@ -50,7 +48,7 @@ def default_envs_per_server(num_envs: int, batch_size: int, cores: int) -> int:
 class ServerQueue:
     """Which servers are stepping, which have results waiting, and in what order they finished."""
 
-    def __init__(self, num_servers: int, mailbox: np.ndarray, done: Doorbell) -> None:
+    def __init__(self, num_servers: int, mailbox: np.ndarray, done: AnyDone) -> None:
         self.status = mailbox[:, _STATUS]
         self.done = done
         self.pending: list[int] = []

@@ -50,7 +50,7 @@ class ControlChannel:
         while not self.socket.poll(int(POLL_SLICE * 1000)):
             check()
             if deadline is not None and time.monotonic() > deadline:
-                raise PortalTimeoutError(f"no answer to {what} within {timeout} s")
+                raise PortalTimeoutError(f"no answer to {what} within {timeout:.3g} s")
         data = self.socket.recv()
         try:
             message = P.unpackb(data)

@@ -1,115 +1,139 @@
-"""The per-step wake-up between the agent and a server: a futex word inside the ring.
+"""The per-step wake-ups between the agent and a server: a pipe per direction and server.
 
-A doorbell is a 32-bit word in the shared segment. Ringing writes a new value to it and wakes
-whoever sleeps on it with ``FUTEX_WAKE``; a waiter remembers the last value it saw and sleeps in
-``FUTEX_WAIT`` while the word still holds it. So a wake-up means "rung at least once since you
-last looked" (rings do not queue up): the agent then reads the status words it validates anyway.
-A ping-pong costs ~8 µs on 2 cores, against ~10-15 µs for posix_ipc's named semaphores.
+The agent creates both pipes of a server and hands the server its ends (the read end of ``go``,
+the write end of ``done``) with the ring (``handoff``); it keeps the other two. Each end is its
+own open file description, held by one side only, so a server can neither steal the agent's
+wake-ups, nor make the agent's end blocking, nor truncate anything under it: the worst a hostile
+server can do is ring too often (a spurious wake-up: the agent then reads status words it
+validates) or never (a timeout). The agent never blocks on a write (its ends are non-blocking; a
+full pipe already holds wake-ups), and a closed end reads as end-of-file, never as a ring.
+Rings do not queue up: a wake-up means "rung since you last looked". ``select.poll`` lets the
+agent wait on all servers at once (``AnyDone``, for async batches), and a restarted server gets
+fresh pipes, so no stale ring crosses a restart.
 
-Several servers may ring one bell (async batches share a ``done`` bell) without an atomic add:
-each writer owns a residue modulo a power of two and writes the next value above the present one
-with its residue, so two racing writers never write the same value and a waiter never sleeps on a
-value that a finished server wrote over. (The one remaining race needs the word to go back to a
-value a waiter read, through three interleaved rings: it costs that waiter one wait slice.)
-The stores are plain numpy stores; the order of "results, then status, then bell" is x86-64's
-store order, which the agent relies on; other architectures are untested.
-
-Why not POSIX semaphores: a named one is a file any server could truncate (the agent would die
-of SIGBUS), and a glibc semaphore in shared memory aborts the whole process when a scribbled
-``private`` field makes the kernel reject its futex call. Here every outcome of the system call
-is ours to handle: a server that scribbles on a bell causes at worst a spurious wake-up (the
-agent then reads a status it validates) or a missed one (a timeout), never a crash or a hang.
-
-Only ctypes and the C library's ``syscall``: this module runs inside old env runtimes too.
+What this replaced, and why: named POSIX semaphores are files a server could truncate (the agent
+dies of SIGBUS); a glibc semaphore in shared memory aborts the process that waits on it once a
+server scribbles on its ``private`` field (tried: "The futex facility returned an unexpected error
+code"); eventfds share one description between both sides, so a server could clear O_NONBLOCK and
+steal a count, leaving the agent blocked for good. A futex word of our own is safe but needs
+ctypes on every call, which measured no faster than pipes here.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
-import platform
+import select
 import time
-import numpy as np
+from typing import Callable, Optional, Sequence
 
-_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98, "ppc64le": 221,
-              "ppc64": 221, "s390x": 238, "i386": 240, "i686": 240, "armv7l": 240, "armv6l": 240}
-_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
-_WAKE_ALL = 0x7FFFFFFF
-_MASK = 0xFFFFFFFF
+_CHUNK = 64  # an honest server has one ring pending at most; a read buffer of 4 KiB would be a per-step allocation
 
 
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+def bell_pipe() -> tuple[int, int]:
+    """A new (read end, write end), both close-on-exec."""
+    return os.pipe2(os.O_CLOEXEC)
 
 
-def _futex_calls():
-    """``syscall(SYS_futex, ...)`` as two prototypes of plain longs: the fewer and simpler the
-    arguments, the cheaper a ctypes call (1.7 µs for a wake-up here, half of it the call itself)."""
-    number = _SYS_FUTEX.get(platform.machine().lower())
-    if number is None:
-        raise OSError(f"portal-shm does not know the futex system call number on {platform.machine()}")
-    libc = ctypes.CDLL(None, use_errno=True)
-    long = ctypes.c_long
-    wake = ctypes.CFUNCTYPE(long, long, long, long, long, use_errno=True)(("syscall", libc))
-    wait = ctypes.CFUNCTYPE(long, long, long, long, long, long, use_errno=True)(("syscall", libc))
-    return number, wake, wait
+class Bell:
+    """The ringing end of a pipe: one byte per ring, never blocking."""
 
-
-_NUMBER, _WAKE_CALL, _WAIT_CALL = _futex_calls()
-
-
-class Doorbell:
-    """One word of the ring (a ``uint32`` view of at least one element).
-
-    ``writer`` of ``writers`` (a power of two): which residue this side writes when it rings.
-    """
-
-    def __init__(self, word: np.ndarray, writer: int = 0, writers: int = 1) -> None:
-        if word.dtype != np.uint32 or word.ctypes.data % 4:
-            raise ValueError("a doorbell needs an aligned uint32 word")
-        if writers < 1 or writers & (writers - 1) or not 0 <= writer < writers:
-            raise ValueError(f"writer {writer} of {writers}: writers must be a power of two above writer")
-        self._view = word  # keeps the mapping alive while the bell is used
-        self._address = word.ctypes.data
-        self._word = ctypes.c_uint32.from_address(self._address)
-        self._writer, self._writers = writer, writers
-        self._seen = self._word.value
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
 
     def ring(self) -> None:
-        word = self._word
-        present = word.value
-        value = (present & ~(self._writers - 1)) | self._writer
-        if value <= present:
-            value += self._writers
-        word.value = value & _MASK
-        if _WAKE_CALL(_NUMBER, self._address, _FUTEX_WAKE, _WAKE_ALL) < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"ringing a doorbell failed: {os.strerror(code)}")
+        try:
+            os.write(self.fd, b"\0")
+        except BlockingIOError:
+            pass  # a full pipe already holds wake-ups the other side has not read
+        except BrokenPipeError:
+            pass  # the other side is gone: its owner notices that by other means
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Waiter:
+    """The waiting end of a pipe: ``wait`` is True once rung since the last wait."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+        self.closed = False  # the ringing end is closed everywhere
+
+    def _take(self) -> bool:
+        try:
+            data = os.read(self.fd, _CHUNK)
+        except BlockingIOError:
+            return False
+        if not data:
+            self.closed = True
+        return bool(data)
 
     def wait(self, timeout: float) -> bool:
-        """True once the bell was rung since the last wait (waiting up to ``timeout`` seconds)."""
-        seen = self._seen
-        word = self._word
-        value = word.value
-        if value != seen:
-            self._seen = value
-            return True
-        deadline = time.monotonic() + timeout
-        remaining = timeout
-        while remaining > 0:
-            spec = _Timespec(int(remaining), int(remaining % 1 * 1e9))
-            if _WAIT_CALL(_NUMBER, self._address, _FUTEX_WAIT, seen, ctypes.addressof(spec)) < 0:
-                code = ctypes.get_errno()
-                if code not in (errno.EAGAIN, errno.EINTR, errno.ETIMEDOUT):
-                    raise OSError(code, f"waiting on a doorbell failed: {os.strerror(code)}")
-            value = word.value
-            if value != seen:
-                self._seen = value
-                return True
-            remaining = deadline - time.monotonic()
-        return False
+        if self.closed:
+            time.sleep(timeout)  # nothing will ring again: the caller's checks find out why
+            return False
+        # poll first: a read that finds nothing costs a Python exception, dearer than a poll
+        return bool(self._poll.poll(timeout * 1000)) and self._take()
 
     def drain(self) -> None:
-        """Forget rings so far (after a restart, rings of the old server mean nothing)."""
-        self._seen = self._word.value
+        while self._take():
+            pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self._poll.unregister(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+
+
+class AnyDone:
+    """Wait for any of several servers' ``done`` ends (async batches): True when one rang.
+
+    ``waiters`` is asked for the current ends on every wait, so a restarted server's fresh end
+    takes its predecessor's place.
+    """
+
+    def __init__(self, waiters: Callable[[], Sequence[Waiter]]) -> None:
+        self._waiters = waiters
+        self._known: list = []
+        self._poll = select.poll()
+        self._by_fd: dict[int, Waiter] = {}
+
+    def _refresh(self) -> None:
+        current = [w for w in self._waiters() if w is not None]
+        if current == self._known:
+            return
+        for fd in self._by_fd:
+            self._poll.unregister(fd)
+        self._by_fd = {w.fd: w for w in current if not w.closed and w.fd >= 0}
+        for fd in self._by_fd:
+            self._poll.register(fd, select.POLLIN)
+        self._known = current
+
+    def wait(self, timeout: float) -> bool:
+        self._refresh()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            events = self._poll.poll(remaining * 1000) if self._by_fd else time.sleep(remaining)
+            rung = False
+            for fd, _ in events or ():
+                waiter = self._by_fd[fd]
+                rung = waiter._take() or rung
+                if waiter.closed:
+                    self._poll.unregister(fd)
+                    del self._by_fd[fd]
+            if rung or remaining <= 0:
+                return rung
+
+
+def close_all(ends: Sequence[Optional[object]]) -> None:
+    for end in ends:
+        if end is not None:
+            end.close()

@@ -1,9 +1,11 @@
-"""Handing the ring's descriptor to env servers over a unix socket (SCM_RIGHTS).
+"""Handing the ring and a server's doorbell ends to it over a unix socket (SCM_RIGHTS).
 
-The ring is a memfd with no name (see ``ring``), so servers cannot open it: the agent listens on a
-socket file in its run directory (0600, in a 0700 directory, which containers bind-mount) and
-sends the descriptor to every server that connects (a server does when it gets its ATTACH). Every server gets the same
-segment; which rows and doorbells are its own comes with the ATTACH message.
+The ring is a memfd with no name (see ``ring``) and the doorbells are pipes (see ``doorbell``), so
+a server cannot open them by a path: the agent listens on a socket file in its run directory
+(0600, in a 0700 directory, which containers bind-mount). A server connects when it gets its
+ATTACH and presents the random token of its launch config; the agent answers with the ring's
+descriptor and that server's own pipe ends, then closes its copies of those ends. A token works
+once, so a server gets exactly its own ends and a stale or stray client gets nothing.
 """
 
 from __future__ import annotations
@@ -13,18 +15,22 @@ import os
 import socket
 import threading
 
+_TOKEN_BYTES = 64
+
 
 class SegmentOffer:
     """The agent's listening socket, served by a thread for the portal's whole life.
 
-    A thread, not a step of the start-up: servers fetch the ring whenever they attach (restarts
-    included), and the agent meanwhile waits on their control channels, where errors and
-    protocol violations show up as they always do.
+    A thread, not a step of the start-up: servers fetch their descriptors whenever they attach
+    (restarts included), and the agent meanwhile waits on their control channels, where errors
+    and protocol violations show up as they always do.
     """
 
-    def __init__(self, path: str, fd: int) -> None:
+    def __init__(self, path: str, segment_fd: int) -> None:
         self.path = path
-        self._fd = fd
+        self._segment_fd = segment_fd
+        self._expected: dict[bytes, list] = {}
+        self._lock = threading.Lock()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._socket.bind(path)
@@ -36,6 +42,18 @@ class SegmentOffer:
         self._thread = threading.Thread(target=self._serve, name="portal-shm-ring-offer", daemon=True)
         self._thread.start()
 
+    def expect(self, token: str, fds: list) -> None:
+        """Hand ``fds`` (after the ring's) to the server presenting ``token``; they are ours to close."""
+        with self._lock:
+            self._expected[token.encode()] = fds
+
+    def forget(self, token: str) -> None:
+        """A server that will not fetch its ends (it failed, or was replaced): close them."""
+        with self._lock:
+            fds = self._expected.pop(token.encode(), [])
+        for fd in fds:
+            os.close(fd)
+
     def _serve(self) -> None:
         while True:
             try:
@@ -43,11 +61,23 @@ class SegmentOffer:
             except OSError:
                 return  # closed
             with connection:
-                connection.settimeout(1.0)
+                connection.settimeout(2.0)
                 try:
-                    connection.sendmsg([b"R"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [self._fd]))])
+                    token = connection.recv(_TOKEN_BYTES)
                 except OSError:
-                    pass  # the peer went away; a server that still wants the ring connects again
+                    continue
+                with self._lock:
+                    fds = self._expected.pop(token, None)
+                if fds is None:
+                    continue
+                try:
+                    connection.sendmsg([b"R"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                 array.array("i", [self._segment_fd] + fds))])
+                except OSError:
+                    pass  # the server went away: its start-up fails and is reported as such
+                finally:
+                    for fd in fds:
+                        os.close(fd)
 
     def close(self) -> None:
         """Stop serving (before the ring's descriptor is closed) and remove the socket file."""
@@ -57,25 +87,33 @@ class SegmentOffer:
             pass
         self._thread.join(timeout=2.0)
         self._socket.close()
+        with self._lock:
+            left, self._expected = list(self._expected.values()), {}
+        for fds in left:
+            for fd in fds:
+                os.close(fd)
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
 
 
-def fetch_segment(path: str, timeout: float) -> int:
-    """Server side: connect to the agent's socket and return the descriptor it sends."""
+def fetch_descriptors(path: str, token: str, count: int, timeout: float) -> list:
+    """Server side: present ``token`` on the agent's socket and return the ``count`` descriptors
+    it sends (the ring's first)."""
     fd_size = array.array("i").itemsize
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(timeout)
         connection.connect(path)
-        data, ancillary, _, _ = connection.recvmsg(1, socket.CMSG_SPACE(fd_size))
+        connection.sendall(token.encode())
+        data, ancillary, _, _ = connection.recvmsg(1, socket.CMSG_SPACE(count * fd_size))
     fds = array.array("i")
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fd_size])
-    if data != b"R" or len(fds) != 1:
+    if data != b"R" or len(fds) != count:
         for fd in fds:
             os.close(fd)
-        raise ConnectionError(f"the agent's socket {path} did not send the shared ring")
-    return fds[0]
+        raise ConnectionError(f"the agent's socket {path} did not send this server's ring and doorbells "
+                              "(a wrong or used token?)")
+    return list(fds)

@@ -19,21 +19,6 @@ MAILBOX_FIELDS = ("cmd", "slot", "prev_slot", "status", "extra", "seq", "pid", "
 STATUS_OK = 0
 STATUS_ERROR = 1
 STATUS_PENDING = 2
-BELL_WORDS = 16  # 64 bytes: each doorbell on its own cache line
-
-
-def go_bell(server: int) -> list:
-    """[row of ``bells``, writer, writers] of the bell the agent rings to wake ``server``."""
-    return [server, 0, 1]
-
-
-def done_bell(server: int, num_servers: int, shared: bool) -> list:
-    """[row, writer, writers] of the bell ``server`` rings when done: its own, or with async
-    batches the one all servers share (each writing its own residue, see ``doorbell``)."""
-    if not shared:
-        return [num_servers + server, 0, 1]
-    writers = 1 << max(0, num_servers - 1).bit_length()
-    return [2 * num_servers, server, writers]
 
 
 def _align(offset: int) -> int:
@@ -64,7 +49,6 @@ def ring_layout(obs_schema: dict, act_schema: dict, num_envs: int, depth: int, n
     add("info_len", (depth, num_envs), np.int64)
     add("info", (depth, num_envs, info_capacity), np.uint8)
     add("mailbox", (num_servers, len(MAILBOX_FIELDS)), np.int64)
-    add("bells", (2 * num_servers + 1, BELL_WORDS), np.uint32)
     return {
         "fields": fields,
         "size": _align(offset),

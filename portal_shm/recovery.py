@@ -119,7 +119,7 @@ class Recovery:
             for i in server.env_indices:
                 self.restarts[i] += 1
             try:
-                session.restart(server, self.startup_timeout, drain_done=not self.portal._async)
+                session.restart(server, self.startup_timeout)
                 return
             except PortalError as exc:  # the fresh server failed as well: that costs a restart too
                 cause = exc

@@ -1,4 +1,4 @@
-"""The shared-memory segment that carries observations, actions, rewards, flags and doorbells.
+"""The shared-memory segment that carries observations, actions, rewards, flags and mailboxes.
 
 The agent creates it as a sealed memfd: an anonymous file that can neither shrink nor grow, so a
 server that holds it (and may be hostile) cannot truncate it under the agent's mapping, which
@@ -16,7 +16,6 @@ from typing import Optional
 
 import numpy as np
 
-from .doorbell import Doorbell
 from .layout import field_views
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
@@ -59,10 +58,6 @@ class Ring:
         except BaseException:
             os.close(fd)
             raise
-
-    def bell(self, row: int, writer: int = 0, writers: int = 1) -> Doorbell:
-        """The doorbell in ``row`` of the ``bells`` array (see ``layout.go_bell``, ``done_bell``)."""
-        return Doorbell(self.views["bells"][row, :1], writer, writers)
 
     def close_fd(self) -> None:
         if self.fd is not None:

@@ -26,8 +26,8 @@ import zmq
 from . import protocol as P
 from .envs import LegacyEnv, get_attr, is_legacy, make_env, set_attr
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
-from .doorbell import Doorbell
-from .handoff import fetch_segment
+from .doorbell import Bell, Waiter
+from .handoff import fetch_descriptors
 from .ring import Ring
 from .schema import is_fixed, leaves, revive, space_to_schema
 
@@ -110,8 +110,8 @@ class EnvServer:
         self.socket.connect(config["control_address"])
         self._lock_fd: Optional[int] = None
         self.ring: Optional[Ring] = None
-        self.go: Optional[Doorbell] = None
-        self.done: Optional[Doorbell] = None
+        self.go: Optional[Waiter] = None
+        self.done: Optional[Bell] = None
         self._reset_env_index: Optional[int] = None
 
     # -- plumbing -------------------------------------------------------------------------
@@ -187,10 +187,10 @@ class EnvServer:
         if attach.get("cmd") != P.ATTACH:
             raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
         self.autoreset_mode = attach["autoreset_mode"]
-        self.ring = Ring(attach["layout"], fetch_segment(attach["segment"], timeout=30.0))
+        segment, go, done = fetch_descriptors(attach["segment"], self.config["ring_token"], 3, timeout=30.0)
+        self.go, self.done = Waiter(go), Bell(done)
+        self.ring = Ring(attach["layout"], segment)
         self.ring.close_fd()
-        self.go = self.ring.bell(*attach["go"])
-        self.done = self.ring.bell(*attach["done"])
         self._bind_views(attach["observation_schema"], attach["action_schema"])
         self.send({"cmd": P.READY, "server_index": self.config["server_index"]})
 
@@ -240,7 +240,9 @@ class EnvServer:
                 env.close()
             except Exception:
                 pass
-        self.go = self.done = None
+        for end in (self.go, self.done):
+            if end is not None:
+                end.close()
         if self.ring is not None:
             self.ring.close()
         if agent_gone:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import time
 from typing import Optional, Sequence
 
@@ -19,9 +20,9 @@ from .backend import ServerHandle, ServerLaunch
 from .control import ControlChannel
 from .errors import (EnvError, EnvNotFoundError, ProtocolMismatchError, ServerDiedError, ServerProtocolError,
                      env_error_class)
-from .doorbell import Doorbell
+from .doorbell import Bell, Waiter, bell_pipe, close_all
 from .handoff import SegmentOffer
-from .layout import MAILBOX_FIELDS, done_bell, go_bell
+from .layout import MAILBOX_FIELDS
 from .resources import PortalResources
 from .ring import Ring
 from .spec import EnvSpec
@@ -39,9 +40,9 @@ class ServerLink:
         self.spec = spec
         self.handle: Optional[ServerHandle] = None
         self.channel: Optional[ControlChannel] = None
-        self.go: Optional[Doorbell] = None
-        self.done: Optional[Doorbell] = None
-        self.bells: tuple = ()  # where its go and done doorbells are: ``layout.go_bell``, ``done_bell``
+        self.go: Optional[Bell] = None
+        self.done: Optional[Waiter] = None
+        self.token = ""  # what it presents to fetch the ring and its doorbell ends (``handoff``)
         self.hello: dict = {}
         self.launch: Optional[ServerLaunch] = None
         self.generation = 0
@@ -132,6 +133,7 @@ class PortalSession:
         server.channel = ControlChannel(self.context, resources.socket_address(server.index, server.generation),
                                         server.describe)
         resources.hand_over(resources.owner, server.channel.address[len("ipc://"):])
+        server.token = secrets.token_hex(16)
         if server.spec.factory is not None:
             from .env_fns import ship_factories
 
@@ -146,6 +148,7 @@ class PortalSession:
             "control_address": server.channel.address,
             "lock_path": resources.lock_path,
             "run_dir": resources.run_dir,
+            "ring_token": server.token,
         }
         server.launch = ServerLaunch(server.index, server.env_indices, config, resources.run_dir,
                                      resources.log_path(server.index))
@@ -161,15 +164,13 @@ class PortalSession:
             )
         server.hello = check_hello(hello, len(server.env_indices), server.describe())
 
-    def restart(self, server: ServerLink, timeout: float, drain_done: bool = True) -> None:
+    def restart(self, server: ServerLink, timeout: float) -> None:
         """Replace a failed server by a fresh one of the same spec, attached to the same ring.
 
         The old runtime is stopped first (a hung one is killed), so nothing writes its rows any
-        more; stale rings of its done bell are forgotten (a fresh server starts from its go bell's
-        present count), and the control socket gets a new path, since
+        more; its doorbells are closed and the fresh server gets new ones (no stale ring can
+        reach it or come from it), and the control socket gets a new path, since
         ZeroMQ removes a closed ipc socket's file asynchronously and could remove a rebound one.
-        ``drain_done=False`` leaves the ``done`` bell alone: async batches share one among all
-        servers, and forgetting its rings could hide the others' (their queue reads statuses).
         The fresh server must describe exactly the spaces its predecessor did.
         """
         before = (server.hello["observation_spaces"], server.hello["action_spaces"])
@@ -177,8 +178,7 @@ class PortalSession:
             server.handle.stop(timeout=1.0)
         server.channel.close()
         server.generation += 1
-        if drain_done:
-            server.done.drain()
+        self._offer.forget(server.token)
         mailbox = self.ring.views["mailbox"][server.index]
         mailbox[:] = 0
         self._start_server(server)
@@ -186,33 +186,35 @@ class PortalSession:
         after = (server.hello["observation_spaces"], server.hello["action_spaces"])
         if P.packb(after) != P.packb(before):
             raise ServerProtocolError(f"the restarted {server.describe()} describes other spaces than before")
-        server.channel.send(self._attach_message(server), server.check_alive)
+        self._arm(server)
+        server.channel.send(self._attach_message(), server.check_alive)
         server.expect(P.READY, timeout, "restart")
 
-    def attach(self, layout: dict, settings: dict, timeout: float, shared_done: bool = False) -> Ring:
-        """Create the ring, hand it to every server and wait until all are ready.
-
-        ``shared_done``: all servers ring one ``done`` bell (async batches wait for any server).
-        """
+    def attach(self, layout: dict, settings: dict, timeout: float) -> Ring:
+        """Create the ring and doorbells, hand them to every server and wait until all are ready."""
         self.ring = Ring.create(self.resources.tag, layout)
         self._layout, self._settings = layout, settings
         self._offer = SegmentOffer(self.resources.segment_socket, self.ring.fd)
         self.resources.hand_over(self.resources.owner, self._offer.path)
-        count = len(self.servers)
         for server in self.servers:
-            server.bells = (go_bell(server.index), done_bell(server.index, count, shared_done))
-            server.go = self.ring.bell(*server.bells[0])
-            server.done = self.ring.bell(*server.bells[1])
-        for server in self.servers:
-            server.channel.send(self._attach_message(server), server.check_alive)
+            self._arm(server)
+            server.channel.send(self._attach_message(), server.check_alive)
         for server in self.servers:
             server.expect(P.READY, timeout, "start-up")
         return self.ring
 
-    def _attach_message(self, server: ServerLink) -> dict:
-        go, done = server.bells
-        return {"cmd": P.ATTACH, "segment": self._offer.path, "layout": self._layout, "go": go, "done": done,
-                **self._settings}
+    def _arm(self, server: ServerLink) -> None:
+        """New doorbell pipes for ``server``: the agent keeps one end of each, the server fetches
+        the others with the ring (and the agent's copies of those close once handed over)."""
+        close_all((server.go, server.done))
+        server.go = server.done = None
+        go_read, go_write = bell_pipe()
+        done_read, done_write = bell_pipe()
+        server.go, server.done = Bell(go_write), Waiter(done_read)
+        self._offer.expect(server.token, [go_read, done_write])
+
+    def _attach_message(self) -> dict:
+        return {"cmd": P.ATTACH, "segment": self._offer.path, "layout": self._layout, **self._settings}
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""
@@ -243,6 +245,7 @@ class PortalSession:
             for server in self.servers:
                 if server.channel is not None:
                     server.channel.close()
+                close_all((server.go, server.done))
             if self._offer is not None:
                 self._offer.close()
             if self.ring is not None:

@@ -249,7 +249,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
                              len(session.servers), info_capacity)
         ring = session.attach(layout, {"autoreset_mode": self.autoreset_mode.value,
                                        "observation_schema": self._obs_schema,
-                                       "action_schema": self._act_schema}, timeout, shared_done=self._async)
+                                       "action_schema": self._act_schema}, timeout)
         views = ring.views
         self._mailbox = views["mailbox"]
         self._reward, self._terminated, self._truncated = views["reward"], views["terminated"], views["truncated"]

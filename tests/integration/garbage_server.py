@@ -14,7 +14,8 @@ import numpy as np
 import zmq
 
 from portal_shm import protocol as P
-from portal_shm.handoff import fetch_segment
+from portal_shm.doorbell import Bell, Waiter
+from portal_shm.handoff import fetch_descriptors
 from portal_shm.layout import MAILBOX_FIELDS
 from portal_shm.ring import Ring
 from portal_shm.server import CONFIG_ENV_VAR, decode_config
@@ -80,9 +81,10 @@ if mode == "bad-ready":
     sock.send(P.packb({"cmd": "reply", "results": "nope"}))
     time.sleep(60)
     sys.exit(0)
-ring = Ring(attach["layout"], fetch_segment(attach["segment"], 10.0))
+segment, go_end, done_end = fetch_descriptors(attach["segment"], config["ring_token"], 3, 10.0)
+ring = Ring(attach["layout"], segment)
 views = ring.views
-go, done = ring.bell(*attach["go"]), ring.bell(*attach["done"])
+go, done = Waiter(go_end), Bell(done_end)
 mailbox = views["mailbox"][config["server_index"]]
 if mode == "truncate":
     # the agent's mapping must survive whatever a server does to the segment
@@ -96,6 +98,10 @@ if mode == "truncate":
         except PermissionError:
             pass
 sock.send(P.packb({"cmd": "ready"}))
+if mode == "close-bells":
+    go.close()
+    done.close()
+    time.sleep(60)
 while True:
     while not go.wait(60):
         pass
@@ -137,9 +143,6 @@ while True:
         views["info_len"][k, i] = 0
         for _ in range(1000):
             done.ring()
-        continue
-    elif mode == "step-scribble-bells":
-        views["bells"][:] = np.random.randint(0, 2**32, views["bells"].shape, dtype=np.uint64).astype(np.uint32)
         continue
     else:
         views["info_len"][k, i] = 0

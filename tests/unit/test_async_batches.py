@@ -9,10 +9,10 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 import portal_shm
 from portal_shm.batches import ServerQueue
-from portal_shm.doorbell import Doorbell
+from portal_shm.doorbell import AnyDone, Bell, Waiter, bell_pipe
 from portal_shm.errors import EnvError, PortalError
 from portal_shm.example_envs import NestedEnv
-from portal_shm.layout import MAILBOX_FIELDS, STATUS_OK
+from portal_shm.layout import MAILBOX_FIELDS, STATUS_OK, STATUS_PENDING
 from tests.compare import check_batch, row
 
 
@@ -81,6 +81,9 @@ def test_one_server_per_batch_gives_ring_views_and_several_give_copies():
         envs.send(np.zeros(1, np.int64), [0])
         _, infos = envs.recv()[::4]
         assert infos["env_id"].tolist() == [2, 3]
+        deadline = time.monotonic() + 30
+        while envs._queue.status[0] == STATUS_PENDING and time.monotonic() < deadline:
+            time.sleep(0.001)  # let env 0 finish first, so that the next batch mixes two servers
         envs.send(np.zeros(2, np.int64), [2, 3])
         obs, reward, _, _, infos = envs.recv()
         ids = infos["env_id"].tolist()
@@ -193,8 +196,9 @@ def test_the_queue_needs_no_ring_from_a_failed_server():
     """Status words say who finished: a ring lost to a kill blocks nothing, a stray one wakes the
     agent for nothing and is then forgotten."""
     mailbox = np.zeros((2, len(MAILBOX_FIELDS)), np.int64)
-    bell = Doorbell(np.zeros(1, np.uint32))  # a real futex word, in this process's memory
-    queue = ServerQueue(2, mailbox, bell)
+    read, write = bell_pipe()
+    bell, done = Bell(write), Waiter(read)  # a real doorbell pipe
+    queue = ServerQueue(2, mailbox, AnyDone(lambda: [done]))
     queue.started(0)
     queue.started(1)
     mailbox[0, STATUS] = STATUS_OK  # killed after its status, before its ring
@@ -203,7 +207,7 @@ def test_the_queue_needs_no_ring_from_a_failed_server():
     queue.wait(2, None, lambda server: None, TimeoutError)
     assert queue.take(2) == [0, 1]
 
-    queue = ServerQueue(2, mailbox, bell)
+    queue = ServerQueue(2, mailbox, AnyDone(lambda: [done]))
     queue.started(0)
 
     def check(server):  # found hung and replaced, it rings as it is stopped: a ring of no server
@@ -219,3 +223,5 @@ def test_the_queue_needs_no_ring_from_a_failed_server():
     bell.ring()
     queue.wait(1, None, lambda server: None, TimeoutError)
     assert queue.take(1) == [0]
+    bell.close()
+    done.close()
