@@ -14,16 +14,18 @@ import array
 import os
 import socket
 import threading
+from typing import Optional
 
 _TOKEN_BYTES = 64
 
 
 class SegmentOffer:
-    """The agent's listening socket, served by a thread for the portal's whole life.
+    """The agent's listening socket, served by a thread while some server is expected.
 
     A thread, not a step of the start-up: servers fetch their descriptors whenever they attach
     (restarts included), and the agent meanwhile waits on their control channels, where errors
-    and protocol violations show up as they always do.
+    and protocol violations show up as they always do. The thread ends once every expected server
+    is served (a restart starts another), so none runs beside the agent while it steps.
     """
 
     def __init__(self, path: str, segment_fd: int) -> None:
@@ -39,13 +41,15 @@ class SegmentOffer:
         except BaseException:
             self._socket.close()
             raise
-        self._thread = threading.Thread(target=self._serve, name="portal-shm-ring-offer", daemon=True)
-        self._thread.start()
+        self._thread: Optional[threading.Thread] = None
 
     def expect(self, token: str, fds: list) -> None:
         """Hand ``fds`` (after the ring's) to the server presenting ``token``; they are ours to close."""
         with self._lock:
             self._expected[token.encode()] = fds
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="portal-shm-ring-offer", daemon=True)
+                self._thread.start()
 
     def forget(self, token: str) -> None:
         """A server that will not fetch its ends (it failed, or was replaced): close them."""
@@ -56,6 +60,10 @@ class SegmentOffer:
 
     def _serve(self) -> None:
         while True:
+            with self._lock:
+                if not self._expected:
+                    self._thread = None
+                    return
             try:
                 connection, _ = self._socket.accept()
             except OSError:
@@ -85,7 +93,9 @@ class SegmentOffer:
             self._socket.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._thread.join(timeout=2.0)
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=2.0)
         self._socket.close()
         with self._lock:
             left, self._expected = list(self._expected.values()), {}
