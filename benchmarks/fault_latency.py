@@ -83,7 +83,7 @@ def cases(docker_image: str | None) -> dict:
     out["restart after SIGKILL (until the step reporting env_restarted)"] = lambda: _timed(
         lambda: portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1}),
         restart)
-    out["agent SIGKILLed while idle: servers gone, ring/sems/run dir unlinked"] = lambda: _agent_case("idle", signal.SIGKILL)
+    out["agent SIGKILLed while idle: servers gone, run dir removed"] = lambda: _agent_case("idle", signal.SIGKILL)
     out["agent SIGKILLed mid-step (env spinning): watchdog cleanup"] = lambda: _agent_case("step", signal.SIGKILL)
     out["Ctrl-C during reset (env spinning)"] = lambda: _agent_case("reset", signal.SIGINT)
     out["Ctrl-C during step (env spinning)"] = lambda: _agent_case("step", signal.SIGINT)
@@ -136,7 +136,7 @@ def _agent_case(mode: str, signum: int, image: str = "-") -> dict:
         time.sleep(0.05)
     return {"seconds": round(time.monotonic() - started, 3), "agent_exit": round(exited, 3), "exit_code": code,
             "outcome": f"left behind: {left}" if left else "nothing left behind but, with containers, "
-                       "their empty bind-mounted directories (for gc)"}
+                       "their empty bind-mounted run directory (for gc)"}
 
 
 def _leftover_files(tag: str) -> list:
