@@ -72,7 +72,7 @@ class ServerQueue:
     def stopped(self, server: int) -> None:
         """A stepping server failed and is replaced: ready now, with the result the agent makes.
 
-        Its ring, if it rang at all, is not counted (see the module docstring).
+        A ring it sent as it was stopped only wakes the agent for one more scan of the statuses.
         """
         self.pending.remove(server)
         self.ready.append(server)

@@ -81,10 +81,6 @@ class Waiter:
         # poll first: a read that finds nothing costs a Python exception, dearer than a poll
         return bool(self._poll.poll(timeout * 1000)) and self._take()
 
-    def drain(self) -> None:
-        while self._take():
-            pass
-
     def close(self) -> None:
         if self.fd >= 0:
             self._poll.unregister(self.fd)

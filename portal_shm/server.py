@@ -26,7 +26,7 @@ import zmq
 from . import protocol as P
 from .envs import LegacyEnv, get_attr, is_legacy, make_env, set_attr
 from .layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
-from .doorbell import Bell, Waiter
+from .doorbell import Bell, Waiter, close_all
 from .handoff import fetch_descriptors
 from .ring import Ring
 from .schema import is_fixed, leaves, revive, space_to_schema
@@ -240,9 +240,7 @@ class EnvServer:
                 env.close()
             except Exception:
                 pass
-        for end in (self.go, self.done):
-            if end is not None:
-                end.close()
+        close_all((self.go, self.done))
         if self.ring is not None:
             self.ring.close()
         if agent_gone:

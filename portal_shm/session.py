@@ -207,7 +207,6 @@ class PortalSession:
         """New doorbell pipes for ``server``: the agent keeps one end of each, the server fetches
         the others with the ring (and the agent's copies of those close once handed over)."""
         close_all((server.go, server.done))
-        server.go = server.done = None
         go_read, go_write = bell_pipe()
         done_read, done_write = bell_pipe()
         server.go, server.done = Bell(go_write), Waiter(done_read)
