@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Doorbell round trips: the agent wakes S servers and waits for each, as in a lockstep step.
 
-portal-shm's doorbells (a pipe per direction and server, ``portal_shm/doorbell.py``) against
+portal-shm's doorbells (a pipe per direction and server, ``portal_shm/wire/doorbell.py``) against
 what they replaced, posix_ipc's named POSIX semaphores (optional: ``pip install posix_ipc``).
 Rounds alternate between the two so that a drifting machine hits them alike; the table gives the
 median microseconds per round (S wake-ups and S answers) and the ratio to the pipes' in the same
@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 
-from portal_shm.doorbell import Bell, Waiter, bell_pipe
+from portal_shm.wire.doorbell import Bell, Waiter, bell_pipe
 
 
 def _fan_out(servers: int, trips: int, make_pair) -> float:

@@ -25,7 +25,7 @@ import numpy as np
 import portal_shm
 from portal_shm import DockerBackend, EnvSpec, VectorPortal
 
-FAULTY = "portal_shm.example_envs:FaultyEnv"
+FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 ZERO = np.zeros(2, np.int64)
 
 
@@ -107,7 +107,7 @@ AGENT = textwrap.dedent("""
     mode, image = sys.argv[1], sys.argv[2]
     backend = {"backend": DockerBackend(image=image)} if image != "-" else {}
     fault = {"idle": "none", "step": "spin", "reset": "spin"}[mode]
-    envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": fault, "phase": mode}, **backend)])
+    envs = VectorPortal([EnvSpec("portal_shm.server.example_envs:FaultyEnv", {"fault": fault, "phase": mode}, **backend)])
     print(envs.tag, flush=True)
     if mode == "step":
         envs.reset(seed=0)
@@ -155,7 +155,7 @@ def _leftover_files(tag: str) -> list:
 
 def _running_containers(tag: str) -> list:
     try:
-        from portal_shm.docker_backend import docker_client
+        from portal_shm.runtimes.docker import docker_client
 
         return docker_client().containers.list(filters={"label": f"portal-shm.portal={tag}"})
     except Exception:
@@ -163,7 +163,7 @@ def _running_containers(tag: str) -> list:
 
 
 def _kill_container(envs) -> None:
-    from portal_shm.docker_backend import docker_client
+    from portal_shm.runtimes.docker import docker_client
 
     tag = envs.tag
     for container in docker_client().containers.list(filters={"label": f"portal-shm.portal={tag}"}):

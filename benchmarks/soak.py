@@ -70,7 +70,7 @@ def _make(scenario: str) -> tuple:
     num_envs = int(num or 8)
     if env_id.startswith("null:"):
         shape = tuple(int(x) for x in env_id[len("null:"):].split("x"))
-        envs = portal_shm.make_vec("portal_shm.example_envs:NullEnv", num_envs, shape=shape)
+        envs = portal_shm.make_vec("portal_shm.server.example_envs:NullEnv", num_envs, shape=shape)
     else:
         envs = portal_shm.make_vec(env_id, num_envs)
     return env_id, num_envs, envs

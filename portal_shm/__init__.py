@@ -1,27 +1,27 @@
 """portal-shm: step RL envs that live in isolated runtimes as fast as if they were in-process.
 
 The agent-side API is imported lazily so that env runtimes, which only need
-``portal_shm.server``, never import gymnasium, rich or the agent's other dependencies.
+``portal_shm.server`` (and ``portal_shm.wire``), never import gymnasium, rich or the agent's other dependencies.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _LAZY = {
-    "make_vec": "api",
-    "make": "api",
-    "VectorPortal": "vector",
-    "Portal": "portal_env",
-    "EnvSpec": "spec",
-    "ProcessBackend": "process_backend",
-    "Backend": "backend",
-    "DockerBackend": "docker_backend",
-    "AttachBackend": "attach_backend",
-    "VenvBackend": "venv_backend",
-    "MicromambaBackend": "micromamba_backend",
+    "make_vec": "agent.api",
+    "make": "agent.api",
+    "VectorPortal": "agent.vector",
+    "Portal": "agent.portal_env",
+    "EnvSpec": "agent.spec",
+    "ProcessBackend": "runtimes.process",
+    "Backend": "runtimes.backend",
+    "DockerBackend": "runtimes.docker",
+    "AttachBackend": "runtimes.attach",
+    "VenvBackend": "runtimes.venv",
+    "MicromambaBackend": "runtimes.micromamba",
     "PortalError": "errors",
     "EnvError": "errors",
     "EnvNotFoundError": "errors",
@@ -30,7 +30,7 @@ _LAZY = {
     "PortalTimeoutError": "errors",
     "ServerProtocolError": "errors",
     "RestartLimitError": "errors",
-    "restart_seed": "recovery",
+    "restart_seed": "agent.recovery",
 }
 
 __all__ = sorted(_LAZY) + ["serve", "__version__"]
@@ -38,7 +38,7 @@ __all__ = sorted(_LAZY) + ["serve", "__version__"]
 
 def serve(env_factory: Any, config: Any = None) -> None:
     """Serve envs made by ``env_factory(**env_kwargs)`` to the agent that started this runtime."""
-    from .server import serve as _serve
+    from .server.startup import serve as _serve
 
     _serve(env_factory, config)
 

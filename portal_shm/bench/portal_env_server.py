@@ -15,7 +15,7 @@ KWARGS: dict = {}
 
 
 def make_env(*args, **kwargs):  # portal-env passes its create() arguments through
-    from portal_shm.envs import make_env as make
+    from portal_shm.server.envs import make_env as make
 
     return make(TARGET, {**KWARGS, **kwargs})
 

@@ -1,6 +1,6 @@
 """What a benchmark steps: a scenario names an env and how every system can make it.
 
-``null:AxBxC`` is ``portal_shm.example_envs.NullEnv`` returning one preallocated uint8 frame of
+``null:AxBxC`` is ``portal_shm.server.example_envs.NullEnv`` returning one preallocated uint8 frame of
 that shape (pure transport cost); anything else is a gymnasium id (``ALE/Pong-v5``,
 ``VizdoomBasic-v1``: plugin packages are imported as the env servers do) or an entry point
 ``package.module:callable``, the user's own env.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 NULL_PREFIX = "null:"
-NULL_ENTRY_POINT = "portal_shm.example_envs:NullEnv"
+NULL_ENTRY_POINT = "portal_shm.server.example_envs:NullEnv"
 # Scenario prefix -> the image whose runtime serves it on the docker backend.
 DOCKER_IMAGES = (("ALE/", "portal-shm/ale"), ("Vizdoom", "portal-shm/vizdoom"), (NULL_PREFIX, "portal-shm/ale"))
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-./]*$")
@@ -27,7 +27,7 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Scenario:
-    """One env to benchmark. ``target`` and ``kwargs`` are what ``portal_shm.envs.make_env`` and
+    """One env to benchmark. ``target`` and ``kwargs`` are what ``portal_shm.server.envs.make_env`` and
     ``portal_shm.make_vec`` take: a registered id or an entry point, plus constructor kwargs."""
 
     name: str
@@ -49,7 +49,7 @@ class Scenario:
         target, kwargs = self.target, dict(self.kwargs)
 
         def make() -> Any:
-            from portal_shm.envs import make_env
+            from portal_shm.server.envs import make_env
 
             return make_env(target, kwargs)
 

@@ -64,8 +64,8 @@ def _check_docker(sc: Scenario, options: BenchOptions) -> Optional[str]:
     image = sc.docker_image(options.image)
     if image is None:
         return f"no docker image known for {sc.name}: pass --image IMAGE"
-    from portal_shm.docker_backend import docker_client
     from portal_shm.errors import PortalError
+    from portal_shm.runtimes.docker import docker_client
 
     try:
         client = docker_client()

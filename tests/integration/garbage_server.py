@@ -13,12 +13,12 @@ import msgpack
 import numpy as np
 import zmq
 
-from portal_shm import protocol as P
-from portal_shm.doorbell import Bell, Waiter
-from portal_shm.handoff import fetch_descriptors
-from portal_shm.layout import MAILBOX_FIELDS
-from portal_shm.ring import Ring
-from portal_shm.server import CONFIG_ENV_VAR, decode_config
+from portal_shm.wire import protocol as P
+from portal_shm.wire.doorbell import Bell, Waiter
+from portal_shm.wire.handoff import fetch_descriptors
+from portal_shm.wire.launch import CONFIG_ENV_VAR, decode_config
+from portal_shm.wire.layout import MAILBOX_FIELDS
+from portal_shm.wire.ring import Ring
 
 mode = sys.argv[1]
 config = decode_config(os.environ[CONFIG_ENV_VAR])

@@ -38,7 +38,7 @@ def test_agents_attach_one_after_another(listener):
 def test_attached_worker_errors_and_deaths_are_reported(listener):
     with pytest.raises(portal_shm.EnvNotFoundError, match="NoSuchEnv"):
         portal_shm.make_vec("NoSuchEnv-v0", 1, backend="attach", address=listener)
-    envs = portal_shm.make_vec("portal_shm.example_envs:FaultyEnv", 1, backend="attach", address=listener,
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:FaultyEnv", 1, backend="attach", address=listener,
                                fault="exit", after=1)
     try:
         envs.reset(seed=0)

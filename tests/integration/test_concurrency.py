@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 
 import portal_shm
-from portal_shm.gc import collect
+from portal_shm.runtimes.gc import collect
 
 AGENT = textwrap.dedent("""
     import sys, numpy as np, portal_shm

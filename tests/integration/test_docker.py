@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _docker_or_skip():
-    from portal_shm.docker_backend import DockerUnavailableError, docker_client
+    from portal_shm.runtimes.docker import DockerUnavailableError, docker_client
 
     try:
         return docker_client()
@@ -39,7 +39,7 @@ def docker_client():
 
 
 def ensure_image(client, name: str, tag: str) -> str:
-    from portal_shm.image_build import build_image
+    from portal_shm.runtimes.image_build import build_image
 
     try:
         client.images.get(tag)
@@ -126,8 +126,8 @@ AGENT = textwrap.dedent("""
 
 
 def test_containers_of_a_sigkilled_agent_exit_and_gc_removes_them(ale_image, docker_client):
-    from portal_shm.gc import collect
-    from portal_shm.resources import run_base_dir
+    from portal_shm.runtimes.gc import collect
+    from portal_shm.runtimes.resources import run_base_dir
 
     agent = subprocess.Popen([sys.executable, "-c", AGENT, ale_image], stdout=subprocess.PIPE, text=True)
     tag = agent.stdout.readline().strip().lstrip("/")
@@ -149,7 +149,7 @@ def test_containers_of_a_sigkilled_agent_exit_and_gc_removes_them(ale_image, doc
 
 
 def test_custom_env_directory_builds_and_serves(docker_client):
-    from portal_shm.image_build import build_image
+    from portal_shm.runtimes.image_build import build_image
 
     tag = build_image(os.path.join(REPO, "examples", "custom-env"), "portal-shm-test/gridwalk")
     envs = portal_shm.make_vec("gridwalk", 2, backend="docker", image=tag, size=12)
@@ -170,7 +170,7 @@ def test_cli_test_smoke(ale_image):
 
 
 def test_started_listener_containers_serve_attaching_agents(ale_image, docker_client):
-    from portal_shm.containers import start_listeners, stop_containers
+    from portal_shm.runtimes.containers import start_listeners, stop_containers
 
     addresses = start_listeners(ale_image, 2)
     try:
@@ -193,7 +193,7 @@ def test_started_listener_containers_serve_attaching_agents(ale_image, docker_cl
 
 @pytest.mark.parametrize("name", ["mujoco", "flappy-bird", "minigrid", "retro"])
 def test_more_images_step_through_a_vector_portal(name, docker_client):
-    from portal_shm.containers import default_env
+    from portal_shm.runtimes.containers import default_env
 
     image = ensure_image(docker_client, name, f"portal-shm/{name}")
     env_id, kwargs = default_env(image)
@@ -241,7 +241,7 @@ REFERENCE = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def legacy_image(docker_client):
-    from portal_shm.image_build import build_base, build_image
+    from portal_shm.runtimes.image_build import build_base, build_image
 
     try:
         docker_client.images.get("portal-shm/legacy")

@@ -15,7 +15,7 @@ from portal_shm import DockerBackend, EnvSpec, VectorPortal
 from tests.integration.test_docker import _docker_or_skip, portal_containers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAULTY = "portal_shm.example_envs:FaultyEnv"
+FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def client():
 
 @pytest.fixture(scope="module")
 def faults_image(client):
-    from portal_shm.image_build import build_image
+    from portal_shm.runtimes.image_build import build_image
 
     return build_image(os.path.join(HERE, "images", "faults"), "portal-shm-test/faults")
 
@@ -99,7 +99,7 @@ def test_docker_killed_container_is_restarted(faults_image, client):
 AGENT = """
 import sys, numpy as np
 from portal_shm import DockerBackend, EnvSpec, VectorPortal
-envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": "spin", "phase": "step"},
+envs = VectorPortal([EnvSpec("portal_shm.server.example_envs:FaultyEnv", {"fault": "spin", "phase": "step"},
                              DockerBackend(image=sys.argv[1]))])
 print(envs.tag, flush=True)
 envs.reset(seed=0)
@@ -114,7 +114,7 @@ def test_container_stuck_in_an_env_exits_when_its_agent_is_sigkilled(faults_imag
     import subprocess
     import sys
 
-    from portal_shm.gc import collect
+    from portal_shm.runtimes.gc import collect
 
     agent = subprocess.Popen([sys.executable, "-c", AGENT, faults_image], stdout=subprocess.PIPE, text=True)
     tag = agent.stdout.readline().strip().lstrip("/")

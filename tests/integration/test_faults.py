@@ -13,7 +13,7 @@ import pytest
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal
 
-FAULTY = "portal_shm.example_envs:FaultyEnv"
+FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 
 
 def leftovers(tag_prefix: str = "psm-") -> list:
@@ -177,7 +177,7 @@ AGENT = textwrap.dedent("""
     from portal_shm import EnvSpec, VectorPortal
     fault = "spin" if sys.argv[1] == "spin" else "hang"
     phase = "step" if sys.argv[1] == "spin" else sys.argv[1]
-    envs = VectorPortal([EnvSpec("portal_shm.example_envs:FaultyEnv", {"fault": fault, "phase": phase})])
+    envs = VectorPortal([EnvSpec("portal_shm.server.example_envs:FaultyEnv", {"fault": fault, "phase": phase})])
     print(envs.tag, " ".join(s["runtime"].split()[2].rstrip(",") for s in envs.servers), flush=True)
     if phase == "step":
         envs.reset(seed=0)
@@ -233,7 +233,7 @@ def test_servers_clean_up_after_their_agent_is_sigkilled(mode):
 
 
 def test_gc_reclaims_only_dead_owners():
-    from portal_shm.gc import collect
+    from portal_shm.runtimes.gc import collect
 
     process = subprocess.Popen([sys.executable, "-c", "import os, sys; "
                                 "open(f'/dev/shm/psm-{os.getpid()}-abcdef01', 'wb').write(bytes(4096)); "

@@ -17,7 +17,7 @@ import pytest
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal, restart_seed
 
-FAULTY = "portal_shm.example_envs:FaultyEnv"
+FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 
 
 def _server_pids(envs) -> dict:

@@ -15,7 +15,7 @@ from tests.integration.test_docker import _docker_or_skip
 @pytest.fixture(scope="module")
 def train_images():
     _docker_or_skip()
-    from portal_shm.image_build import build_image
+    from portal_shm.runtimes.image_build import build_image
 
     return {name: build_image(name, f"portal-shm-test/{name}-train") for name in ("ale", "vizdoom")}
 

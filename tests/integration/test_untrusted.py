@@ -16,9 +16,9 @@ import pytest
 
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal
-from portal_shm.backend import Backend, ServerHandle, ServerLaunch
-from portal_shm.process_backend import ProcessHandle
-from portal_shm.server import CONFIG_ENV_VAR, encode_config
+from portal_shm.runtimes.backend import Backend, ServerHandle, ServerLaunch
+from portal_shm.runtimes.process import ProcessHandle
+from portal_shm.wire.launch import CONFIG_ENV_VAR, encode_config
 
 GARBAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "garbage_server.py")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(GARBAGE)))

@@ -20,12 +20,19 @@ import pytest
 
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal
-from portal_shm.cli_env import add_env_commands
-from portal_shm.installers import find_uv
-from portal_shm.micromamba_backend import MicromambaBackend, ensure_micromamba_env
-from portal_shm.runtime_cache import BUILD_LOG, MARKER
-from portal_shm.venv_backend import (RuntimeBuildError, VenvBackend, ensure_venv, list_venvs, remove_venv, venv_hash,
-                                     venv_python)
+from portal_shm.cli.runtimes import add_env_commands
+from portal_shm.runtimes.cache import BUILD_LOG, MARKER
+from portal_shm.runtimes.installers import find_uv
+from portal_shm.runtimes.micromamba import MicromambaBackend, ensure_micromamba_env
+from portal_shm.runtimes.venv import (
+    RuntimeBuildError,
+    VenvBackend,
+    ensure_venv,
+    list_venvs,
+    remove_venv,
+    venv_hash,
+    venv_python,
+)
 
 LEGACY_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "images", "legacy")
 REQUIREMENTS = ("numpy<2", "gym==0.26.2")
@@ -156,7 +163,7 @@ def test_second_creation_is_a_cache_hit(legacy_venv):
 
 def test_two_agents_creating_one_venv_at_once_build_it_once(tmp_path):
     cache = str(tmp_path / "cache")
-    code = ("from portal_shm.venv_backend import VenvBackend, ensure_venv\n"
+    code = ("from portal_shm.runtimes.venv import VenvBackend, ensure_venv\n"
             f"print(ensure_venv(VenvBackend(requirements=['msgpack'], cache_dir={cache!r})))")
     agents = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for _ in range(2)]

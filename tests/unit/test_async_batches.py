@@ -8,11 +8,11 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 import portal_shm
-from portal_shm.batches import ServerQueue
-from portal_shm.doorbell import AnyDone, Bell, Waiter, bell_pipe
+from portal_shm.agent.batches import ServerQueue
 from portal_shm.errors import EnvError, PortalError
-from portal_shm.example_envs import NestedEnv
-from portal_shm.layout import MAILBOX_FIELDS, STATUS_OK, STATUS_PENDING
+from portal_shm.server.example_envs import NestedEnv
+from portal_shm.wire.doorbell import AnyDone, Bell, Waiter, bell_pipe
+from portal_shm.wire.layout import MAILBOX_FIELDS, STATUS_OK, STATUS_PENDING
 from tests.compare import check_batch, row
 
 
@@ -23,7 +23,7 @@ def replicas(factory, count, mode, seed):
 
 CASES = [
     ("CartPole-v1", lambda: gym.make("CartPole-v1", max_episode_steps=15), {"max_episode_steps": 15}),
-    ("portal_shm.example_envs:NestedEnv", NestedEnv, {}),
+    ("portal_shm.server.example_envs:NestedEnv", NestedEnv, {}),
 ]
 
 
@@ -175,7 +175,7 @@ def test_control_calls_and_spilled_infos_while_envs_are_stepping():
 
 
 def test_an_env_error_names_the_env_and_reset_recovers():
-    envs = portal_shm.make_vec("portal_shm.example_envs:FaultyEnv", 4, fault="raise", phase="step", after=3,
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:FaultyEnv", 4, fault="raise", phase="step", after=3,
                                vector_kwargs={"batch_size": 2, "envs_per_server": 2})
     try:
         _, infos = envs.reset(seed=0)

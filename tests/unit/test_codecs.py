@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from portal_shm import protocol as P
-from portal_shm.layout import ALIGN, field_views, ring_layout
-from portal_shm.schema import schema_to_space, space_to_schema
+from portal_shm.runtimes.cache import server_modules
+from portal_shm.wire import protocol as P
+from portal_shm.wire.layout import ALIGN, field_views, ring_layout
+from portal_shm.wire.schema import schema_to_space, space_to_schema
 from tests.compare import assert_same
 
 SAFE_DTYPES = st.sampled_from([np.uint8, np.int8, np.int32, np.int64, np.float32, np.float64, np.bool_, np.complex64])
@@ -98,7 +99,7 @@ class MissionSpace(gym.Space):
 
 
 def test_spaces_without_a_portable_description_become_remote_spaces():
-    from portal_shm.remote_space import RemoteSpace
+    from portal_shm.wire.remote_space import RemoteSpace
 
     space = schema_to_space(space_to_schema(MissionSpace()))
     assert isinstance(space, RemoteSpace) and "MissionSpace" in space.name
@@ -109,7 +110,7 @@ def test_spaces_without_a_portable_description_become_remote_spaces():
 
 @pytest.mark.parametrize("space", SPACES[6:], ids=lambda s: type(s).__name__)
 def test_revive_restores_what_msgpack_flattens(space):
-    from portal_shm.schema import revive
+    from portal_shm.wire.schema import revive
 
     space.seed(1)
     value = space.sample()
@@ -134,14 +135,20 @@ def test_layout_outside_the_segment_is_refused():
         field_views(layout, bytearray(layout["size"] // 2))
 
 
-ENV_SIDE = ["__init__", "protocol", "schema", "layout", "ring", "envs", "server"]
+ENV_SIDE = sorted(server_modules())
 
 
 @pytest.mark.parametrize("module", ENV_SIDE)
 def test_env_side_modules_parse_as_python_3_9(module):
-    source = (pathlib.Path(__file__).parents[2] / "portal_shm" / f"{module}.py").read_text()
+    source = pathlib.Path(server_modules()[module]).read_text()
     ast.parse(source, feature_version=(3, 9))
     assert "from __future__ import annotations" in source
+
+
+def test_env_side_is_the_wire_and_server_folders():
+    assert {"__init__.py", "presets.py", "server/__main__.py", "server/startup.py", "server/loop.py",
+            "wire/protocol.py", "wire/ring.py", "wire/launch.py"} <= set(ENV_SIDE)
+    assert not any(name.startswith(("agent/", "runtimes/", "cli/")) for name in ENV_SIDE)
 
 
 def test_env_side_imports_no_agent_dependencies():

@@ -4,7 +4,7 @@ import gymnasium as gym
 import pytest
 
 import portal_shm
-from portal_shm.example_envs import NestedEnv
+from portal_shm.server.example_envs import NestedEnv
 from tests.compare import assert_same, rollout
 
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -29,7 +29,7 @@ def test_cartpole_matches_sync_vector_env(mode):
 @pytest.mark.parametrize("envs_per_server", [1, 2])
 def test_nested_spaces_and_sparse_infos_match(mode, envs_per_server):
     expected_envs = gym.vector.SyncVectorEnv([NestedEnv] * 4, autoreset_mode=mode)
-    envs = portal_shm.make_vec("portal_shm.example_envs:NestedEnv", 4,
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:NestedEnv", 4,
                                vector_kwargs={"autoreset_mode": mode, "envs_per_server": envs_per_server})
     try:
         assert envs.observation_space == expected_envs.observation_space
@@ -42,7 +42,7 @@ def test_nested_spaces_and_sparse_infos_match(mode, envs_per_server):
 
 def test_reset_options_and_seed_lists_match():
     expected_envs = gym.vector.SyncVectorEnv([NestedEnv] * 3)
-    envs = portal_shm.make_vec("portal_shm.example_envs:NestedEnv", 3)
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:NestedEnv", 3)
     try:
         for kwargs in ({"seed": [4, 7, 9], "options": {"note": "hi"}}, {"seed": 2}):
             assert_same(envs.reset(**kwargs), expected_envs.reset(**kwargs))
@@ -65,10 +65,10 @@ def test_final_obs_travels_even_when_larger_than_the_info_slot():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_variable_layout_text_leaf_matches(mode):
-    from portal_shm.example_envs import TextObsEnv
+    from portal_shm.server.example_envs import TextObsEnv
 
     expected_envs = gym.vector.SyncVectorEnv([TextObsEnv] * 3, autoreset_mode=mode)
-    envs = portal_shm.make_vec("portal_shm.example_envs:TextObsEnv", 3, vector_kwargs={"autoreset_mode": mode})
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:TextObsEnv", 3, vector_kwargs={"autoreset_mode": mode})
     try:
         assert envs.observation_space == expected_envs.observation_space
         assert_same(rollout(envs, 20, seed=5, mode=mode), rollout(expected_envs, 20, seed=5, mode=mode))

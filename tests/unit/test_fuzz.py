@@ -10,15 +10,14 @@ with a reply or an error message and never raises. Case counts come from the hyp
 """
 
 import msgpack
-import numpy as np
 import pytest
 import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal_shm import protocol as P
-from portal_shm import validate as V
+from portal_shm.agent import validate as V
 from portal_shm.errors import ServerProtocolError
+from portal_shm.wire import protocol as P
 
 texts = st.text(max_size=12)
 atoms = st.one_of(st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1), st.floats(), texts,
@@ -117,8 +116,8 @@ def test_infos_blobs_decode_or_raise_protocol_error(blob):
 @pytest.fixture(scope="module")
 def env_server(tmp_path_factory):
     """A real EnvServer with a real env, reached through a real ZeroMQ socket (no ring)."""
-    from portal_shm.example_envs import NestedEnv
-    from portal_shm.server import EnvServer
+    from portal_shm.server.example_envs import NestedEnv
+    from portal_shm.server.loop import EnvServer
 
     address = f"ipc://{tmp_path_factory.mktemp('fuzz')}/s.ctl"
     context = zmq.Context()

@@ -42,7 +42,7 @@ def _pairs(obs, tensors):
 
 
 def test_every_leaf_of_a_nested_observation_is_shared():
-    envs = portal_shm.make_vec("portal_shm.example_envs:NestedEnv", 2)
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:NestedEnv", 2)
     try:
         obs, _ = envs.reset(seed=0)
         pairs = _pairs(obs, _tensors(obs))

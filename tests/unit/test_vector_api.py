@@ -54,7 +54,7 @@ def test_unsendable_call_result_is_a_clear_error(cartpole):
 
 
 def test_views_stay_valid_for_ring_depth_minus_one_calls():
-    envs = portal_shm.make_vec("portal_shm.example_envs:NestedEnv", 2, vector_kwargs={"ring_depth": 3})
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:NestedEnv", 2, vector_kwargs={"ring_depth": 3})
     try:
         first, _ = envs.reset(seed=0)
         kept = first["image"].copy()
@@ -145,7 +145,7 @@ def test_protocol_mismatch_names_both_versions(tmp_path):
     import sys
 
     fake = tmp_path / "python-v99"
-    fake.write_text("#!/bin/sh\nexec %s -c 'import portal_shm.protocol as p; p.PROTOCOL_VERSION = 99; "
+    fake.write_text("#!/bin/sh\nexec %s -c 'import portal_shm.wire.protocol as p; p.PROTOCOL_VERSION = 99; "
                     "from portal_shm.server import main; main()'\n" % sys.executable)
     fake.chmod(0o755)
     with pytest.raises(portal_shm.ProtocolMismatchError, match="protocol 99, the agent speaks 1"):
@@ -153,7 +153,7 @@ def test_protocol_mismatch_names_both_versions(tmp_path):
 
 
 def test_legacy_gym_api_env_is_adapted():
-    envs = portal_shm.make_vec("portal_shm.example_envs:LegacyCounterEnv", 2, limit=3)
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:LegacyCounterEnv", 2, limit=3)
     try:
         obs, infos = envs.reset(seed=[1, 2])
         assert infos == {}

@@ -1,0 +1,125 @@
+"""Envpool-style async batches: hand the agent the first servers to finish, not all of them.
+
+A server steps all its envs on one wake-up, so servers are the unit of asynchrony and a batch is a
+set of whole servers (``batch_size`` is a multiple of the envs per server). In lockstep the agent
+waits on each server's own ``done`` end in turn; here it polls all of them at once
+(``doorbell.AnyDone``), and learns who finished from the servers' mailbox ``status`` words: it
+marks a server PENDING before waking it, and the server overwrites that with OK or ERROR after
+writing its results and before ringing.
+
+The status words are the truth and a wake-up only says "look again" (rings do not queue up): after
+every wake-up the agent scans the status words. Nothing waits on one server's ring, because a
+failed server may never ring.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..wire.doorbell import AnyDone
+from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
+
+_STATUS = MAILBOX_FIELDS.index("status")
+_WAIT_SLICE = 0.05
+
+
+def server_sizes_error(sizes: list, batch_size: int, num_envs: int) -> Optional[str]:
+    """Why these server sizes cannot serve batches of ``batch_size`` envs (None when they can)."""
+    if len(set(sizes)) != 1 or batch_size % sizes[0]:
+        return (
+            f"batch_size={batch_size} must be a multiple of the envs per server, and all servers must host "
+            f"the same number of envs; the envs were grouped into servers of {sorted(set(sizes))} envs. "
+            f"Pass envs_per_server=D for a divisor D of both batch_size and num_envs={num_envs}"
+        )
+    return None
+
+
+def default_envs_per_server(num_envs: int, batch_size: int, cores: int) -> int:
+    """The largest divisor of both ``batch_size`` and ``num_envs`` that still spreads over the cores."""
+    target = max(1, -(-num_envs // cores))
+    return max(d for d in range(1, batch_size + 1)
+               if batch_size % d == 0 and num_envs % d == 0 and d <= target)
+
+
+class ServerQueue:
+    """Which servers are stepping, which have results waiting, and in what order they finished."""
+
+    def __init__(self, num_servers: int, mailbox: np.ndarray, done: AnyDone) -> None:
+        self.status = mailbox[:, _STATUS]
+        self.done = done
+        self.pending: list[int] = []
+        self.ready: deque[int] = deque()
+        self.idle: set[int] = set(range(num_servers))
+        self.sent_at = [0.0] * num_servers
+        self._next_check = 0.0
+
+    def started(self, server: int) -> None:
+        """Call before waking ``server``: marks it PENDING so its OK/ERROR word can be seen."""
+        self.status[server] = STATUS_PENDING
+        self.idle.discard(server)
+        self.pending.append(server)
+        self.sent_at[server] = time.monotonic()
+
+    def finished(self, server: int) -> None:
+        """An idle server's result was made by the agent (it was not woken): ready at once."""
+        self.idle.discard(server)
+        self.ready.append(server)
+
+    def stopped(self, server: int) -> None:
+        """A stepping server failed and is replaced: ready now, with the result the agent makes.
+
+        A ring it sent as it was stopped only wakes the agent for one more scan of the statuses.
+        """
+        self.pending.remove(server)
+        self.ready.append(server)
+
+    def reset_all_ready(self, order: list) -> None:
+        """After a reset every server holds fresh results, handed out in server order."""
+        self.ready = deque(order)
+        self.idle.clear()
+        self.pending.clear()
+
+    def _collect(self) -> None:
+        """Move servers whose status is no longer PENDING to ``ready``, in finishing order."""
+        for server in list(self.pending):
+            if self.status[server] != STATUS_PENDING:
+                self.pending.remove(server)
+                self.ready.append(server)
+
+    def wait(self, servers_needed: int, deadline: Optional[float], check: Callable[[int], None],
+             on_timeout: Callable[[list], BaseException]) -> None:
+        """Block until ``servers_needed`` servers are ready (all pending ones when it is larger).
+
+        Every ``_WAIT_SLICE`` seconds, even while other servers keep finishing, ``check(server)``
+        looks at each server still stepping: it raises for a dead one, or replaces it and calls
+        ``stopped``. Otherwise a dead server would go unnoticed as long as the others keep the
+        batches coming.
+        """
+        servers_needed = min(servers_needed, len(self.ready) + len(self.pending))
+        while True:
+            self._collect()
+            if time.monotonic() >= self._next_check:
+                self._check_pending(check)
+            if len(self.ready) >= servers_needed:
+                return
+            if not self.done.wait(_WAIT_SLICE) and deadline is not None and time.monotonic() > deadline:
+                self._check_pending(check)
+                if len(self.ready) < servers_needed:
+                    raise on_timeout(list(self.pending))
+
+    def _check_pending(self, check: Callable[[int], None]) -> None:
+        for server in list(self.pending):
+            self._collect()  # a server that finished meanwhile (say during a restart) is not checked
+            if server in self.pending:
+                check(server)
+        self._next_check = time.monotonic() + _WAIT_SLICE
+
+    def take(self, count: int) -> list[int]:
+        """The first ``count`` ready servers (in finishing order), now waiting for actions."""
+        taken = [self.ready.popleft() for _ in range(count)]
+        self.idle.update(taken)
+        return taken

@@ -1,0 +1,132 @@
+"""The ``portal-shm`` command: a thin layer over the library, one library call per verb."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Optional
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ..version import __version__
+from .args import parse_kwargs
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Step ``num_envs`` envs with random actions and report throughput: the main job."""
+    import portal_shm
+
+    kwargs = parse_kwargs(args.kwarg)
+    vector_kwargs = {"envs_per_server": args.envs_per_server} if args.envs_per_server else {}
+    if args.batch_size:
+        vector_kwargs["batch_size"] = args.batch_size
+    started = time.perf_counter()
+    with console.status(f"starting {args.num_envs} x {args.id} on the {args.backend} backend"):
+        envs = portal_shm.make_vec(args.id, args.num_envs, backend=args.backend, vector_kwargs=vector_kwargs, **kwargs)
+    try:
+        startup = time.perf_counter() - started
+        console.print(f"[bold]{args.num_envs} x {args.id}[/] ready in {startup:.2f} s: "
+                      f"{len(envs.servers)} env servers, observation {envs.single_observation_space}, "
+                      f"action {envs.single_action_space}")
+        envs.action_space.seed(args.seed)
+        envs.reset(seed=args.seed)
+        actions = [envs.action_space.sample() for _ in range(64)]
+        steps = env_steps = episodes = 0
+        returns = np.zeros(args.num_envs)
+        finished: list = []
+        everyone = np.arange(args.num_envs)
+        begin = time.perf_counter()
+        with console.status("stepping") as status:
+            while time.perf_counter() - begin < args.seconds:
+                _, reward, terminated, truncated, infos = envs.step(actions[steps % len(actions)])
+                ids = infos.get("env_id", everyone)
+                steps += 1
+                env_steps += len(ids)
+                returns[ids] += reward
+                done = np.logical_or(terminated, truncated)
+                if done.any():
+                    finished.extend(returns[ids[done]].tolist())
+                    returns[ids[done]] = 0
+                    episodes += int(done.sum())
+                if steps % 100 == 0:
+                    rate = env_steps / (time.perf_counter() - begin)
+                    status.update(f"stepping: {rate:,.0f} env-steps/s")
+        elapsed = time.perf_counter() - begin
+    finally:
+        envs.close()
+    table = Table(title=f"portal-shm run {args.id}")
+    for column in ("envs", "servers", "batched steps", "env-steps/s", "episodes", "mean return"):
+        table.add_column(column, justify="right")
+    table.add_row(str(args.num_envs), str(len(envs.servers)), f"{steps:,}", f"{env_steps / elapsed:,.0f}",
+                  str(episodes), f"{np.mean(finished):.2f}" if finished else "-")
+    console.print(table)
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Remove run directories, containers and old-style /dev/shm names of agents that are gone."""
+    from ..runtimes.gc import collect
+
+    leftovers = collect(dry_run=args.dry_run)
+    if not leftovers:
+        console.print("nothing to collect: no leftovers of dead portals")
+        return 0
+    table = Table(title="would remove" if args.dry_run else "removed")
+    for column in ("kind", "name", "owner pid", "bytes"):
+        table.add_column(column)
+    for item in leftovers:
+        table.add_row(item.kind, item.name, str(item.owner_pid), f"{item.size:,}")
+    console.print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="portal-shm", description="Step RL envs in isolated runtimes through shared memory.")
+    parser.add_argument("--version", action="version", version=f"portal-shm {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="step N envs with random actions and print throughput")
+    run.add_argument("id", nargs="?", default="ALE/Pong-v5", help="env id or module:callable (default ALE/Pong-v5)")
+    run.add_argument("-n", "--num-envs", type=int, default=8)
+    run.add_argument("--seconds", type=float, default=10.0)
+    run.add_argument("--backend", default="process")
+    run.add_argument("--envs-per-server", type=int, default=None)
+    run.add_argument("--batch-size", type=int, default=None,
+                     help="async batches: step the first B envs to finish (envpool style) instead of all in lockstep")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (typed), repeatable")
+    run.set_defaults(func=cmd_run)
+
+    from ..bench.cli import add_bench_command
+    from .docker import add_docker_commands
+    from .env import add_env_commands
+
+    add_docker_commands(commands)
+    add_env_commands(commands)
+    add_bench_command(commands)
+
+    gc = commands.add_parser("gc", help="reclaim /dev/shm segments and run dirs whose agent is dead")
+    gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    gc.set_defaults(func=cmd_gc)
+    return parser
+
+
+def main(argv: Optional[list] = None) -> None:
+    args = build_parser().parse_args(argv)
+    from ..errors import PortalError
+
+    try:
+        code = args.func(args)
+    except (PortalError, ValueError) as exc:
+        err_console.print("[bold red]error:[/]", str(exc), highlight=False)
+        code = 1
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        code = 130
+    sys.exit(code)

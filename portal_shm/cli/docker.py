@@ -1,0 +1,191 @@
+"""``portal-shm`` verbs for images and containers: build, ps, logs, stop, test, build-run-test."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from ..runtimes.image_build import DEFAULT_BASE, build_base, build_image
+
+    last = {"step": ""}
+
+    def show(line: str) -> None:
+        if line.startswith("Step ") or line.startswith("I: "):
+            last["step"] = line[:100]
+            status.update(f"building {args.target}: {last['step']}")
+
+    with console.status(f"building {args.target}") as status:
+        started = time.perf_counter()
+        if args.target == "base":
+            tag = build_base(args.tag or (DEFAULT_BASE if args.suite == "bookworm" else f"portal-shm/base:{args.suite}"),
+                             suite=args.suite, on_line=show)
+        else:
+            tag = build_image(args.target, args.tag, args.base, on_line=show)
+    console.print(f"[green]built[/] {tag} in {time.perf_counter() - started:.0f} s")
+    args.built_tag = tag
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    from ..runtimes.containers import list_containers
+
+    table = Table(title="portal-shm containers")
+    for column in ("role", "name", "id", "image", "status", "owner pid / address", "portal", "server"):
+        table.add_column(column)
+    for info in list_containers():
+        owner = info.address if info.role == "listener" else f"{info.owner_pid}" + ("" if info.owner_alive else " (gone)")
+        table.add_row(info.role, info.name, info.short_id, info.image, info.status, owner, info.portal, info.server)
+    console.print(table if table.row_count else "no portal-shm containers")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from ..runtimes.containers import list_containers
+
+    for info in list_containers():
+        if args.name in (info.name, info.short_id):
+            console.print(info.container.logs(tail=args.tail).decode("utf-8", "replace"), highlight=False, markup=False)
+            return 0
+    console.print(f"[red]error:[/] no portal-shm container named {args.name!r} (see portal-shm ps)")
+    return 2
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from ..runtimes.containers import stop_containers
+
+    stopped = stop_containers(image=args.image, name=args.name, everything=args.all)
+    console.print(f"stopped {len(stopped)} container(s)" + (f": {', '.join(stopped)}" if stopped else ""))
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    """Long-running env servers; agents attach with backend="attach", address=... ."""
+    from ..runtimes.containers import start_listeners
+    from ..runtimes.image_build import IMAGE_PREFIX, builtin_images
+
+    image = IMAGE_PREFIX + args.target if args.target in builtin_images() else args.target
+    with console.status(f"starting {args.count} listener(s) of {image}"):
+        addresses = start_listeners(image, args.count)
+    table = Table(title=f"{len(addresses)} listener(s) of {image}")
+    table.add_column("address")
+    for address in addresses:
+        table.add_row(address)
+    console.print(table)
+    quoted = ", ".join(repr(a) for a in addresses)
+    console.print(f"attach: portal_shm.make_vec(ENV_ID, N, backend=\"attach\", address=({quoted},))", highlight=False)
+    return 0
+
+
+def parse_init_args(items: list) -> dict:
+    from .args import parse_kwargs
+
+    return parse_kwargs(items)
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    """Smoke test: start the image's envs, show the spaces, step random actions, report steps/s."""
+    import portal_shm
+
+    from ..runtimes.containers import default_env
+    from ..runtimes.image_build import IMAGE_PREFIX, builtin_images
+
+    image = args.target
+    if image in builtin_images() and "/" not in image:
+        image = IMAGE_PREFIX + image
+    label_env, label_kwargs = default_env(image)
+    env_id = args.env or label_env
+    if env_id is None:
+        console.print(f"[red]error:[/] image {image!r} names no default env (label portal-shm.default-env); pass --env ID")
+        return 2
+    kwargs = {**(label_kwargs if not args.env else {}), **parse_init_args(args.init_arg)}
+    with console.status(f"starting {args.num_envs} x {env_id} in {image}"):
+        started = time.perf_counter()
+        envs = portal_shm.make_vec(env_id, args.num_envs, backend="docker", image=image, env_kwargs=kwargs)
+    try:
+        table = Table(title=f"portal-shm test {image}", show_header=False)
+        table.add_row("env", f"{env_id} {kwargs or ''}")
+        table.add_row("start-up", f"{time.perf_counter() - started:.2f} s, {len(envs.servers)} container(s)")
+        table.add_row("observation space", str(envs.single_observation_space))
+        table.add_row("action space", str(envs.single_action_space))
+        envs.action_space.seed(0)
+        envs.reset(seed=0)
+        begin = time.perf_counter()
+        rewards = 0.0
+        for _ in range(args.steps):
+            _, reward, _, _, _ = envs.step(envs.action_space.sample())
+            rewards += float(np.sum(reward))
+        elapsed = time.perf_counter() - begin
+        table.add_row("steps", f"{args.steps} x {args.num_envs} envs, reward sum {rewards:g}")
+        table.add_row("env-steps/s", f"{args.steps * args.num_envs / elapsed:,.0f}")
+    finally:
+        envs.close()
+    console.print(table)
+    console.print("[green]ok[/]")
+    return 0
+
+
+def cmd_build_run_test(args: argparse.Namespace) -> int:
+    code = cmd_build(args)
+    if code:
+        return code
+    args.target = args.built_tag
+    return cmd_test(args)
+
+
+def _add_test_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", help="env id or module:callable (default: the image's portal-shm.default-env label)")
+    parser.add_argument("--init-arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="env kwarg, typed: int, float, bool, None or str (repeatable)")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("-n", "--num-envs", type=int, default=2)
+
+
+def add_docker_commands(commands: argparse._SubParsersAction) -> None:
+    build = commands.add_parser("build", help="build an env image: a built-in NAME, a DIR, or 'base'")
+    build.add_argument("target", metavar="NAME|DIR|base")
+    build.add_argument("-t", "--tag", help="image tag (default portal-shm/NAME or the directory name)")
+    build.add_argument("--base", help="base image (default: $PORTAL_SHM_BASE_IMAGE, else portal-shm/base:bookworm "
+                                      "when built, else the Dockerfile's python:3.12-slim)")
+    build.add_argument("--suite", default="bookworm", help="Debian suite of `build base` (bookworm; bullseye has Python 3.9)")
+    build.set_defaults(func=cmd_build)
+
+    start = commands.add_parser("start", help="start long-running env servers that agents attach to by address")
+    start.add_argument("target", metavar="NAME|IMAGE")
+    start.add_argument("--count", type=int, default=1, help="number of listener containers")
+    start.set_defaults(func=cmd_start)
+
+    ps = commands.add_parser("ps", help="list env-server and listener containers")
+    ps.set_defaults(func=cmd_ps)
+
+    logs = commands.add_parser("logs", help="show a container's output")
+    logs.add_argument("name", help="container name or id (see portal-shm ps)")
+    logs.add_argument("--tail", type=int, default=100)
+    logs.set_defaults(func=cmd_logs)
+
+    stop = commands.add_parser("stop", help="stop and remove env-server containers")
+    which = stop.add_mutually_exclusive_group(required=True)
+    which.add_argument("--image")
+    which.add_argument("--name")
+    which.add_argument("--all", action="store_true")
+    stop.set_defaults(func=cmd_stop)
+
+    test = commands.add_parser("test", help="smoke-test an image with random actions")
+    test.add_argument("target", metavar="NAME|IMAGE")
+    _add_test_arguments(test)
+    test.set_defaults(func=cmd_test)
+
+    brt = commands.add_parser("build-run-test", help="build an image, then smoke-test it")
+    brt.add_argument("target", metavar="NAME|DIR")
+    brt.add_argument("-t", "--tag")
+    brt.add_argument("--base")
+    brt.add_argument("--suite", default="bookworm")
+    _add_test_arguments(brt)
+    brt.set_defaults(func=cmd_build_run_test)

@@ -1,0 +1,83 @@
+"""What every backend provides: start env servers somewhere, report their health, stop them.
+
+Nothing outside a backend knows whether servers are processes, venvs or containers: the vector
+env only sees ``Backend.start`` and the ``ServerHandle`` it returns.
+"""
+
+from __future__ import annotations
+
+import signal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class ServerLaunch:
+    """Everything a backend needs to start one env server."""
+
+    server_index: int
+    env_indices: list
+    config: dict
+    run_dir: str
+    log_path: str
+
+
+class ServerHandle(ABC):
+    """One running env server, as its backend sees it."""
+
+    @abstractmethod
+    def exit_status(self) -> Optional[str]:
+        """None while running; a human description ("exit code 1", "killed by SIGSEGV") once gone."""
+
+    @abstractmethod
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the server printed, for error reports."""
+
+    @abstractmethod
+    def stop(self, timeout: float) -> None:
+        """Make sure the server is gone: ask, wait up to ``timeout``, then force."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Short text naming the runtime, for error messages."""
+
+
+class Backend(ABC):
+    """A kind of runtime (process, venv, docker) in which env servers run."""
+
+    name: str = "backend"
+
+    @abstractmethod
+    def start(self, launch: ServerLaunch) -> ServerHandle:
+        """Start one env server; must not wait for it to be ready."""
+
+    def run_dir_base(self) -> Optional[str]:
+        """Where this backend needs the portal's run directory (None: the default temp dir)."""
+        return None
+
+    def runtime_owner(self) -> Optional[tuple]:
+        """(uid, gid) the servers run as when that is not the agent's own, else None.
+
+        The portal's run directory and sockets are then handed to that user
+        (they stay 0600/0700): a server must be able to open them, and no one else.
+        """
+        return None
+
+    def max_envs_per_server(self) -> Optional[int]:
+        """An upper bound the runtime imposes (e.g. one emulator per process), or None."""
+        return None
+
+    def key(self) -> tuple:
+        """Envs whose backends have equal keys may share a server."""
+        return (type(self).__name__,) + tuple(sorted(vars(self).items()))
+
+
+def describe_returncode(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit status {code})"
+    return f"exit code {code}"

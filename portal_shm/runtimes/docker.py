@@ -1,0 +1,197 @@
+"""Env servers in Docker containers, started and watched through the docker SDK.
+
+Containers get no network (``--network none``), their own IPC namespace (nothing of the host's
+/dev/shm: the ring comes as a descriptor over a socket, see ``handoff``; ``ipc_host=True``
+shares the host's IPC namespace for envs that need it), and the portal's run directory
+bind-mounted at the same path for the control sockets, the ring's socket and the agent's lock
+file. Labels name the owning agent pid and portal, so
+``portal-shm ps/stop/gc`` find them; the agent removes its containers on close, and a container
+whose agent died exits by itself (its server sees the lock go) and is removed by ``gc``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..errors import PortalError
+from ..wire.launch import CONFIG_ENV_VAR, encode_config
+from .backend import Backend, ServerHandle, ServerLaunch
+
+LABEL_PREFIX = "portal-shm"
+LABEL_OWNER = f"{LABEL_PREFIX}.owner-pid"
+LABEL_PORTAL = f"{LABEL_PREFIX}.portal"
+LABEL_SERVER = f"{LABEL_PREFIX}.server"
+LABEL_ROLE = f"{LABEL_PREFIX}.role"
+LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
+NOBODY = 65534
+
+
+class DockerUnavailableError(PortalError):
+    """The docker SDK is missing or the Docker daemon cannot be reached."""
+
+
+def docker_client() -> Any:
+    """A docker SDK client, or a clear error saying how to get one."""
+    try:
+        import docker
+    except ImportError:
+        raise DockerUnavailableError(
+            "the docker backend needs the docker SDK: pip install 'portal-shm[docker]' (or pip install docker)"
+        ) from None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailableError(
+            f"cannot reach the Docker daemon ({exc}). Install Docker (Debian: apt-get install docker.io) and "
+            "start it (systemctl start docker, or run dockerd in the background); check DOCKER_HOST and that "
+            "this user may use /var/run/docker.sock"
+        ) from None
+    return client
+
+
+class DockerHandle(ServerHandle):
+    def __init__(self, container: Any, image: str) -> None:
+        self.container = container
+        self.image = image
+        self._status: Optional[str] = None
+
+    def exit_status(self) -> Optional[str]:
+        if self._status is not None:
+            return self._status
+        try:
+            self.container.reload()
+        except Exception as exc:  # removed behind our back
+            self._status = f"container vanished ({type(exc).__name__})"
+            return self._status
+        if self.container.status in ("exited", "dead"):
+            state = self.container.attrs.get("State", {})
+            code = state.get("ExitCode")
+            reason = " (out of memory)" if state.get("OOMKilled") else ""
+            self._status = f"container exited with code {code}{reason}"
+            if code == 137 and not reason:
+                self._status += " (killed: SIGKILL or docker kill)"
+            elif code == 139:
+                self._status += " (segmentation fault)"
+        return self._status
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return self.container.logs(tail=lines).decode("utf-8", "replace")
+        except Exception:
+            return ""
+
+    def stop(self, timeout: float) -> None:
+        try:
+            self.container.stop(timeout=max(1, int(timeout)))
+        except Exception:
+            pass
+        try:
+            self.container.remove(force=True)
+        except Exception:
+            pass
+
+    def describe(self) -> str:
+        return f"docker container {self.container.short_id} of image {self.image}"
+
+
+@dataclass(frozen=True)
+class DockerBackend(Backend):
+    """Runs each env server in a container of ``image`` (its default command serves the envs).
+
+    ``image`` is a built image (``portal-shm build ale`` gives ``portal-shm/ale``). Limits per
+    container: ``pids_limit`` (default 1024: ample for envs that spawn helper processes, such as
+    ViZDoom, and a stop for a fork bomb), ``mem_limit`` (e.g. ``"2g"``; default none, since envs
+    range from megabytes to many gigabytes: a container over it is OOM-killed and reported as
+    such) and ``cpus`` (e.g. ``1.5``; default none). ``extra_run_args`` go to the SDK's
+    ``containers.run`` as they are. Least privilege by default: all capabilities dropped,
+    ``no-new-privileges``, the agent's own uid/gid (its sockets are mode 0600; an agent running as
+    root runs its containers as nobody, ``user`` to choose), a read-only root
+    filesystem with a writable tmpfs at /tmp as working directory (``read_only=False`` for envs
+    that must write elsewhere), and a private IPC namespace with its own /dev/shm
+    (``ipc_host=True`` for the host's IPC namespace, e.g. for envs that share memory with
+    other host processes).
+    """
+
+    image: str = "portal-shm/ale"
+    mem_limit: Optional[str] = None
+    cpus: Optional[float] = None
+    pids_limit: Optional[int] = 1024
+    extra_run_args: tuple = ()
+    read_only: bool = True
+    ipc_host: bool = False
+    user: Optional[str] = None
+    name = "docker"
+
+    def container_user(self) -> tuple:
+        """``user`` ("uid:gid"), else the agent's own uid:gid, but never root: an agent running
+        as root gets its containers run as nobody (65534:65534), and hands them its resources."""
+        if self.user:
+            uid, _, gid = self.user.partition(":")
+            return int(uid), int(gid or uid)
+        if os.getuid() == 0:
+            return NOBODY, NOBODY
+        return os.getuid(), os.getgid()
+
+    def runtime_owner(self) -> Optional[tuple]:
+        owner = self.container_user()
+        return None if owner == (os.getuid(), os.getgid()) else owner
+
+    def max_envs_per_server(self) -> Optional[int]:
+        """From the image's ``portal-shm.max-envs-per-server`` label (stable-retro needs 1)."""
+        try:
+            value = docker_client().images.get(self.image).labels.get(LABEL_MAX_ENVS)
+        except Exception:
+            return None
+        return int(value) if value else None
+
+    def start(self, launch: ServerLaunch) -> ServerHandle:
+        client = docker_client()
+        import docker.errors
+
+        run_dir = launch.run_dir
+        config = dict(launch.config)
+        tag = os.path.basename(run_dir)
+        kwargs: dict = {
+            "environment": {CONFIG_ENV_VAR: encode_config(config), "PYTHONUNBUFFERED": "1"},
+            "network_mode": "none",
+            "volumes": {run_dir: {"bind": run_dir, "mode": "rw"}},
+            "labels": {
+                LABEL_OWNER: str(os.getpid()),
+                LABEL_PORTAL: tag,
+                LABEL_SERVER: str(launch.server_index),
+                LABEL_ROLE: "env-server",
+            },
+            "name": f"{tag}-s{launch.server_index}",
+            "detach": True,
+            "init": True,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "user": "{}:{}".format(*self.container_user()),
+            "read_only": self.read_only,
+            "tmpfs": {"/tmp": "rw,exec,size=512m"},
+            "working_dir": "/tmp",
+        }
+        kwargs["environment"]["HOME"] = "/tmp"
+        kwargs["ipc_mode"] = "host" if self.ipc_host else "private"
+        if self.mem_limit:
+            kwargs["mem_limit"] = self.mem_limit
+        if self.cpus:
+            kwargs["nano_cpus"] = int(self.cpus * 1e9)
+        if self.pids_limit:
+            kwargs["pids_limit"] = self.pids_limit
+        kwargs.update(dict(self.extra_run_args))
+        try:
+            client.images.get(self.image)
+        except docker.errors.ImageNotFound:
+            raise PortalError(
+                f"docker image {self.image!r} not found locally: build it first "
+                f"(portal-shm build NAME|DIR -t {self.image}) or docker pull it"
+            ) from None
+        try:
+            container = client.containers.run(self.image, **kwargs)
+        except docker.errors.APIError as exc:
+            raise PortalError(f"docker could not start a container of {self.image!r}: {exc.explanation or exc}") from None
+        return DockerHandle(container, self.image)

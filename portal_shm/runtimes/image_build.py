@@ -1,0 +1,158 @@
+"""Building env images: the local base image (no registry needed) and image directories.
+
+An image directory holds a Dockerfile whose base is the build arg ``BASE_IMAGE``. The build
+context is assembled in a temporary directory: the image directory, the env-server part of
+portal-shm (``_portal_shm/``) and the building host's pip settings (``_pip/``: index URLs and
+CA bundle, for networks behind a TLS-intercepting proxy). Dockerfiles use ``_pip/`` only in a
+build stage, so the CA bundle never reaches the final image.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..errors import PortalError
+from .docker import docker_client
+
+DEFAULT_BASE = "portal-shm/base:bookworm"
+BASE_ENV_VAR = "PORTAL_SHM_BASE_IMAGE"
+IMAGE_PREFIX = "portal-shm/"
+
+
+class ImageBuildError(PortalError):
+    """A build failed; the message carries the tail of the build log."""
+
+
+def builtin_images_dir() -> Optional[Path]:
+    """``images/`` beside the package in a source checkout (built-in images ship with the source)."""
+    path = Path(__file__).resolve().parents[2] / "images"
+    return path if path.is_dir() else None
+
+
+def builtin_images() -> list:
+    root = builtin_images_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "Dockerfile").is_file()) if root else []
+
+
+def resolve_image_dir(name_or_dir: str) -> tuple[Path, str]:
+    """The directory to build and its default tag (``portal-shm/NAME`` or the directory's name)."""
+    path = Path(name_or_dir)
+    if path.is_dir():
+        if not (path / "Dockerfile").is_file():
+            raise PortalError(f"{path} has no Dockerfile; an image directory needs a Dockerfile and an env entry")
+        return path.resolve(), path.resolve().name.lower()
+    root = builtin_images_dir()
+    if root is not None and (root / name_or_dir / "Dockerfile").is_file():
+        return root / name_or_dir, IMAGE_PREFIX + name_or_dir
+    known = ", ".join(builtin_images()) or "none found (built-in images ship with the source checkout)"
+    raise PortalError(f"no image directory {name_or_dir!r}: pass a directory with a Dockerfile or one of: {known}")
+
+
+def _pip_config() -> dict:
+    """The host's pip settings, as pip itself reports them."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    settings = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("=")
+        settings[key.split(".", 1)[-1]] = value.strip().strip("'\"")
+    return settings
+
+
+def write_pip_context(target: Path) -> None:
+    """Index URLs (http/https only: the host's file:// mirrors do not exist in a build) and the CA bundle."""
+    target.mkdir(parents=True)
+    settings = _pip_config()
+    lines = ["[global]"]
+    for key in ("index-url", "extra-index-url", "trusted-host", "timeout", "default-timeout"):
+        value = settings.get(key) or os.environ.get("PIP_" + key.upper().replace("-", "_"))
+        if value:
+            kept = [v for v in value.split() if not v.startswith("file:")] if key.endswith("url") else [value]
+            if kept:
+                lines.append(f"{key} = {' '.join(kept)}")
+    cert = settings.get("cert") or os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+    if cert and os.path.isfile(cert):
+        shutil.copyfile(cert, target / "ca.crt")
+        lines.append("cert = /tmp/pip/ca.crt")
+    (target / "pip.conf").write_text("\n".join(lines) + "\n")
+
+
+def assemble_context(image_dir: Path, target: Path) -> None:
+    shutil.copytree(image_dir, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    package = Path(__file__).resolve().parents[1]
+    shutil.copytree(package, target / "_portal_shm" / "portal_shm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    write_pip_context(target / "_pip")
+
+
+def default_base(client: object) -> Optional[str]:
+    """``$PORTAL_SHM_BASE_IMAGE``, else the local registry-free base if built, else the Dockerfile's."""
+    if os.environ.get(BASE_ENV_VAR):
+        return os.environ[BASE_ENV_VAR]
+    try:
+        client.images.get(DEFAULT_BASE)
+        return DEFAULT_BASE
+    except Exception:
+        return None
+
+
+def build_image(name_or_dir: str, tag: Optional[str] = None, base: Optional[str] = None,
+                on_line: Optional[Callable[[str], None]] = None) -> str:
+    """Build an image directory; returns the tag. ``base`` overrides the Dockerfile's BASE_IMAGE."""
+    image_dir, default_tag = resolve_image_dir(name_or_dir)
+    tag = tag or default_tag
+    client = docker_client()
+    base = base or default_base(client)
+    log: list = []
+    with tempfile.TemporaryDirectory(prefix="psm-build-") as tmp:
+        context = Path(tmp) / "context"
+        assemble_context(image_dir, context)
+        stream = client.api.build(path=str(context), tag=tag, buildargs={"BASE_IMAGE": base} if base else None,
+                                  network_mode="host", rm=True, forcerm=True, decode=True)
+        for chunk in stream:
+            text = chunk.get("stream") or chunk.get("status") or ""
+            if "error" in chunk:
+                log.append(chunk["error"])
+                tail = "".join(log[-40:])
+                raise ImageBuildError(f"building {tag} from {image_dir} failed:\n{tail}")
+            if text:
+                log.append(text)
+                if on_line is not None and text.strip():
+                    on_line(text.rstrip())
+    return tag
+
+
+def build_base(tag: str = DEFAULT_BASE, suite: str = "bookworm", mirror: str = "http://deb.debian.org/debian",
+               on_line: Optional[Callable[[str], None]] = None) -> str:
+    """A minimal Debian with python3 made by debootstrap and ``docker import``: no registry needed."""
+    if shutil.which("debootstrap") is None:
+        raise PortalError("building the base image needs debootstrap: apt-get install debootstrap (and root)")
+    if os.geteuid() != 0:
+        raise PortalError("debootstrap needs root: run portal-shm build base as root (or with sudo)")
+    client = docker_client()
+    with tempfile.TemporaryDirectory(prefix="psm-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        command = ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,python3-pip,ca-certificates",
+                   suite, str(rootfs), mirror]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list = []
+        for line in process.stdout:
+            lines.append(line)
+            if on_line is not None:
+                on_line(line.rstrip())
+        if process.wait() != 0:
+            raise ImageBuildError(f"{' '.join(command)} failed:\n{''.join(lines[-30:])}")
+        archive = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
+        repository, _, version = tag.partition(":")
+        client.api.import_image_from_file(str(archive), repository=repository, tag=version or "latest")
+        client.images.get(tag)
+    return tag

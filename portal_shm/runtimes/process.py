@@ -1,0 +1,83 @@
+"""The embedded default backend: env servers as subprocesses of any Python interpreter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import PortalError
+from ..wire.launch import CONFIG_ENV_VAR, encode_config, read_tail
+from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode
+
+# ``python -m`` would put the working directory first on sys.path, so a checkout of portal-shm
+# there would shadow the runtime's own copy; this keeps it importable for env modules, but last.
+SERVER_MAIN = ("import runpy, sys; sys.path.append(sys.path.pop(0)); "
+               "runpy.run_module('portal_shm.server', run_name='__main__', alter_sys=True)")
+
+
+class ProcessHandle(ServerHandle):
+    def __init__(self, process: subprocess.Popen, log_path: str, python: str) -> None:
+        self.process = process
+        self.log_path = log_path
+        self.python = python
+
+    def exit_status(self) -> Optional[str]:
+        code = self.process.poll()
+        return None if code is None else describe_returncode(code)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return read_tail(self.log_path, lines)
+
+    def stop(self, timeout: float) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def describe(self) -> str:
+        return f"process pid {self.process.pid}, python {self.python}"
+
+
+@dataclass(frozen=True)
+class ProcessBackend(Backend):
+    """Runs ``python -m portal_shm.server`` with ``python`` (the agent's own by default).
+
+    The server inherits the agent's environment variables and working directory. It runs in a
+    session of its own so that Ctrl-C in the terminal reaches only the agent, which then closes
+    the servers in order instead of racing them.
+    """
+
+    python: Optional[str] = None
+    name = "process"
+
+    def start(self, launch: ServerLaunch) -> ServerHandle:
+        python = self.python or sys.executable
+        env = dict(os.environ)
+        env[CONFIG_ENV_VAR] = encode_config(launch.config)
+        if python == sys.executable:
+            package_parent = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        with open(launch.log_path, "ab") as log:
+            try:
+                process = subprocess.Popen(
+                    [python, "-c", SERVER_MAIN],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise PortalError(
+                    f"cannot start an env server with interpreter {python!r}: {exc}; "
+                    "pass python= the path of an existing Python that has portal-shm installed"
+                ) from None
+        return ProcessHandle(process, launch.log_path, python)

@@ -1,0 +1,219 @@
+"""Small envs shipped with portal-shm for benchmarks, smoke tests and the test suite.
+
+Use them by entry point, e.g. ``make_vec("portal_shm.server.example_envs:NullEnv", 8, shape=(84, 84, 4))``.
+They run inside env runtimes, so they need gymnasium there (not in the env server itself).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, Optional
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class NullEnv(gym.Env):
+    """Returns one preallocated frame every step: measures pure transport cost."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, shape: Any = (210, 160, 3), episode_length: int = 1000, render_mode: Optional[str] = None):
+        self.observation_space = spaces.Box(0, 255, tuple(shape), np.uint8)
+        self.action_space = spaces.Discrete(6)
+        self.frame = np.zeros(tuple(shape), np.uint8)
+        self.episode_length = episode_length
+        self.render_mode = render_mode
+        self.t = 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.frame, {}
+
+    def step(self, action):
+        self.t += 1
+        return self.frame, 0.0, False, self.t >= self.episode_length, {}
+
+    def render(self):
+        return self.frame
+
+
+class NestedEnv(gym.Env):
+    """Nested Dict/Tuple observations of every fixed leaf kind, seeded dynamics and sparse infos.
+
+    Infos appear only on some steps and with varying keys, types and nesting, which is what
+    vector envs get wrong most easily.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, episode_length: int = 7, render_mode: Optional[str] = None):
+        self.observation_space = spaces.Dict({
+            "image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
+            "state": spaces.Tuple((
+                spaces.Box(-1.0, 1.0, (3,), np.float32),
+                spaces.Discrete(5, start=2),
+                spaces.Dict({"bits": spaces.MultiBinary(4), "keys": spaces.MultiDiscrete([3, 4])}),
+            )),
+            "position": spaces.Box(-10.0, 10.0, (2,), np.float64),
+        })
+        self.action_space = spaces.Dict({"move": spaces.Discrete(3), "force": spaces.Box(-1.0, 1.0, (2,), np.float32)})
+        self.episode_length = episode_length
+        self.render_mode = render_mode
+        self.t = 0
+
+    def _obs(self) -> dict:
+        rng = self.np_random
+        return {
+            "image": rng.integers(0, 256, (4, 5, 3), dtype=np.uint8),
+            "state": (
+                rng.uniform(-1, 1, 3).astype(np.float32),
+                int(rng.integers(2, 7)),
+                {"bits": rng.integers(0, 2, 4).astype(np.int8), "keys": rng.integers(0, [3, 4]).astype(np.int64)},
+            ),
+            "position": rng.uniform(-10, 10, 2),
+        }
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        info: dict = {"start": int(self.np_random.integers(100))}
+        if options and "note" in options:
+            info["note"] = str(options["note"])
+        return self._obs(), info
+
+    def step(self, action):
+        self.t += 1
+        move = int(action["move"])
+        force = np.asarray(action["force"], np.float32)
+        reward = float(move) - float(np.abs(force).sum()) + float(self.np_random.normal())
+        terminated = bool(self.np_random.random() < 0.1)
+        truncated = self.t >= self.episode_length
+        info: dict = {}
+        if self.t % 2 == 0:
+            info["even"] = self.t
+        if move == 2:
+            info["detail"] = {"force": force.copy(), "ratio": np.float32(reward / 3)}
+        if self.t % 3 == 0:
+            info["tag"] = f"t{self.t}"
+            info["flag"] = np.bool_(terminated)
+        return self._obs(), reward, terminated, truncated, info
+
+    def render(self):
+        return np.full((8, 8, 3), self.t, np.uint8)
+
+
+class FaultyEnv(gym.Env):
+    """Fails on purpose in a chosen phase after ``after`` steps: ``raise``, ``segfault``, ``exit``
+    (``os._exit(7)``), ``hang`` (sleeps), ``spin`` (an endless Python loop), ``stop`` (SIGSTOPs
+    its own process) or ``oom`` (allocates memory until the runtime's limit kills it)."""
+
+    def __init__(self, fault: str = "raise", phase: str = "step", after: int = 0, only_env: Optional[int] = None):
+        self.observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.fault, self.phase, self.after = fault, phase, after
+        self.steps = 0
+
+    def _maybe_fail(self, phase: str) -> None:
+        if phase != self.phase or self.steps < self.after:
+            return
+        if self.fault == "raise":
+            raise ValueError(f"FaultyEnv failed in {phase} on purpose")
+        if self.fault == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if self.fault == "exit":
+            os._exit(7)
+        if self.fault == "hang":
+            time.sleep(3600)
+        if self.fault == "spin":
+            while True:
+                pass
+        if self.fault == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if self.fault == "oom":
+            hoard = []
+            while True:
+                hoard.append(np.ones(16 * 2**20, np.uint8))
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self._maybe_fail("reset")
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        self._maybe_fail("step")
+        return np.full(3, 0.5, np.float32), 1.0, False, False, {}
+
+    def render(self):
+        self._maybe_fail("render")
+        return None
+
+    def close(self):
+        self._maybe_fail("close")
+
+
+class LegacyCounterEnv:
+    """An env written against the pre-0.26 gym API: ``seed()``, ``reset() -> obs``, 4-tuple steps.
+
+    Deliberately not a gymnasium.Env: this is how old code bases look, and the server must adapt it.
+    """
+
+    metadata = {"render.modes": ["rgb_array"]}
+
+    def __init__(self, limit: int = 5):
+        self.observation_space = spaces.Box(0, 100, (2,), np.int64)
+        self.action_space = spaces.Discrete(3)
+        self.limit = limit
+        self.rng = np.random.RandomState(0)
+        self.count = 0
+        self.t = 0
+
+    def seed(self, seed=None):
+        self.rng = np.random.RandomState(seed)
+        return [seed]
+
+    def reset(self):
+        self.count = int(self.rng.randint(0, 10))
+        self.t = 0
+        return np.array([self.count, self.t], np.int64)
+
+    def step(self, action):
+        self.t += 1
+        self.count += int(action)
+        done = self.count >= 12 or self.t >= self.limit
+        info = {"TimeLimit.truncated": True} if self.t >= self.limit and self.count < 12 else {}
+        return np.array([self.count, self.t], np.int64), float(action), done, info
+
+    def render(self, mode="human"):
+        return np.zeros((2, 2, 3), np.uint8)
+
+    def close(self):
+        pass
+
+
+class TextObsEnv(gym.Env):
+    """A Dict observation with a Text leaf: no fixed layout, so it travels beside the ring."""
+
+    def __init__(self):
+        self.observation_space = spaces.Dict({"pos": spaces.Box(-5.0, 5.0, (2,), np.float32),
+                                              "msg": spaces.Text(6, min_length=1)})
+        self.action_space = spaces.Discrete(3)
+        self.t = 0
+
+    def _obs(self) -> dict:
+        return {"pos": self.np_random.uniform(-5, 5, 2).astype(np.float32),
+                "msg": "".join(self.np_random.choice(list("abcxyz"), int(self.np_random.integers(1, 7))))}
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(action), False, self.t >= 4, {}

@@ -1,0 +1,411 @@
+"""The env server's loop: hosts one or more envs of a runtime and steps them into the shared ring.
+
+It wakes on its doorbell, reads actions from the ring, steps its envs and writes their results
+in place, then rings the agent. How a server starts (config, env creation) is ``startup.py``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable, Optional
+
+import numpy as np
+import zmq
+
+from ..wire import protocol as P
+from ..wire.doorbell import Bell, Waiter, close_all
+from ..wire.handoff import fetch_descriptors
+from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
+from ..wire.ring import Ring
+from ..wire.schema import is_fixed, leaves, revive, space_to_schema
+from .envs import get_attr, set_attr
+
+IDLE_CHECK_SECONDS = 0.5
+WATCHDOG_GRACE_SECONDS = 3.0
+NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
+
+_CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
+
+
+class AgentGone(Exception):
+    """The agent that owns this server has exited; the server cleans up and stops."""
+
+
+def error_message(exc: BaseException, env_index: Optional[int], phase: str) -> dict:
+    return {
+        "cmd": P.ERROR,
+        "env_index": env_index,
+        "phase": phase,
+        "type": type(exc).__qualname__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
+
+
+def _packable_dict(mapping: Any) -> dict:
+    out = {}
+    for key, value in dict(mapping or {}).items():
+        try:
+            P.packb(value)
+        except (TypeError, ValueError, OverflowError):
+            value = repr(value)
+        out[str(key)] = value
+    return out
+
+
+def _leaf_getter(path: tuple) -> Callable[[Any], Any]:
+    def get(value: Any) -> Any:
+        for part in path:
+            value = value[part]
+        return value
+
+    return get
+
+
+def _action_reader(schema: dict, views: dict, counter: list) -> Callable[[int, int], Any]:
+    """Build a function (slot, env_index) -> action with the structure of the action space."""
+    kind = schema["kind"]
+    if kind == "Dict":
+        parts = [(key, _action_reader(sub, views, counter)) for key, sub in schema["spaces"]]
+        return lambda k, i: {key: read(k, i) for key, read in parts}
+    if kind == "Tuple":
+        items = [_action_reader(sub, views, counter) for sub in schema["spaces"]]
+        return lambda k, i: tuple(read(k, i) for read in items)
+    array = views[f"act.{counter[0]}"]
+    counter[0] += 1
+    if array.ndim == 2:
+        if array.dtype.kind == "f":
+            # A scalar action of a float32 Box arrives as np.float64 (same value), which is also a
+            # Python float: what an env gets from gymnasium's vector envs when the agent passes
+            # float64 actions, and what APIs such as time.sleep() or math functions accept.
+            return lambda k, i: np.float64(array[k, i])
+        return lambda k, i: array[k, i]
+    return lambda k, i: array[k, i].copy()
+
+
+class EnvServer:
+    """Serves the envs ``env_indices`` of one portal until the agent closes it or goes away."""
+
+    def __init__(self, config: dict, envs: list) -> None:
+        self.config = config
+        self.env_indices = [int(i) for i in config["env_indices"]]
+        self.envs = envs
+        self.autoreset = [False] * len(envs)
+        self.last_var_obs: list = [None] * len(envs)
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 2000)
+        self.socket.connect(config["control_address"])
+        self._lock_fd: Optional[int] = None
+        self.ring: Optional[Ring] = None
+        self.go: Optional[Waiter] = None
+        self.done: Optional[Bell] = None
+        self._reset_env_index: Optional[int] = None
+
+    # -- plumbing -------------------------------------------------------------------------
+    def send(self, message: dict) -> None:
+        self.socket.send(P.packb(message), copy=False)
+
+    def agent_alive(self) -> bool:
+        """The agent holds an exclusive record lock on its lock file for as long as it lives."""
+        alive, self._lock_fd = _probe_agent(self.config.get("lock_path"), self._lock_fd)
+        return alive
+
+    def recv(self) -> dict:
+        while not self.socket.poll(int(IDLE_CHECK_SECONDS * 1000)):
+            if not self.agent_alive():
+                raise AgentGone()
+        message = P.unpackb(self.socket.recv())
+        if not isinstance(message, dict):
+            raise P.ProtocolError("control message is not a map")
+        return message
+
+    def watch_agent(self) -> None:
+        """Exit even when an env hangs (sleep, infinite loop) after the agent has died.
+
+        The main thread notices a dead agent only between commands; this daemon thread checks
+        the agent's lock every second, and when the main thread has not cleaned up within a
+        grace period (it is stuck inside an env), it unlinks what the agent owned and exits.
+        A hang in C code that holds the GIL cannot be helped here: ``gc`` and the agent's
+        ``stop`` (kill) remain for those.
+        """
+
+        def watch() -> None:
+            fd = None
+            while True:
+                time.sleep(1.0)
+                alive, fd = _probe_agent(self.config.get("lock_path"), fd)
+                if not alive:
+                    time.sleep(WATCHDOG_GRACE_SECONDS)
+                    self.unlink_agent_resources()
+                    os._exit(0)
+
+        threading.Thread(target=watch, name="portal-shm-agent-watchdog", daemon=True).start()
+
+    def unlink_agent_resources(self) -> None:
+        """Remove the run directory of a dead agent (it cannot any more; the ring has no name)."""
+        run_dir = self.config.get("run_dir")
+        if run_dir and os.path.isdir(run_dir):
+            for name in os.listdir(run_dir):
+                try:
+                    os.unlink(os.path.join(run_dir, name))
+                except OSError:
+                    pass
+            try:
+                os.rmdir(run_dir)
+            except OSError:
+                pass
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def handshake(self) -> None:
+        first = self.envs[0]
+        self.send({
+            "cmd": P.HELLO,
+            "protocol": P.PROTOCOL_VERSION,
+            "server_index": self.config["server_index"],
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "numpy": np.__version__,
+            "observation_spaces": [space_to_schema(env.observation_space) for env in self.envs],
+            "action_spaces": [space_to_schema(env.action_space) for env in self.envs],
+            "metadata": _packable_dict(getattr(first, "metadata", {})),
+            "render_mode": getattr(first, "render_mode", None),
+        })
+        attach = self.recv()
+        if attach.get("cmd") != P.ATTACH:
+            raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
+        self.autoreset_mode = attach["autoreset_mode"]
+        segment, go, done = fetch_descriptors(attach["segment"], self.config["ring_token"], 3, timeout=30.0)
+        self.go, self.done = Waiter(go), Bell(done)
+        self.ring = Ring(attach["layout"], segment)
+        self.ring.close_fd()
+        self._bind_views(attach["observation_schema"], attach["action_schema"])
+        self.send({"cmd": P.READY, "server_index": self.config["server_index"]})
+
+    def _bind_views(self, obs_schema: dict, act_schema: dict) -> None:
+        views = self.ring.views
+        self.mailbox = views["mailbox"][self.config["server_index"]]
+        self.obs_fixed = []
+        self.obs_var = []
+        for index, (path, leaf) in enumerate(leaves(obs_schema)):
+            if is_fixed(leaf):
+                self.obs_fixed.append((_leaf_getter(path), views[f"obs.{index}"]))
+            else:
+                self.obs_var.append((index, _leaf_getter(path)))
+        # Actions with a variable layout (Text, Graph, custom spaces...) come as a message instead.
+        self.read_action = _action_reader(act_schema, views, [0]) if is_fixed(act_schema) else None
+        self.reward = views["reward"]
+        self.terminated = views["terminated"]
+        self.truncated = views["truncated"]
+        self.info_len = views["info_len"]
+        self.info = views["info"]
+        self.info_capacity = self.info.shape[2]
+
+    def serve_forever(self) -> None:
+        mailbox = self.mailbox
+        while True:
+            if not self.go.wait(IDLE_CHECK_SECONDS):
+                if not self.agent_alive():
+                    raise AgentGone()
+                continue
+            cmd = int(mailbox[_CMD])
+            if cmd == P.CMD_STEP or cmd == P.CMD_STEP_ACTIONS:
+                self.step(int(mailbox[_SLOT]), cmd == P.CMD_STEP_ACTIONS)
+                self.done.ring()
+            elif cmd == P.CMD_CONTROL:
+                try:
+                    message = self.recv()
+                except P.ProtocolError as exc:
+                    self.send(error_message(exc, None, "decode"))
+                    continue
+                if not self.control(message):
+                    return
+
+    def cleanup(self, agent_gone: bool) -> None:
+        """Release everything; when the agent died, also unlink what it can no longer unlink."""
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:
+                pass
+        close_all((self.go, self.done))
+        if self.ring is not None:
+            self.ring.close()
+        if agent_gone:
+            self.unlink_agent_resources()
+        self.socket.close(linger=0 if agent_gone else 2000)
+        self.context.term()
+
+    # -- the hot path ---------------------------------------------------------------------
+    def _write(self, k: int, j: int, i: int, obs: Any, payload: list) -> None:
+        for get, array in self.obs_fixed:
+            array[k, i] = get(obs)
+        if self.obs_var:
+            var = {index: get(obs) for index, get in self.obs_var}
+            self.last_var_obs[j] = var
+            payload.append(var)
+
+    def _publish(self, k: int, i: int, infos: list, payload: list, extras: dict) -> None:
+        """Write the env's infos (and variable-layout obs) blob, spilling to ZeroMQ when big."""
+        if not payload and not any(infos):
+            self.info_len[k, i] = 0
+            return
+        blob = P.packb([infos, payload[0] if payload else None])
+        if len(blob) <= self.info_capacity:
+            self.info[k, i, : len(blob)] = np.frombuffer(blob, np.uint8)
+            self.info_len[k, i] = len(blob)
+        else:
+            self.info_len[k, i] = -1
+            extras[i] = blob
+
+    def step(self, k: int, actions_by_message: bool = False) -> None:
+        mailbox = self.mailbox
+        extras: dict = {}
+        errors: list = []
+        mode = self.autoreset_mode
+        actions = None
+        if actions_by_message or self.read_action is None:
+            message = self.recv()
+            if message.get("cmd") != P.ACTIONS:
+                raise P.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
+            actions = message["actions"]
+        for j, env in enumerate(self.envs):
+            i = self.env_indices[j]
+            payload: list = []
+            try:
+                if mode == NEXT_STEP and self.autoreset[j]:
+                    obs, info = env.reset()
+                    reward, terminated, truncated = 0.0, False, False
+                    infos = [info]
+                else:
+                    if mode == DISABLED and self.autoreset[j]:
+                        raise RuntimeError(
+                            f"env {i} ended its episode and autoreset_mode is DISABLED: "
+                            "call reset(options={'reset_mask': mask}) for it before stepping"
+                        )
+                    action = self.read_action(k, i) if actions is None else revive(env.action_space, actions[j])
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    infos = [info]
+                    if mode == SAME_STEP and (terminated or truncated):
+                        infos = [{"final_obs": obs, "final_info": info}]
+                        obs, info = env.reset()
+                        infos.append(info)
+                self.reward[k, i] = reward
+                self.terminated[k, i] = terminated
+                self.truncated[k, i] = truncated
+                self._write(k, j, i, obs, payload)
+                self.autoreset[j] = bool(terminated or truncated)
+                self._publish(k, i, infos, payload, extras)
+            except Exception as exc:
+                # Every env steps, as each would in a process of its own; all errors are reported.
+                errors.append(error_message(exc, i, "step"))
+        if errors:
+            self.send(dict(errors[0], more=errors[1:]))
+            mailbox[_STATUS] = STATUS_ERROR
+            mailbox[_EXTRA] = 0
+            return
+        if extras:
+            self.send({"cmd": P.EXTRA, "blobs": extras})
+        mailbox[_EXTRA] = 1 if extras else 0
+        mailbox[_STATUS] = STATUS_OK
+
+    # -- control messages -----------------------------------------------------------------
+    def control(self, message: dict) -> bool:
+        """Handle one control message; False once the server should stop."""
+        cmd = message.get("cmd")
+        env_index = None
+        try:
+            if cmd == P.RESET:
+                errors = self.reset(message)
+                if errors:
+                    self.send(dict(errors[0], more=errors[1:]))
+                else:
+                    self.send({"cmd": P.REPLY, "extras": self._reset_extras})
+            elif cmd == P.CALL:
+                results = []
+                for j, env in enumerate(self.envs):
+                    env_index = self.env_indices[j]
+                    attr = get_attr(env, message["name"])
+                    results.append(attr(*message["args"], **message["kwargs"]) if callable(attr) else attr)
+                self._reply_results(results, message["name"])
+            elif cmd == P.SET_ATTR:
+                for j, env in enumerate(self.envs):
+                    env_index = self.env_indices[j]
+                    set_attr(env, message["name"], message["values"][j])
+                self.send({"cmd": P.REPLY})
+            elif cmd == P.RENDER:
+                results = []
+                for j, env in enumerate(self.envs):
+                    env_index = self.env_indices[j]
+                    results.append(env.render())
+                self._reply_results(results, "render")
+            elif cmd == P.CLOSE:
+                # Close every env even when one raises, then stop: the agent is closing anyway.
+                failure = None
+                for j, env in enumerate(self.envs):
+                    try:
+                        env.close()
+                    except Exception as exc:
+                        failure = failure or error_message(exc, self.env_indices[j], "close")
+                self.envs = []
+                self.send(failure or {"cmd": P.REPLY})
+                return False
+            else:
+                raise P.ProtocolError(f"unknown control command {cmd!r}")
+        except Exception as exc:
+            self.send(error_message(exc, env_index, str(cmd)))
+        return True
+
+    def _reply_results(self, results: list, name: str) -> None:
+        try:
+            data = P.packb({"cmd": P.REPLY, "results": results})
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TypeError(f"the result of {name!r} cannot be sent to the agent: {exc}") from None
+        self.socket.send(data, copy=False)
+
+    def reset(self, message: dict) -> list:
+        """Reset the envs (those in the mask); returns the error messages of envs that raised."""
+        k, prev = int(message["slot"]), int(message["prev_slot"])
+        seeds, options, mask = message["seeds"], message.get("options"), message.get("mask")
+        self._reset_extras = {}
+        errors = []
+        for j, env in enumerate(self.envs):
+            i = self.env_indices[j]
+            payload: list = []
+            if mask is None or mask[j]:
+                try:
+                    obs, info = env.reset(seed=seeds[j], options=options)
+                    self.autoreset[j] = False
+                    self._write(k, j, i, obs, payload)
+                    self._publish(k, i, [info], payload, self._reset_extras)
+                except Exception as exc:
+                    errors.append(error_message(exc, i, P.RESET))
+            else:
+                for _, array in self.obs_fixed:
+                    array[k, i] = array[prev, i]
+                if self.obs_var:
+                    payload.append(self.last_var_obs[j])
+                self._publish(k, i, [], payload, self._reset_extras)
+        return errors
+
+
+def _probe_agent(path: Optional[str], fd: Optional[int]) -> tuple:
+    """(agent alive?, descriptor to reuse): free lock or vanished lock file means gone."""
+    if not path:
+        return True, fd
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False, None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True, fd
+    fcntl.lockf(fd, fcntl.LOCK_UN)
+    return False, fd

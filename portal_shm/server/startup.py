@@ -1,0 +1,144 @@
+"""How an env server starts: its config from the agent, its envs, the handshake, and the exits.
+
+Start it with ``python -m portal_shm.server --config JSON`` (what the backends do) or call
+``serve(factory)`` from an image's entry script; either way the agent passes its connection
+details in the config (``portal_shm.wire.launch``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import sys
+from typing import Any, Callable, Optional
+
+import zmq
+
+from ..wire import protocol as P
+from ..wire.launch import CONFIG_ENV_VAR, decode_config
+from .envs import LegacyEnv, is_legacy, make_env
+from .loop import AgentGone, EnvServer, error_message
+
+
+def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
+    spec = config.get("env") or {}
+    kwargs = dict(spec.get("kwargs") or {})
+    factories = _load_factories(spec) if spec.get("factories") else None
+    envs = []
+    for j, _ in enumerate(config["env_indices"]):
+        if factories is not None:
+            env = factories[j]()
+        else:
+            env = factory(**kwargs) if factory is not None else make_env(spec["id"], kwargs)
+        legacy = spec.get("legacy")
+        if legacy or (legacy is None and is_legacy(env)):
+            env = LegacyEnv(env)
+        envs.append(env)
+    return envs
+
+
+def _load_factories(spec: dict) -> list:
+    """The env factories (callables) the agent shipped for this server's envs, one per env.
+
+    They come pickled with cloudpickle in a file of the agent's private run directory: code the
+    agent sends to the runtime it started, never the other way round. The agent's import paths go
+    first on ``sys.path`` (as multiprocessing's spawn does), so that modules the factories name
+    import here as they do in the agent.
+    """
+    try:
+        import cloudpickle  # noqa: F401  (unpickling its output needs it importable)
+    except ImportError:
+        raise RuntimeError(
+            "this runtime cannot load env factories (callables): cloudpickle is not installed in it; "
+            "add 'cloudpickle' to its requirements, or pass an env id or 'module:callable' entry point"
+        ) from None
+    import pickle
+
+    paths = [p for p in spec.get("sys_path") or [] if isinstance(p, str)]
+    sys.path[:] = paths + [p for p in sys.path if p not in paths]
+    if spec.get("registry"):
+        _add_registrations(spec["registry"])
+    with open(spec["factories"], "rb") as handle:
+        factories = pickle.load(handle)
+    if not isinstance(factories, list) or not all(callable(f) for f in factories):
+        raise TypeError("the shipped env factories are not a list of callables")
+    return factories
+
+
+def _add_registrations(path: str) -> None:
+    """The agent's gymnasium registrations (as forked AsyncVectorEnv workers inherit them); a runtime
+    without gymnasium, or ids it registered itself, keep their own."""
+    import pickle
+
+    try:
+        import gymnasium
+    except ImportError:
+        return
+    with open(path, "rb") as handle:
+        specs = pickle.load(handle)
+    registry = gymnasium.envs.registry
+    for env_id, env_spec in specs.items():
+        registry.setdefault(env_id, env_spec)
+
+
+def run(config: dict, factory: Optional[Callable[..., Any]] = None) -> int:
+    """Create the envs, shake hands with the agent and serve until closed; returns an exit code."""
+    server = None
+    try:
+        envs = _create_envs(config, factory)
+    except Exception as exc:
+        context = zmq.Context()
+        socket = context.socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 5000)
+        socket.connect(config["control_address"])
+        message = error_message(exc, None, "make")
+        message["env_index"] = int(config["env_indices"][0])
+        socket.send(P.packb(message))
+        socket.close()
+        context.term()
+        return 3
+    server = EnvServer(config, envs)
+    server.watch_agent()
+    agent_gone = False
+    try:
+        server.handshake()
+        server.serve_forever()
+        return 0
+    except AgentGone:
+        agent_gone = True
+        return 0
+    finally:
+        server.cleanup(agent_gone)
+
+
+def load_config(argv: Optional[list] = None, worker: Optional[list] = None) -> Optional[dict]:
+    """The agent's config; None when started with ``--listen ADDRESS`` (then it has been served)."""
+    parser = argparse.ArgumentParser(prog="python -m portal_shm.server", description=__doc__)
+    parser.add_argument("--config", help=f"JSON connection config (default: ${CONFIG_ENV_VAR})")
+    parser.add_argument("--listen", metavar="ADDRESS",
+                        help="run as a long-lived listener at ADDRESS (ipc://PATH) that agents attach to")
+    args, _ = parser.parse_known_args(argv)
+    if args.listen:
+        from .listener import listen, worker_command
+
+        listen(args.listen, worker or worker_command([sys.executable] + sys.argv))
+        return None
+    raw = args.config or os.environ.get(CONFIG_ENV_VAR)
+    if not raw:
+        parser.error(f"no config: pass --config JSON or set {CONFIG_ENV_VAR}; the agent's backend does this")
+    return decode_config(raw)
+
+
+def serve(env_factory: Callable[..., Any], config: Optional[dict] = None) -> None:
+    """Serve envs made by ``env_factory(**env_kwargs)``: the body of an image's entry script."""
+    faulthandler.enable()
+    config = config or load_config()
+    sys.exit(0 if config is None else run(config, env_factory))
+
+
+def main(argv: Optional[list] = None) -> None:
+    faulthandler.enable()
+    config = load_config(argv, worker=[sys.executable, "-m", "portal_shm.server"])
+    sys.exit(0 if config is None else run(config))
+
