@@ -74,8 +74,7 @@ def posix_ipc_semaphores(servers: int, trips: int) -> float:
     made = []
 
     def pair():
-        sem = posix_ipc.Semaphore(f"/pingpong-{os.getpid()}-{len(made)}", posix_ipc.O_CREX, mode=0o600,
-                                  initial_value=0)
+        sem = posix_ipc.Semaphore(f"/pingpong-{os.getpid()}-{len(made)}", posix_ipc.O_CREX, mode=0o600, initial_value=0)
         made.append(sem)
 
         def wait(timeout: float) -> bool:
@@ -115,14 +114,29 @@ def main() -> None:
         for name in systems:
             times = [r[name] for r in rounds]
             ratios = [r[name] / r["pipes (portal-shm)"] for r in rounds]
-            results[f"{servers}:{name}"] = {"servers": servers, "system": name, "us_per_round": times,
-                                            "ratio_to_pipes": ratios}
-            print(f"{servers:>2} {name:<22} {statistics.median(times):>22.1f} "
-                  f"{statistics.median(ratios):>17.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+            results[f"{servers}:{name}"] = {
+                "servers": servers,
+                "system": name,
+                "us_per_round": times,
+                "ratio_to_pipes": ratios,
+            }
+            print(
+                f"{servers:>2} {name:<22} {statistics.median(times):>22.1f} "
+                f"{statistics.median(ratios):>17.2f} [{min(ratios):.2f}-{max(ratios):.2f}]"
+            )
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"trips": args.trips, "rounds": args.rounds, "cpu_count": os.cpu_count(),
-                       "load_average_at_end": os.getloadavg(), "results": results}, handle, indent=1)
+            json.dump(
+                {
+                    "trips": args.trips,
+                    "rounds": args.rounds,
+                    "cpu_count": os.cpu_count(),
+                    "load_average_at_end": os.getloadavg(),
+                    "results": results,
+                },
+                handle,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

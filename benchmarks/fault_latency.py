@@ -31,15 +31,20 @@ ZERO = np.zeros(2, np.int64)
 
 def _pair(backend=None, **fault) -> VectorPortal:
     extra = {} if backend is None else {"backend": backend}
-    return VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, **extra), EnvSpec(FAULTY, fault, **extra)],
-                        step_timeout=1.0, envs_per_server=1)
+    return VectorPortal(
+        [EnvSpec(FAULTY, {"fault": "none"}, **extra), EnvSpec(FAULTY, fault, **extra)],
+        step_timeout=1.0,
+        envs_per_server=1,
+    )
 
 
 def _pid(envs, server: int) -> int:
     return int(envs.servers[server]["runtime"].split()[2].rstrip(","))
 
 
-def _timed(make: Callable[[], VectorPortal], trigger: Callable[[VectorPortal], None], initial_reset: bool = True) -> dict:
+def _timed(
+    make: Callable[[], VectorPortal], trigger: Callable[[VectorPortal], None], initial_reset: bool = True
+) -> dict:
     envs = make()
     try:
         if initial_reset:
@@ -63,16 +68,25 @@ def _step_until_error(envs, limit=200) -> None:
 def cases(docker_image: str | None) -> dict:
     out = {}
     for phase in ("step", "reset", "render", "close"):
-        trigger = {"step": lambda e: e.step(ZERO), "reset": lambda e: e.reset(seed=1),
-                   "render": lambda e: e.render(), "close": lambda e: e.call("close")}[phase]
+        trigger = {
+            "step": lambda e: e.step(ZERO),
+            "reset": lambda e: e.reset(seed=1),
+            "render": lambda e: e.render(),
+            "close": lambda e: e.call("close"),
+        }[phase]
         out[f"raise in {phase}"] = lambda p=phase, t=trigger: _timed(
-            lambda: _pair(fault="raise", phase=p, after=0), t, initial_reset=p != "reset")
-    out["raise in call"] = lambda: _timed(lambda: portal_shm.make_vec("CartPole-v1", 2), lambda e: e.call("no_such_method"))
+            lambda: _pair(fault="raise", phase=p, after=0), t, initial_reset=p != "reset"
+        )
+    out["raise in call"] = lambda: _timed(
+        lambda: portal_shm.make_vec("CartPole-v1", 2), lambda e: e.call("no_such_method")
+    )
     for fault in ("segfault", "exit", "hang", "spin", "stop"):
-        out[f"server {fault} in step"] = lambda f=fault: _timed(lambda: _pair(fault=f, phase="step", after=1),
-                                                              lambda e: e.step(ZERO))
+        out[f"server {fault} in step"] = lambda f=fault: _timed(
+            lambda: _pair(fault=f, phase="step", after=1), lambda e: e.step(ZERO)
+        )
     out["server SIGKILL between steps"] = lambda: _timed(
-        lambda: _pair(fault="none"), lambda e: (os.kill(_pid(e, 1), signal.SIGKILL), _step_until_error(e)))
+        lambda: _pair(fault="none"), lambda e: (os.kill(_pid(e, 1), signal.SIGKILL), _step_until_error(e))
+    )
 
     def restart(envs):
         os.kill(_pid(envs, 1), signal.SIGKILL)
@@ -80,24 +94,32 @@ def cases(docker_image: str | None) -> dict:
             *_, infos = envs.step(ZERO)
             if "_env_restarted" in infos:
                 return
+
     out["restart after SIGKILL (until the step reporting env_restarted)"] = lambda: _timed(
-        lambda: portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1}),
-        restart)
+        lambda: portal_shm.make_vec(
+            "CartPole-v1", 2, vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1}
+        ),
+        restart,
+    )
     out["agent SIGKILLed while idle: servers gone, run dir removed"] = lambda: _agent_case("idle", signal.SIGKILL)
     out["agent SIGKILLed mid-step (env spinning): watchdog cleanup"] = lambda: _agent_case("step", signal.SIGKILL)
     out["Ctrl-C during reset (env spinning)"] = lambda: _agent_case("reset", signal.SIGINT)
     out["Ctrl-C during step (env spinning)"] = lambda: _agent_case("step", signal.SIGINT)
     if docker_image:
         out["agent SIGKILLed mid-step, env in a container: container exits"] = lambda: _agent_case(
-            "step", signal.SIGKILL, docker_image)
+            "step", signal.SIGKILL, docker_image
+        )
         backend = DockerBackend(image=docker_image)
         out["container docker kill"] = lambda: _timed(
-            lambda: _pair(backend), lambda e: (_kill_container(e), _step_until_error(e)))
+            lambda: _pair(backend), lambda e: (_kill_container(e), _step_until_error(e))
+        )
         out["container OOM in step (mem_limit 192m)"] = lambda: _timed(
             lambda: _pair(DockerBackend(image=docker_image, mem_limit="192m"), fault="oom", phase="step", after=1),
-            lambda e: _step_until_error(e, 5))
-        out["container spin in step"] = lambda: _timed(lambda: _pair(backend, fault="spin", phase="step", after=1),
-                                                       lambda e: e.step(ZERO))
+            lambda e: _step_until_error(e, 5),
+        )
+        out["container spin in step"] = lambda: _timed(
+            lambda: _pair(backend, fault="spin", phase="step", after=1), lambda e: e.step(ZERO)
+        )
     return out
 
 
@@ -134,9 +156,14 @@ def _agent_case(mode: str, signum: int, image: str = "-") -> dict:
         if not left and not _running_containers(tag):
             break
         time.sleep(0.05)
-    return {"seconds": round(time.monotonic() - started, 3), "agent_exit": round(exited, 3), "exit_code": code,
-            "outcome": f"left behind: {left}" if left else "nothing left behind but, with containers, "
-                       "their empty bind-mounted run directory (for gc)"}
+    return {
+        "seconds": round(time.monotonic() - started, 3),
+        "agent_exit": round(exited, 3),
+        "exit_code": code,
+        "outcome": f"left behind: {left}"
+        if left
+        else "nothing left behind but, with containers, their empty bind-mounted run directory (for gc)",
+    }
 
 
 def _leftover_files(tag: str) -> list:
@@ -173,7 +200,9 @@ def _kill_container(envs) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--docker-image", help="an image with this checkout's portal_shm (tests build portal-shm-test/faults)")
+    parser.add_argument(
+        "--docker-image", help="an image with this checkout's portal_shm (tests build portal-shm-test/faults)"
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     results = {}

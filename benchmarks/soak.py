@@ -69,7 +69,7 @@ def _make(scenario: str) -> tuple:
     env_id, _, num = scenario.partition("=")
     num_envs = int(num or 8)
     if env_id.startswith("null:"):
-        shape = tuple(int(x) for x in env_id[len("null:"):].split("x"))
+        shape = tuple(int(x) for x in env_id[len("null:") :].split("x"))
         envs = portal_shm.make_vec("portal_shm.server.example_envs:NullEnv", num_envs, shape=shape)
     else:
         envs = portal_shm.make_vec(env_id, num_envs)
@@ -96,16 +96,18 @@ def soak(scenario: str, minutes: float, max_steps: int, interval: float) -> dict
             now = time.monotonic()
             if now >= next_sample:
                 total_shm, portal_shm_entries = _shm_entries(tag)
-                samples.append({
-                    "t": round(now - started, 3),
-                    "steps": steps,
-                    "agent_rss": _rss_bytes(agent),
-                    "servers_rss": sum(_rss_bytes(pid) for pid in servers),
-                    "agent_fds": _open_fds(agent),
-                    "servers_fds": sum(_open_fds(pid) for pid in servers),
-                    "shm_entries": total_shm,
-                    "portal_shm_entries": portal_shm_entries,
-                })
+                samples.append(
+                    {
+                        "t": round(now - started, 3),
+                        "steps": steps,
+                        "agent_rss": _rss_bytes(agent),
+                        "servers_rss": sum(_rss_bytes(pid) for pid in servers),
+                        "agent_fds": _open_fds(agent),
+                        "servers_fds": sum(_open_fds(pid) for pid in servers),
+                        "shm_entries": total_shm,
+                        "portal_shm_entries": portal_shm_entries,
+                    }
+                )
                 next_sample = now + interval
                 if now - started >= minutes * 60 or steps >= max_steps:
                     break
@@ -131,8 +133,7 @@ def soak(scenario: str, minutes: float, max_steps: int, interval: float) -> dict
 SERIES = ("agent_rss", "servers_rss", "agent_fds", "servers_fds", "shm_entries", "portal_shm_entries")
 # Memory may wobble by allocator noise; descriptors and /dev/shm entries must not move at all
 # (other programs on a shared machine may add /dev/shm entries: shm_entries is informational).
-TOLERANCE = {"agent_rss": 0.05, "servers_rss": 0.05, "agent_fds": 0.0, "servers_fds": 0.0,
-             "portal_shm_entries": 0.0}
+TOLERANCE = {"agent_rss": 0.05, "servers_rss": 0.05, "agent_fds": 0.0, "servers_fds": 0.0, "portal_shm_entries": 0.0}
 
 
 def verdict(samples: list) -> dict:
@@ -143,11 +144,16 @@ def verdict(samples: list) -> dict:
         return {"note": f"only {n} samples: too few to judge"}
     for key in SERIES:
         values = [s[key] for s in samples]
-        early = statistics.median(values[n // 4: n // 2])
-        late = statistics.median(values[3 * n // 4:])
+        early = statistics.median(values[n // 4 : n // 2])
+        late = statistics.median(values[3 * n // 4 :])
         growth = (late - early) / early if early else float(late != early)
-        entry = {"early_median": early, "late_median": late, "growth": round(growth, 4),
-                 "min": min(values), "max": max(values)}
+        entry = {
+            "early_median": early,
+            "late_median": late,
+            "growth": round(growth, 4),
+            "min": min(values),
+            "max": max(values),
+        }
         if key in TOLERANCE:
             entry["flat"] = abs(growth) <= TOLERANCE[key]
         out[key] = entry
@@ -160,9 +166,11 @@ def plot(results: list, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [("agent_rss", "servers_rss", "resident memory (MiB)", 2**20),
-            ("agent_fds", "servers_fds", "open file descriptors", 1),
-            ("portal_shm_entries", "shm_entries", "/dev/shm entries", 1)]
+    rows = [
+        ("agent_rss", "servers_rss", "resident memory (MiB)", 2**20),
+        ("agent_fds", "servers_fds", "open file descriptors", 1),
+        ("portal_shm_entries", "shm_entries", "/dev/shm entries", 1),
+    ]
     fig, axes = plt.subplots(len(rows), len(results), figsize=(6 * len(results), 8), squeeze=False)
     for col, result in enumerate(results):
         t = [s["t"] / 60 for s in result["samples"]]
@@ -174,8 +182,11 @@ def plot(results: list, path: str) -> None:
             ax.set_ylim(bottom=0)
             ax.legend(fontsize=7)
             if row == 0:
-                ax.set_title(f"{result['scenario']} N={result['num_envs']}: {result['steps']:,} steps "
-                             f"in {result['seconds'] / 60:.1f} min", fontsize=9)
+                ax.set_title(
+                    f"{result['scenario']} N={result['num_envs']}: {result['steps']:,} steps "
+                    f"in {result['seconds'] / 60:.1f} min",
+                    fontsize=9,
+                )
             if row == len(rows) - 1:
                 ax.set_xlabel("minutes")
     fig.tight_layout()
@@ -184,8 +195,9 @@ def plot(results: list, path: str) -> None:
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", default=",".join(DEFAULT_SCENARIOS),
-                        help="comma-separated ID=N; ID is an env id or null:AxBxC")
+    parser.add_argument(
+        "--scenarios", default=",".join(DEFAULT_SCENARIOS), help="comma-separated ID=N; ID is an env id or null:AxBxC"
+    )
     parser.add_argument("--minutes", type=float, default=30.0, help="time budget per scenario")
     parser.add_argument("--max-steps", type=int, default=10_000_000, help="env-step budget per scenario")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
@@ -197,11 +209,16 @@ def main(argv: Optional[list] = None) -> int:
         result = soak(scenario.strip(), args.minutes, args.max_steps, args.interval)
         results.append(result)
         flat = {k: v.get("flat") for k, v in result["verdict"].items() if isinstance(v, dict) and "flat" in v}
-        print(f"{result['scenario']} N={result['num_envs']}: {result['steps']:,} steps in {result['seconds']:.0f} s "
-              f"({result['steps_per_second']:,.0f}/s); flat: {flat}", flush=True)
-        report = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                              "platform": platform.platform()},
-                  "settings": vars(args), "results": results}
+        print(
+            f"{result['scenario']} N={result['num_envs']}: {result['steps']:,} steps in {result['seconds']:.0f} s "
+            f"({result['steps_per_second']:,.0f}/s); flat: {flat}",
+            flush=True,
+        )
+        report = {
+            "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+            "settings": vars(args),
+            "results": results,
+        }
         if args.json:
             with open(args.json, "w") as handle:
                 json.dump(report, handle, indent=1)

@@ -42,8 +42,11 @@ def translate(argv: list) -> list:
         raise SystemExit(f"unknown systems {unknown}; choose from portal,docker,sync,async")
     if "--num-envs" not in " ".join(out) and "-n" not in out:
         out += ["--num-envs", "1,2,4,8,16,64"]
-    return ([s for s in scenarios.split(",") if s.strip()] + ["--backends", ",".join(backends) or "none",
-            "--against", ",".join(against) or "none"] + out)
+    return (
+        [s for s in scenarios.split(",") if s.strip()]
+        + ["--backends", ",".join(backends) or "none", "--against", ",".join(against) or "none"]
+        + out
+    )
 
 
 def main(argv: Optional[list] = None) -> int:

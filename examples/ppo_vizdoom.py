@@ -89,8 +89,10 @@ class Agent(nn.Module):
         super().__init__()
         channels = int(np.prod(obs_shape[:-2]))  # (stack, h, w) or (stack, 3, h, w)
         self.trunk = nn.Sequential(
-            layer(nn.Conv2d(channels, 16, 8, stride=4)), nn.ReLU(),
-            layer(nn.Conv2d(16, 32, 4, stride=2)), nn.ReLU(),
+            layer(nn.Conv2d(channels, 16, 8, stride=4)),
+            nn.ReLU(),
+            layer(nn.Conv2d(16, 32, 4, stride=2)),
+            nn.ReLU(),
             nn.Flatten(),
         )
         with torch.no_grad():
@@ -128,7 +130,9 @@ class Curve:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.writer = SummaryWriter(f"{args.tensorboard}/ppo_{args.env_id.replace('/', '_')}_{args.seed}_{int(time.time())}")
+                self.writer = SummaryWriter(
+                    f"{args.tensorboard}/ppo_{args.env_id.replace('/', '_')}_{args.seed}_{int(time.time())}"
+                )
             except ImportError:
                 print("tensorboard is not installed: logging to stdout only (pip install tensorboard)")
 
@@ -169,7 +173,7 @@ class Curve:
         smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.scatter(steps, returns, s=3, alpha=0.25, label="episodes")
-        ax.plot(steps[window - 1:], smooth, color="C1", label=f"mean of {window}")
+        ax.plot(steps[window - 1 :], smooth, color="C1", label=f"mean of {window}")
         ax.set_xlabel("env steps")
         ax.set_ylabel("episodic return")
         ax.set_title(title, fontsize=10)
@@ -191,15 +195,22 @@ def make_envs(args: Args) -> portal_shm.VectorPortal:
     except portal_shm.EnvNotFoundError as exc:
         if args.backend != "docker":
             raise
-        raise SystemExit(f"{exc}\n\nThe image {args.image} predates portal_shm.presets: rebuild it from this "
-                         f"checkout (portal-shm build vizdoom -t {args.image})") from None
+        raise SystemExit(
+            f"{exc}\n\nThe image {args.image} predates portal_shm.presets: rebuild it from this "
+            f"checkout (portal-shm build vizdoom -t {args.image})"
+        ) from None
 
 
 def _make_vec(args: Args, backend_options: dict) -> portal_shm.VectorPortal:
     return portal_shm.make_vec(
-        "portal_shm.presets:vizdoom", args.num_envs, backend=args.backend,
+        "portal_shm.presets:vizdoom",
+        args.num_envs,
+        backend=args.backend,
         vector_kwargs={"autoreset_mode": "SameStep"},
-        env_id=args.env_id, frame_skip=args.frame_skip, stack=args.stack, **backend_options,
+        env_id=args.env_id,
+        frame_skip=args.frame_skip,
+        stack=args.stack,
+        **backend_options,
     )
 
 
@@ -209,8 +220,13 @@ def main() -> None:
     torch.manual_seed(args.seed)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
     envs = make_envs(args)
     curve = Curve(args)
     try:
@@ -220,8 +236,10 @@ def main() -> None:
     finally:
         envs.close()
         if args.save_curve:  # also after Ctrl-C: the curve so far
-            curve.save(args.save_curve, f"PPO {args.env_id}, {args.num_envs} envs ({args.backend}), "
-                                        f"{curve.sps:.0f} env-steps/s incl. learning")
+            curve.save(
+                args.save_curve,
+                f"PPO {args.env_id}, {args.num_envs} envs ({args.backend}), {curve.sps:.0f} env-steps/s incl. learning",
+            )
         curve.close()
 
 
@@ -230,8 +248,10 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
     obs_shape = envs.single_observation_space.shape
     agent = Agent(obs_shape, int(envs.single_action_space.n)).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    print(f"{args.env_id}: {n} envs on {args.backend} ({len(envs.servers)} servers), observations {obs_shape} "
-          f"{envs.single_observation_space.dtype}, {envs.single_action_space.n} actions, device {device}")
+    print(
+        f"{args.env_id}: {n} envs on {args.backend} ({len(envs.servers)} servers), observations {obs_shape} "
+        f"{envs.single_observation_space.dtype}, {envs.single_action_space.n} actions, device {device}"
+    )
 
     # Rollout storage; observations stay uint8 (a quarter of float32's memory and transfer).
     obs = torch.zeros((steps, n) + obs_shape, dtype=torch.uint8, device=device)
@@ -275,7 +295,9 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
             episode_return += reward
             episode_length += 1
             for i in np.flatnonzero(done):
-                curve.episode(global_step, time.perf_counter() - started, float(episode_return[i]), int(episode_length[i]))
+                curve.episode(
+                    global_step, time.perf_counter() - started, float(episode_return[i]), int(episode_length[i])
+                )
                 episode_return[i], episode_length[i] = 0.0, 0
 
         # -- generalised advantage estimates -----------------------------------------------
@@ -284,7 +306,9 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
             advantages = torch.zeros_like(rewards)
             running = torch.zeros(n, device=device)
             for t in reversed(range(steps)):
-                following_value, following_start = (next_value, next_start) if t == steps - 1 else (values[t + 1], starts[t + 1])
+                following_value, following_start = (
+                    (next_value, next_start) if t == steps - 1 else (values[t + 1], starts[t + 1])
+                )
                 alive = 1.0 - following_start  # 0 when the episode ended at step t
                 delta = rewards[t] + args.gamma * following_value * alive - values[t]
                 running = delta + args.gamma * args.gae_lambda * alive * running
@@ -299,7 +323,7 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
         for _ in range(args.epochs):
             order = torch.randperm(batch, device=device)
             for begin in range(0, batch, minibatch):
-                idx = order[begin:begin + minibatch]
+                idx = order[begin : begin + minibatch]
                 _, new_logprob, entropy, new_value = agent.act(flat_obs[idx], flat_actions[idx])
                 ratio = (new_logprob - flat_logprobs[idx]).exp()
                 adv = flat_advantages[idx]
@@ -307,7 +331,9 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
                 policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
                 # value loss, clipped around the rollout's values like the policy
                 clipped = flat_values[idx] + (new_value - flat_values[idx]).clamp(-args.clip_coef, args.clip_coef)
-                value_loss = 0.5 * torch.max((new_value - flat_returns[idx]) ** 2, (clipped - flat_returns[idx]) ** 2).mean()
+                value_loss = (
+                    0.5 * torch.max((new_value - flat_returns[idx]) ** 2, (clipped - flat_returns[idx]) ** 2).mean()
+                )
                 loss = policy_loss - args.ent_coef * entropy.mean() + args.vf_coef * value_loss
                 optimizer.zero_grad()
                 loss.backward()
@@ -320,13 +346,18 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
         curve.scalar("losses/policy", policy_loss.item(), global_step)
         curve.scalar("losses/value", value_loss.item(), global_step)
         curve.scalar("losses/entropy", entropy.mean().item(), global_step)
-        print(f"update {update}/{updates}  step {global_step}  SPS {sps:.0f}  "
-              f"return (last {len(curve.recent)}) {curve.mean():.1f}  episodes {len(curve.rows)}  "
-              f"entropy {entropy.mean().item():.2f}", flush=True)
+        print(
+            f"update {update}/{updates}  step {global_step}  SPS {sps:.0f}  "
+            f"return (last {len(curve.recent)}) {curve.mean():.1f}  episodes {len(curve.rows)}  "
+            f"entropy {entropy.mean().item():.2f}",
+            flush=True,
+        )
 
     elapsed = time.perf_counter() - started
-    print(f"done: {global_step} env steps in {elapsed:.0f} s, SPS {global_step / elapsed:.0f} (including learning), "
-          f"mean return of the last {len(curve.recent)} episodes {curve.mean():.1f}")
+    print(
+        f"done: {global_step} env steps in {elapsed:.0f} s, SPS {global_step / elapsed:.0f} (including learning), "
+        f"mean return of the last {len(curve.recent)} episodes {curve.mean():.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -14,8 +14,15 @@ class PortalError(Exception):
 class EnvError(PortalError):
     """An env raised inside its runtime; carries the env's own message and traceback."""
 
-    def __init__(self, env_index: Optional[int], phase: str, error_type: str, message: str,
-                 remote_traceback: str, runtime: str = "") -> None:
+    def __init__(
+        self,
+        env_index: Optional[int],
+        phase: str,
+        error_type: str,
+        message: str,
+        remote_traceback: str,
+        runtime: str = "",
+    ) -> None:
         self.env_index = env_index
         self.phase = phase
         self.error_type = error_type
@@ -34,19 +41,29 @@ class EnvError(PortalError):
 class EnvNotFoundError(EnvError):
     """The env id or entry point does not exist in the env's runtime."""
 
-    def __init__(self, env_index: Optional[int], phase: str, error_type: str, message: str,
-                 remote_traceback: str, runtime: str = "") -> None:
+    def __init__(
+        self,
+        env_index: Optional[int],
+        phase: str,
+        error_type: str,
+        message: str,
+        remote_traceback: str,
+        runtime: str = "",
+    ) -> None:
         super().__init__(env_index, phase, error_type, message, "", runtime)
         self.remote_traceback = remote_traceback
-        self.args = (f"{message} [runtime: {runtime}]; install the package that registers it in that runtime, "
-                     "or pass an entry point 'package.module:callable'",)
+        self.args = (
+            f"{message} [runtime: {runtime}]; install the package that registers it in that runtime, "
+            "or pass an entry point 'package.module:callable'",
+        )
 
 
 class ServerDiedError(PortalError):
     """An env server process or container exited while the agent needed it."""
 
-    def __init__(self, server_index: int, env_indices: list, status: str, log_tail: str = "",
-                 runtime: str = "") -> None:
+    def __init__(
+        self, server_index: int, env_indices: list, status: str, log_tail: str = "", runtime: str = ""
+    ) -> None:
         self.server_index = server_index
         self.env_indices = list(env_indices)
         self.status = status
@@ -77,8 +94,16 @@ class ServerProtocolError(PortalError):
 
 # Exception types that cannot carry an EnvError's message (their __str__ reads other fields) or
 # that change control flow when raised (StopIteration inside generators).
-_NOT_MIRRORED = {"StopIteration", "StopAsyncIteration", "UnicodeError", "UnicodeDecodeError",
-                 "UnicodeEncodeError", "UnicodeTranslateError", "ExceptionGroup", "BaseExceptionGroup"}
+_NOT_MIRRORED = {
+    "StopIteration",
+    "StopAsyncIteration",
+    "UnicodeError",
+    "UnicodeDecodeError",
+    "UnicodeEncodeError",
+    "UnicodeTranslateError",
+    "ExceptionGroup",
+    "BaseExceptionGroup",
+}
 _mirrors: dict = {}
 
 
@@ -103,8 +128,11 @@ def env_error_class(error_type: str, base: type = EnvError) -> type:
     key = (base, found)
     if key not in _mirrors:
         try:
-            _mirrors[key] = type(f"{base.__name__}[{found.__name__}]", (base, found),
-                                 {"__module__": __name__, "__str__": Exception.__str__})
+            _mirrors[key] = type(
+                f"{base.__name__}[{found.__name__}]",
+                (base, found),
+                {"__module__": __name__, "__str__": Exception.__str__},
+            )
         except TypeError:  # incompatible layouts
             _mirrors[key] = base
     return _mirrors[key]
@@ -117,5 +145,7 @@ class RestartLimitError(PortalError):
         self.env_indices = list(env_indices)
         self.restarts = restarts
         self.cause = cause
-        super().__init__(f"envs {self.env_indices} failed after {restarts} restarts (max_restarts) "
-                         f"[runtime: {runtime}]; last failure: {cause}")
+        super().__init__(
+            f"envs {self.env_indices} failed after {restarts} restarts (max_restarts) "
+            f"[runtime: {runtime}]; last failure: {cause}"
+        )

@@ -39,9 +39,7 @@ from .errors import EnvError
 try:
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvObs, VecEnvStepReturn
 except ImportError as _exc:  # pragma: no cover - depends on the installation
-    raise ImportError(
-        "portal_shm.sb3 needs stable-baselines3 (and torch): pip install 'portal-shm[sb3]'"
-    ) from _exc
+    raise ImportError("portal_shm.sb3 needs stable-baselines3 (and torch): pip install 'portal-shm[sb3]'") from _exc
 
 Indices = Union[None, int, Iterable[int]]
 
@@ -122,8 +120,7 @@ class SB3VecEnv(VecEnv):
         first = self._options[0]
         if any(options != first for options in self._options[1:]):
             raise ValueError(
-                "a VectorPortal resets all its envs with one options dict; set_options() gave different "
-                "options per env"
+                "a VectorPortal resets all its envs with one options dict; set_options() gave different options per env"
             )
         return dict(first) if first else None
 

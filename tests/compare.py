@@ -64,7 +64,7 @@ def row(value, j):
         return {key: row(sub, j) for key, sub in value.items()}
     if isinstance(value, tuple):
         return tuple(row(sub, j) for sub in value)
-    return value[j:j + 1]
+    return value[j : j + 1]
 
 
 def info_row(infos, j):
@@ -74,8 +74,8 @@ def info_row(infos, j):
         mask = infos.get("_" + key)
         if key.startswith("_") or key == "env_id" or mask is None or not mask[j]:
             continue
-        out[key] = info_row(value, j) if isinstance(value, dict) else value[j:j + 1]
-        out["_" + key] = mask[j:j + 1]
+        out[key] = info_row(value, j) if isinstance(value, dict) else value[j : j + 1]
+        out["_" + key] = mask[j : j + 1]
     return out
 
 

@@ -25,7 +25,9 @@ class LegacyRandomWalk(gym.Env):
         self.numpy_version = np.__version__
         self.gym_version = gym.__version__
         self.python_prefix = sys.prefix
-        self.portal_shm_location = os.path.dirname(sys.modules["portal_shm"].__file__) if "portal_shm" in sys.modules else ""
+        self.portal_shm_location = (
+            os.path.dirname(sys.modules["portal_shm"].__file__) if "portal_shm" in sys.modules else ""
+        )
         self.seed()
 
     def seed(self, seed=None):

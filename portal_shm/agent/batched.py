@@ -48,8 +48,10 @@ class AsyncBatches:
 
     def _start_batches(self) -> None:
         if self._act_leaves is None:
-            raise ValueError(f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
-                             "async batches write actions into the ring")
+            raise ValueError(
+                f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
+                "async batches write actions into the ring"
+            )
         servers = self._session.servers
         self._server_size = len(servers[0].env_indices)
         self._queue = ServerQueue(len(servers), self._mailbox, AnyDone(lambda: [s.done for s in servers]))
@@ -65,8 +67,10 @@ class AsyncBatches:
     def _require_batches(self, what: str) -> None:
         self._check_usable()
         if not self._async:
-            raise PortalError(f"{what}() is for async batches: create the VectorPortal with batch_size < num_envs "
-                              f"(vector_kwargs={{'batch_size': B}}); use step() for lockstep stepping")
+            raise PortalError(
+                f"{what}() is for async batches: create the VectorPortal with batch_size < num_envs "
+                f"(vector_kwargs={{'batch_size': B}}); use step() for lockstep stepping"
+            )
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step the envs ``env_ids`` (default: those the last ``recv`` returned) with ``actions``.
@@ -131,7 +135,7 @@ class AsyncBatches:
         out = []
         for index in np.unique(ids // size).tolist():
             server = self._session.servers[index]
-            rows = positions[server.env_indices[0]:server.env_indices[-1] + 1]
+            rows = positions[server.env_indices[0] : server.env_indices[-1] + 1]
             if (rows < 0).any():
                 raise ValueError(
                     f"env_ids {ids.tolist()} cover only part of env server {index} (envs {server.env_indices}): "
@@ -255,8 +259,10 @@ class AsyncBatches:
         try:
             server.check_alive()
             if self.step_timeout is not None and time.monotonic() - self._queue.sent_at[index] > self.step_timeout:
-                raise PortalTimeoutError(f"{server.describe()} did not finish its step within {self.step_timeout} s "
-                                         "(step_timeout): hung or too slow")
+                raise PortalTimeoutError(
+                    f"{server.describe()} did not finish its step within {self.step_timeout} s "
+                    "(step_timeout): hung or too slow"
+                )
         except RESTARTABLE as exc:
             self._queue.stopped(index)
             self._end_failed(index, exc)
@@ -308,18 +314,26 @@ class AsyncBatches:
                 row = 0
                 for server, k in zip(servers, slots):
                     size = len(server.env_indices)
-                    out[row:row + size] = array[k, server.env_indices[0]:server.env_indices[-1] + 1]
+                    out[row : row + size] = array[k, server.env_indices[0] : server.env_indices[-1] + 1]
                     row += size
                 return out
+
         try:
             obs = self._build_obs(pick, var)
         except (KeyError, TypeError, IndexError) as exc:
             raise ServerProtocolError(f"an env sent an incomplete variable-layout observation: {exc}") from None
-        reward, terminated, truncated = (pick(name, array) for name, array in
-                                         (("reward", self._reward), ("terminated", self._terminated),
-                                          ("truncated", self._truncated)))
+        reward, terminated, truncated = (
+            pick(name, array)
+            for name, array in (
+                ("reward", self._reward),
+                ("terminated", self._terminated),
+                ("truncated", self._truncated),
+            )
+        )
         if self.copy:
-            obs, reward, terminated, truncated = (self._copy_tree(value) for value in (obs, reward, terminated, truncated))
+            obs, reward, terminated, truncated = (
+                self._copy_tree(value) for value in (obs, reward, terminated, truncated)
+            )
         return obs, reward, terminated, truncated, infos
 
     def _gather_server(self, server: Any, k: int, extras: dict, infos: dict, position: int) -> dict:
@@ -368,8 +382,16 @@ class AsyncBatches:
             messages = []
             for server in self._session.servers:
                 k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
-                messages.append({"cmd": P.RESET, "slot": k, "prev_slot": k, "options": options, "mask": None,
-                                 "seeds": [seeds[i] for i in server.env_indices]})
+                messages.append(
+                    {
+                        "cmd": P.RESET,
+                        "slot": k,
+                        "prev_slot": k,
+                        "options": options,
+                        "mask": None,
+                        "seeds": [seeds[i] for i in server.env_indices],
+                    }
+                )
             sent, failed = self._send_all(messages)
             extras, errors, failed_replies = self._replies("reset", None, sent)
             failed.update(failed_replies)

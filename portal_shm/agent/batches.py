@@ -41,8 +41,7 @@ def server_sizes_error(sizes: list, batch_size: int, num_envs: int) -> Optional[
 def default_envs_per_server(num_envs: int, batch_size: int, cores: int) -> int:
     """The largest divisor of both ``batch_size`` and ``num_envs`` that still spreads over the cores."""
     target = max(1, -(-num_envs // cores))
-    return max(d for d in range(1, batch_size + 1)
-               if batch_size % d == 0 and num_envs % d == 0 and d <= target)
+    return max(d for d in range(1, batch_size + 1) if batch_size % d == 0 and num_envs % d == 0 and d <= target)
 
 
 class ServerQueue:
@@ -90,8 +89,13 @@ class ServerQueue:
                 self.pending.remove(server)
                 self.ready.append(server)
 
-    def wait(self, servers_needed: int, deadline: Optional[float], check: Callable[[int], None],
-             on_timeout: Callable[[list], BaseException]) -> None:
+    def wait(
+        self,
+        servers_needed: int,
+        deadline: Optional[float],
+        check: Callable[[int], None],
+        on_timeout: Callable[[list], BaseException],
+    ) -> None:
         """Block until ``servers_needed`` servers are ready (all pending ones when it is larger).
 
         Every ``_WAIT_SLICE`` seconds, even while other servers keep finishing, ``check(server)``

@@ -27,7 +27,7 @@ class ControlChannel:
         self.socket.setsockopt(zmq.MAXMSGSIZE, P.MAX_MESSAGE_BYTES)
         self.socket.bind(address)
         if address.startswith("ipc://"):
-            os.chmod(address[len("ipc://"):], 0o600)
+            os.chmod(address[len("ipc://") :], 0o600)
 
     def send(self, message: dict, check: Callable[[], None], timeout: Optional[float] = 30.0) -> None:
         """Send without ever blocking on a dead peer (ZeroMQ would wait for it forever)."""
@@ -41,7 +41,8 @@ class ControlChannel:
                 check()
                 if deadline is not None and time.monotonic() > deadline:
                     raise PortalTimeoutError(
-                        f"could not send {message.get('cmd')!r} to {self.describe()} within {timeout} s") from None
+                        f"could not send {message.get('cmd')!r} to {self.describe()} within {timeout} s"
+                    ) from None
                 time.sleep(0.001)
 
     def recv(self, check: Callable[[], None], timeout: Optional[float], what: str) -> dict:

@@ -46,8 +46,7 @@ def describe(factory: EnvFactory) -> str:
     return f"{module}.{name}" if module else name
 
 
-def to_specs(env_fns: Sequence[Union[EnvSpec, EnvFactory]],
-             backend: Union[str, Backend]) -> tuple[list[EnvSpec], bool]:
+def to_specs(env_fns: Sequence[Union[EnvSpec, EnvFactory]], backend: Union[str, Backend]) -> tuple[list[EnvSpec], bool]:
     """EnvSpecs for a mix of specs and factories; also whether any factory is shipped."""
     items = list(env_fns)
     if not items:
@@ -131,8 +130,7 @@ def _import_paths() -> list:
     spawn does for its children, so a factory that names a module of the agent's project (a test
     module, a package on PYTHONPATH) finds it in the env runtime too.
     """
-    installation = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                  sys.base_exec_prefix)}
+    installation = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
     installation.update(os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()])
     paths = []
     for entry in sys.path:
@@ -151,12 +149,18 @@ def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) ->
     try:
         data = cloudpickle.dumps([spec.factory for spec in specs])
     except Exception as exc:
-        raise PortalError(f"the env factory {specs[0].id} cannot be pickled to ship it to its runtime: "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise PortalError(
+            f"the env factory {specs[0].id} cannot be pickled to ship it to its runtime: {type(exc).__name__}: {exc}"
+        ) from exc
     path = os.path.join(run_dir, f"factories-{server_index}.pkl")
     _write_private(path, data)
-    config = {"id": specs[0].id, "kwargs": {}, "legacy": specs[0].legacy, "factories": path,
-              "sys_path": _import_paths()}
+    config = {
+        "id": specs[0].id,
+        "kwargs": {},
+        "legacy": specs[0].legacy,
+        "factories": path,
+        "sys_path": _import_paths(),
+    }
     registry = _registrations(run_dir)
     if registry:
         config["registry"] = registry
@@ -182,15 +186,20 @@ def _registrations(run_dir: str) -> Optional[str]:
     import cloudpickle
     import gymnasium
 
-    extra = {env_id: spec for env_id, spec in gymnasium.envs.registry.items()
-             if not (isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium."))}
+    extra = {
+        env_id: spec
+        for env_id, spec in gymnasium.envs.registry.items()
+        if not (isinstance(spec.entry_point, str) and spec.entry_point.startswith("gymnasium."))
+    }
     if not extra:
         return None
     try:
         data = cloudpickle.dumps(extra)
     except Exception as exc:
-        logger.warn(f"VectorPortal: the agent's gymnasium registrations cannot be shipped to the env servers "
-                    f"({type(exc).__name__}: {exc}); factories calling gym.make see only the runtime's own")
+        logger.warn(
+            f"VectorPortal: the agent's gymnasium registrations cannot be shipped to the env servers "
+            f"({type(exc).__name__}: {exc}); factories calling gym.make see only the runtime's own"
+        )
         return None
     _write_private(path, data)
     return path
@@ -236,8 +245,10 @@ def local_spaces(factory: EnvFactory) -> Optional[tuple[Any, Any]]:
     try:
         env = factory()
     except Exception as exc:
-        logger.warn(f"VectorPortal: the env factory does not run in the agent ({type(exc).__name__}: {exc}); "
-                    "its custom spaces are represented by RemoteSpace")
+        logger.warn(
+            f"VectorPortal: the env factory does not run in the agent ({type(exc).__name__}: {exc}); "
+            "its custom spaces are represented by RemoteSpace"
+        )
         return None
     try:
         return env.observation_space, env.action_space

@@ -232,8 +232,12 @@ class Recovery:
     def _rows(self, server: ServerLink, k: int, extras: dict) -> tuple:
         """A copy of the server's rows of slot ``k`` that a reset writes: observations and infos."""
         portal, rows = self.portal, _env_rows(server)
-        return ([view[k, rows].copy() for view in portal._obs_fixed_views], portal._info_len[k, rows].copy(),
-                portal._info[k, rows].copy(), extras)
+        return (
+            [view[k, rows].copy() for view in portal._obs_fixed_views],
+            portal._info_len[k, rows].copy(),
+            portal._info[k, rows].copy(),
+            extras,
+        )
 
     def replay(self, server: ServerLink, k: int) -> StandIn:
         """NEXT_STEP: write the fresh envs' reset into slot ``k`` as the result of their next step."""

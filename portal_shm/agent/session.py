@@ -61,8 +61,7 @@ class ServerLink:
     def check_alive(self) -> None:
         status = self.handle.exit_status() if self.handle is not None else None
         if status is not None:
-            raise ServerDiedError(self.index, self.env_indices, status, self.handle.log_tail(),
-                                  self.handle.describe())
+            raise ServerDiedError(self.index, self.env_indices, status, self.handle.log_tail(), self.handle.describe())
 
     def error(self, message: dict) -> EnvError:
         """The agent-side exception for an ERROR message this server sent (fields validated)."""
@@ -77,15 +76,18 @@ class ServerLink:
     def errors(self, message: dict) -> list[EnvError]:
         """All env errors of one ERROR message: the first env's, then those of the server's other envs."""
         more = message.get("more")
-        return [self.error(message)] + [self.error(m) for m in (more if isinstance(more, list) else [])
-                                        if isinstance(m, dict)]
+        return [self.error(message)] + [
+            self.error(m) for m in (more if isinstance(more, list) else []) if isinstance(m, dict)
+        ]
 
     def expect(self, cmd: str, timeout: Optional[float], what: str) -> dict:
         message = self.recv(timeout, what)
         if message["cmd"] == P.ERROR:
             raise self.error(message)
         if message["cmd"] != cmd:
-            raise ServerProtocolError(f"env server {self.index} sent {message['cmd']!r} during {what}, expected {cmd!r}")
+            raise ServerProtocolError(
+                f"env server {self.index} sent {message['cmd']!r} during {what}, expected {cmd!r}"
+            )
         return message
 
     def schemas(self, key: str) -> list:
@@ -99,8 +101,11 @@ def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list
     limits = [spec.backend.max_envs_per_server() or envs_per_server for spec in specs]
     groups: list[list[int]] = []
     for i, spec in enumerate(specs):
-        if (groups and spec.shares_server_with(specs[groups[-1][0]])
-                and len(groups[-1]) < min(envs_per_server, limits[i])):
+        if (
+            groups
+            and spec.shares_server_with(specs[groups[-1][0]])
+            and len(groups[-1]) < min(envs_per_server, limits[i])
+        ):
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -136,9 +141,10 @@ class PortalSession:
     def _start_server(self, server: ServerLink) -> None:
         """Bind the server's control socket (a new path per generation) and start its runtime."""
         resources = self.resources
-        server.channel = ControlChannel(self.context, resources.socket_address(server.index, server.generation),
-                                        server.describe)
-        resources.hand_over(resources.owner, server.channel.address[len("ipc://"):])
+        server.channel = ControlChannel(
+            self.context, resources.socket_address(server.index, server.generation), server.describe
+        )
+        resources.hand_over(resources.owner, server.channel.address[len("ipc://") :])
         server.token = secrets.token_hex(16)
         if server.spec.factory is not None:
             from .env_fns import ship_factories
@@ -156,8 +162,9 @@ class PortalSession:
             "run_dir": resources.run_dir,
             "ring_token": server.token,
         }
-        server.launch = ServerLaunch(server.index, server.env_indices, config, resources.run_dir,
-                                     resources.log_path(server.index))
+        server.launch = ServerLaunch(
+            server.index, server.env_indices, config, resources.run_dir, resources.log_path(server.index)
+        )
         server.handle = server.spec.backend.start(server.launch)
 
     def _handshake(self, server: ServerLink, timeout: float) -> None:

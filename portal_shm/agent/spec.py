@@ -32,8 +32,12 @@ class EnvSpec:
 
     def shares_server_with(self, other: "EnvSpec") -> bool:
         if self.factory is not None or other.factory is not None:  # each env has its own factory
-            return (self.factory is not None and other.factory is not None and self.legacy == other.legacy
-                    and self.backend.key() == other.backend.key())
+            return (
+                self.factory is not None
+                and other.factory is not None
+                and self.legacy == other.legacy
+                and self.backend.key() == other.backend.key()
+            )
         return (self.id, self.legacy, self.backend.key()) == (other.id, other.legacy, other.backend.key()) and (
             self.kwargs == other.kwargs
         )

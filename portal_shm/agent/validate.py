@@ -120,7 +120,9 @@ def check_schema(schema: Any, what: str = "space", depth: int = 0, count: Option
     elif kind == "Text":
         _int(schema.get("min_length"), f"{what}'s min_length", 0, 2**31)
         _int(schema.get("max_length"), f"{what}'s max_length", 0, 2**31)
-        if schema.get("charset") is not None and not (isinstance(schema["charset"], str) and len(schema["charset"]) < 2**16):
+        if schema.get("charset") is not None and not (
+            isinstance(schema["charset"], str) and len(schema["charset"]) < 2**16
+        ):
             raise _fail(f"{what} has an invalid charset")
     elif kind == "Graph":
         check_schema(schema.get("node_space"), f"{what}'s node space", depth + 1, count)
@@ -174,8 +176,13 @@ def check_error(message: dict, env_indices: list) -> tuple:
     env_index = message.get("env_index")
     if env_index is not None and (isinstance(env_index, bool) or env_index not in env_indices):
         env_index = None  # a server may only blame its own envs
-    return (env_index, _clip(message.get("phase"))[:200], _clip(message.get("type"))[:300],
-            _clip(message.get("message")), _clip(message.get("traceback", "")))
+    return (
+        env_index,
+        _clip(message.get("phase"))[:200],
+        _clip(message.get("type"))[:300],
+        _clip(message.get("message")),
+        _clip(message.get("traceback", "")),
+    )
 
 
 def check_blobs(blobs: Any, env_indices: list, who: str) -> dict:
@@ -197,8 +204,9 @@ def check_reply(message: dict, env_indices: list, who: str) -> tuple:
     if results is None:
         results = []
     if not isinstance(results, list) or len(results) not in (0, len(env_indices)):
-        raise _fail(f"{who} sent {len(results) if isinstance(results, list) else 'invalid'} results "
-                    f"for {len(env_indices)} envs")
+        raise _fail(
+            f"{who} sent {len(results) if isinstance(results, list) else 'invalid'} results for {len(env_indices)} envs"
+        )
     return extras, results
 
 
@@ -210,8 +218,13 @@ def decode_infos(blob: Any, env_index: int) -> tuple:
         entry = P.unpackb(blob)
     except P.ProtocolError as exc:
         raise _fail(f"env {env_index} wrote corrupt infos: {exc}") from None
-    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and len(entry[0]) <= 2
-            and all(isinstance(d, dict) for d in entry[0])
-            and (entry[1] is None or isinstance(entry[1], dict))):
+    if not (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], list)
+        and len(entry[0]) <= 2
+        and all(isinstance(d, dict) for d in entry[0])
+        and (entry[1] is None or isinstance(entry[1], dict))
+    ):
         raise _fail(f"env {env_index} wrote infos of an unexpected shape")
     return entry[0], entry[1]

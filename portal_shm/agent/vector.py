@@ -46,8 +46,10 @@ _CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", 
 
 def _layout_of(schema: dict) -> list:
     """What the ring needs of a space: each leaf's kind, shape and dtype, bounds aside."""
-    return [(leaf["kind"],) + (tuple(map(str, leaf_shape_dtype(leaf))) if is_fixed(leaf) else ())
-            for _, leaf in leaves(schema)]
+    return [
+        (leaf["kind"],) + (tuple(map(str, leaf_shape_dtype(leaf))) if is_fixed(leaf) else ())
+        for _, leaf in leaves(schema)
+    ]
 
 
 def _subspace(space: Any, path: tuple) -> Any:
@@ -143,15 +145,19 @@ class VectorPortal(AsyncBatches, VectorEnv):
     ) -> None:
         F.check_options(context, worker, max_concurrency)
         specs, self._gymnasium_form = F.to_specs(env_fns, backend)
-        if not (observation_mode in ("same", "different") or (
-                isinstance(observation_mode, tuple) and len(observation_mode) == 2)):
+        if not (
+            observation_mode in ("same", "different")
+            or (isinstance(observation_mode, tuple) and len(observation_mode) == 2)
+        ):
             raise ValueError(
                 "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
                 f"observation space, actual got {observation_mode}"
             )
         if isinstance(observation_mode, tuple) and not all(isinstance(s, Space) for s in observation_mode):
-            raise TypeError(f"Expected both elements of observation_mode to be Spaces, got "
-                            f"{type(observation_mode[0])} and {type(observation_mode[1])}")
+            raise TypeError(
+                f"Expected both elements of observation_mode to be Spaces, got "
+                f"{type(observation_mode[0])} and {type(observation_mode[1])}"
+            )
         self.observation_mode = observation_mode
         if ring_depth < 2:
             raise ValueError(f"ring_depth must be at least 2, got {ring_depth}")
@@ -159,13 +165,17 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self.shared_memory, self.context, self.daemon, self.worker = shared_memory, context, daemon, worker
         self.max_concurrency = max_concurrency
         self.num_envs = len(specs)
-        self.autoreset_mode = autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        self.autoreset_mode = (
+            autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
+        )
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
         self._async = self.batch_size != self.num_envs
         if self._async:
             if self.autoreset_mode is AutoresetMode.DISABLED:
-                raise ValueError("batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
-                                 "could only be reset by a masked reset, which async batches do not have")
+                raise ValueError(
+                    "batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
+                    "could only be reset by a masked reset, which async batches do not have"
+                )
             envs_per_server = self._async_grouping(specs, envs_per_server)
         self.copy = self._gymnasium_form if copy is None else copy
         self.ring_depth = ring_depth
@@ -177,12 +187,18 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self._raw_infos = False
         bases = {spec.backend.run_dir_base() for spec in specs}
         if len(bases) > 1:
-            raise ValueError(f"these backends need their run directories in different places: {sorted(map(str, bases))}")
+            raise ValueError(
+                f"these backends need their run directories in different places: {sorted(map(str, bases))}"
+            )
         self._session = PortalSession(bases.pop())
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
-            self._start(specs, F.envs_per_server(self.num_envs, envs_per_server, max_concurrency),
-                        startup_timeout, info_capacity)
+            self._start(
+                specs,
+                F.envs_per_server(self.num_envs, envs_per_server, max_concurrency),
+                startup_timeout,
+                info_capacity,
+            )
             # -- recovery policy (portal_shm/agent/recovery.py) --
             self._recovery = Recovery(self, on_env_failure, max_restarts, startup_timeout)
         except BaseException:
@@ -244,28 +260,44 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.get("render_mode")
 
-        layout = ring_layout(self._obs_schema, self._act_schema, self.num_envs, self.ring_depth,
-                             len(session.servers), info_capacity)
-        ring = session.attach(layout, {"autoreset_mode": self.autoreset_mode.value,
-                                       "observation_schema": self._obs_schema,
-                                       "action_schema": self._act_schema}, timeout)
+        layout = ring_layout(
+            self._obs_schema, self._act_schema, self.num_envs, self.ring_depth, len(session.servers), info_capacity
+        )
+        ring = session.attach(
+            layout,
+            {
+                "autoreset_mode": self.autoreset_mode.value,
+                "observation_schema": self._obs_schema,
+                "action_schema": self._act_schema,
+            },
+            timeout,
+        )
         views = ring.views
         self._mailbox = views["mailbox"]
         self._reward, self._terminated, self._truncated = views["reward"], views["terminated"], views["truncated"]
         self._info_len, self._info = views["info_len"], views["info"]
         self._info_capacity = info_capacity
         # Actions of spaces without a fixed layout are sent as a message (one per server and step).
-        self._act_leaves = ([views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))]
-                            if is_fixed(self._act_schema) else None)
-        self._var_spaces = {index: _subspace(self.single_observation_space, path)
-                            for index, (path, leaf) in enumerate(leaves(self._obs_schema)) if not is_fixed(leaf)}
+        self._act_leaves = (
+            [views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))] if is_fixed(self._act_schema) else None
+        )
+        self._var_spaces = {
+            index: _subspace(self.single_observation_space, path)
+            for index, (path, leaf) in enumerate(leaves(self._obs_schema))
+            if not is_fixed(leaf)
+        }
         self._obs_views, self._obs_fixed_views = fixed_obs_views(self._obs_schema, views)
         self._build_obs = self._obs_builder(self._obs_schema, views, [0])
         has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
-        self._obs_slots = None if has_variable_leaves else [
-            self._build_obs(lambda index, array, k=k: array[k], None) for k in range(self.ring_depth)]
+        self._obs_slots = (
+            None
+            if has_variable_leaves
+            else [self._build_obs(lambda index, array, k=k: array[k], None) for k in range(self.ring_depth)]
+        )
         self._var_obs: list = [None] * self.num_envs
-        self._results_views = [(self._reward[k], self._terminated[k], self._truncated[k]) for k in range(self.ring_depth)]
+        self._results_views = [
+            (self._reward[k], self._terminated[k], self._truncated[k]) for k in range(self.ring_depth)
+        ]
         if self._async:
             self._start_batches()
 
@@ -294,8 +326,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
         while True:
             server.check_alive()
             if deadline is not None and time.monotonic() > deadline:
-                raise PortalTimeoutError(f"{server.describe()} did not finish its step within "
-                                         f"{self.step_timeout} s (step_timeout): hung or too slow")
+                raise PortalTimeoutError(
+                    f"{server.describe()} did not finish its step within "
+                    f"{self.step_timeout} s (step_timeout): hung or too slow"
+                )
             if done.wait(POLL_SLICE):
                 return
 
@@ -306,14 +340,16 @@ class VectorPortal(AsyncBatches, VectorEnv):
             raise PortalError(f"this VectorPortal cannot continue after an earlier failure: {self._broken}")
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, RestartLimitError,
-                            KeyboardInterrupt)):
+        if isinstance(
+            exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, RestartLimitError, KeyboardInterrupt)
+        ):
             self._broken = exc
             self._session.graceful = False
 
     # -- infos and observations ----------------------------------------------------------
-    def _gather(self, k: int, extras: dict, infos: dict, envs: Optional[list] = None, first: int = -1,
-                total: int = 0) -> dict:
+    def _gather(
+        self, k: int, extras: dict, infos: dict, envs: Optional[list] = None, first: int = -1, total: int = 0
+    ) -> dict:
         """Decode and batch the infos of ``envs`` (all by default), in env order, into ``infos``.
 
         Async batches put env ``envs[j]`` at position ``first + j`` of a batch of ``total`` envs.
@@ -339,10 +375,13 @@ class VectorPortal(AsyncBatches, VectorEnv):
                     try:
                         infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, position, total)
                     except Exception as exc:
-                        raise ServerProtocolError(f"env {i}'s infos cannot be batched with the others': {exc}") from None
+                        raise ServerProtocolError(
+                            f"env {i}'s infos cannot be batched with the others': {exc}"
+                        ) from None
             if var_obs is not None:
-                self._var_obs[i] = {index: self._revive(self._var_spaces.get(index), value, i)
-                                    for index, value in var_obs.items()}
+                self._var_obs[i] = {
+                    index: self._revive(self._var_spaces.get(index), value, i) for index, value in var_obs.items()
+                }
         return infos
 
     @staticmethod
@@ -395,8 +434,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 )
         if self._async:
             if mask is not None:
-                raise ValueError("options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
-                                 "env and recv() then hands them out batch by batch")
+                raise ValueError(
+                    "options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
+                    "env and recv() then hands them out batch by batch"
+                )
             self._reset_batches(seeds, options)
             self._state = AsyncState.WAITING_RESET
             return
@@ -405,14 +446,16 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self._recovery.note_reset(seeds, mask)
         for server in self._session.servers:
             envs = server.env_indices
-            messages.append({
-                "cmd": P.RESET,
-                "slot": k,
-                "prev_slot": prev,
-                "seeds": [seeds[i] for i in envs],
-                "options": options,
-                "mask": None if mask is None else [bool(mask[i]) for i in envs],
-            })
+            messages.append(
+                {
+                    "cmd": P.RESET,
+                    "slot": k,
+                    "prev_slot": prev,
+                    "seeds": [seeds[i] for i in envs],
+                    "options": options,
+                    "mask": None if mask is None else [bool(mask[i]) for i in envs],
+                }
+            )
         self._send_control(messages, "reset_async", AsyncState.WAITING_RESET)
         self._slot = k
         self._reset_messages = messages
@@ -422,8 +465,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
         ``multiprocessing.TimeoutError`` as with AsyncVectorEnv (the portal cannot continue then)."""
         self._check_usable()
         if self._state is not AsyncState.WAITING_RESET:
-            raise NoAsyncCallError("Calling `reset_wait` without any prior call to `reset_async`.",
-                                   AsyncState.WAITING_RESET.value)
+            raise NoAsyncCallError(
+                "Calling `reset_wait` without any prior call to `reset_async`.", AsyncState.WAITING_RESET.value
+            )
         if self._async:
             self._state = AsyncState.DEFAULT
             obs, _, _, _, infos = self.recv(timeout)
@@ -486,8 +530,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 failed[server] = exc
         return sent, failed
 
-    def _replies(self, what: str, timeout: Optional[float] = None,
-                 servers: Optional[list] = None) -> tuple[dict, list, dict]:
+    def _replies(
+        self, what: str, timeout: Optional[float] = None, servers: Optional[list] = None
+    ) -> tuple[dict, list, dict]:
         """Collect one reply per server (always all of them, to stay in step) and every env error.
 
         With ``on_env_failure="restart"`` a failed server does not stop the collection: it is
@@ -562,8 +607,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
         per_env = list(iterate(self.action_space, actions))
         if len(per_env) != self.num_envs:
             raise ValueError(f"got {len(per_env)} actions for {self.num_envs} envs")
-        messages = [{"cmd": P.ACTIONS, "actions": [per_env[i] for i in server.env_indices]}
-                    for server in self._session.servers]
+        messages = [
+            {"cmd": P.ACTIONS, "actions": [per_env[i] for i in server.env_indices]} for server in self._session.servers
+        ]
         for message in messages:
             P.packb(message)  # raises TypeError naming an unsendable value before any server is told
         try:
@@ -585,7 +631,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
             array = np.asarray(value)
             if array.shape != row.shape:
                 if array.ndim == 0 < row.ndim:
-                    raise TypeError(f"actions must hold one action per env (shape {row.shape}), got the scalar {value!r}")
+                    raise TypeError(
+                        f"actions must hold one action per env (shape {row.shape}), got the scalar {value!r}"
+                    )
                 raise ValueError(
                     f"actions of shape {array.shape} do not match the batched action space "
                     f"{self.action_space} (expected shape {row.shape})"
@@ -607,7 +655,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
         if self.closed:
             raise ClosedEnvironmentError("this VectorPortal is closed")
         if self._state is not AsyncState.WAITING_STEP:
-            raise NoAsyncCallError("Calling `step_wait` without any prior call to `step_async`.", AsyncState.WAITING_STEP.value)
+            raise NoAsyncCallError(
+                "Calling `step_wait` without any prior call to `step_async`.", AsyncState.WAITING_STEP.value
+            )
         if self._async:
             self._state = AsyncState.DEFAULT
             return self.recv(timeout)
@@ -645,7 +695,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
                             elif message["cmd"] == P.EXTRA:
                                 extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
                             else:
-                                raise ServerProtocolError(f"{server.describe()} sent {message['cmd']!r:.40} during a step")
+                                raise ServerProtocolError(
+                                    f"{server.describe()} sent {message['cmd']!r:.40} during a step"
+                                )
                     if not errors:
                         infos = self._gather(k, extras, infos, server.env_indices)
                 except RESTARTABLE as exc:
@@ -730,8 +782,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
         """Results of ``call_async``, one per env; ``timeout`` as for ``step_wait``."""
         self._check_usable()
         if self._state is not AsyncState.WAITING_CALL:
-            raise NoAsyncCallError("Calling `call_wait` without any prior call to `call_async`.",
-                                   AsyncState.WAITING_CALL.value)
+            raise NoAsyncCallError(
+                "Calling `call_wait` without any prior call to `call_async`.", AsyncState.WAITING_CALL.value
+            )
         return tuple(self._control_wait("call", timeout))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -756,8 +809,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        messages = [{"cmd": P.SET_ATTR, "name": name, "values": [values[i] for i in server.env_indices]}
-                    for server in self._session.servers]
+        messages = [
+            {"cmd": P.SET_ATTR, "name": name, "values": [values[i] for i in server.env_indices]}
+            for server in self._session.servers
+        ]
         self._control(messages, f"set_attr({name!r})")
 
     def render(self) -> tuple[Any, ...] | None:
@@ -785,8 +840,11 @@ class VectorPortal(AsyncBatches, VectorEnv):
     @property
     def servers(self) -> list[dict]:
         """Where each env lives: server index, env indices, runtime description."""
-        return [{"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe()}
-                for s in self._session.servers if s.handle is not None]
+        return [
+            {"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe()}
+            for s in self._session.servers
+            if s.handle is not None
+        ]
 
     @property
     def tag(self) -> str:

@@ -68,8 +68,12 @@ class CeilingPool:
         ctx = mp.get_context("spawn")
         self.workers, self.seconds = os.cpu_count() or 1, seconds
         self.go, self.stop, self.queue = ctx.Barrier(self.workers + 1), ctx.Event(), ctx.Queue()
-        self.procs = [ctx.Process(target=_worker, daemon=True, args=(
-            sc.name, seconds, seed + w, warmup, self.go, self.stop, self.queue)) for w in range(self.workers)]
+        self.procs = [
+            ctx.Process(
+                target=_worker, daemon=True, args=(sc.name, seconds, seed + w, warmup, self.go, self.stop, self.queue)
+            )
+            for w in range(self.workers)
+        ]
         for p in self.procs:
             p.start()
 

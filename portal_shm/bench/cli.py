@@ -48,6 +48,7 @@ def _choices(allowed: tuple):
         if unknown:
             raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {','.join(allowed)}")
         return values
+
     return parse
 
 
@@ -59,26 +60,50 @@ def _limit(text: str) -> tuple:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help=f"null:AxBxC, a gymnasium id or module:callable (default: {' '.join(DEFAULT_SCENARIOS)})")
+    p.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"null:AxBxC, a gymnasium id or module:callable (default: {' '.join(DEFAULT_SCENARIOS)})",
+    )
     p.add_argument("-n", "--num-envs", type=_ints, default=[8], metavar="N,N", help="comma list of N (default 8)")
-    p.add_argument("--backends", type=_choices(BACKENDS), default=["process"], metavar="B,B",
-                   help=f"portal_shm backends to run, of {','.join(BACKENDS)} (default process)")
-    p.add_argument("--against", type=_choices(AGAINST), default=["sync", "async"], metavar="S,S",
-                   help=f"alternatives, of {','.join(AGAINST)}, or none (default sync,async)")
+    p.add_argument(
+        "--backends",
+        type=_choices(BACKENDS),
+        default=["process"],
+        metavar="B,B",
+        help=f"portal_shm backends to run, of {','.join(BACKENDS)} (default process)",
+    )
+    p.add_argument(
+        "--against",
+        type=_choices(AGAINST),
+        default=["sync", "async"],
+        metavar="S,S",
+        help=f"alternatives, of {','.join(AGAINST)}, or none (default sync,async)",
+    )
     p.add_argument("--baseline", help="system the ratios are taken to (default async if run, else the first system)")
     p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per run (default 2)")
     p.add_argument("--repeat", type=int, default=3, help="interleaved rounds per cell (default 3)")
     p.add_argument("--warmup", type=int, default=10, help="untimed batched steps before each run (default 10)")
     p.add_argument("--alloc-steps", type=int, default=200, help="portal steps under tracemalloc (default 200, 0 skips)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="async batches (envpool style: recv the first B envs done, send them back) for the systems that "
-                        "have them (portal-process, portal-docker, envpool); the others step in lockstep; "
-                        "portal-lockstep and envpool-lockstep in --against set lockstep beside them")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="async batches (envpool style: recv the first B envs done, send them back) for the systems that "
+        "have them (portal-process, portal-docker, envpool); the others step in lockstep; "
+        "portal-lockstep and envpool-lockstep in --against set lockstep beside them",
+    )
     p.add_argument("--envs-per-server", type=int, default=None, help="portal's envs_per_server (default: its own)")
     p.add_argument("--image", default=None, help="docker image for scenarios with no known image")
-    p.add_argument("--limit", type=_limit, action="append", default=[], metavar="NAME=N,N",
-                   help="run scenario or system NAME only at these N, e.g. --limit portal-docker=8 (repeatable)")
+    p.add_argument(
+        "--limit",
+        type=_limit,
+        action="append",
+        default=[],
+        metavar="NAME=N,N",
+        help="run scenario or system NAME only at these N, e.g. --limit portal-docker=8 (repeatable)",
+    )
     p.add_argument("--no-references", action="store_true", help="skip the raw and ceiling loops")
     p.add_argument("--seed", type=int, default=0, help="seed of resets and action samples (default 0)")
     p.add_argument("--json", metavar="FILE", help="write the report (schema: benchmarks/SCHEMA.md)")
@@ -90,19 +115,34 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def add_bench_command(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench", help="benchmark portal_shm against the alternatives (table, JSON, plot)",
-                              description=__doc__.split("\n\n")[0], epilog=EPILOG,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark portal_shm against the alternatives (table, JSON, plot)",
+        description=__doc__.split("\n\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     configure_parser(p)
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(
-        scenarios=parse_scenarios(args.scenarios or list(DEFAULT_SCENARIOS)), num_envs=args.num_envs,
-        backends=args.backends, against=args.against, baseline=args.baseline, seconds=args.seconds,
-        repeat=args.repeat, warmup=args.warmup, alloc_steps=args.alloc_steps, seed=args.seed,
-        envs_per_server=args.envs_per_server, image=args.image, batch_size=args.batch_size,
-        references=not args.no_references, limits=dict(args.limit))
+        scenarios=parse_scenarios(args.scenarios or list(DEFAULT_SCENARIOS)),
+        num_envs=args.num_envs,
+        backends=args.backends,
+        against=args.against,
+        baseline=args.baseline,
+        seconds=args.seconds,
+        repeat=args.repeat,
+        warmup=args.warmup,
+        alloc_steps=args.alloc_steps,
+        seed=args.seed,
+        envs_per_server=args.envs_per_server,
+        image=args.image,
+        batch_size=args.batch_size,
+        references=not args.no_references,
+        limits=dict(args.limit),
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -142,8 +182,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m portal_shm.bench", description=__doc__.split("\n\n")[0],
-                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m portal_shm.bench",
+        description=__doc__.split("\n\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     configure_parser(parser)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)

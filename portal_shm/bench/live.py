@@ -21,9 +21,18 @@ class LiveProgress(ProgressSink):
 
     def __init__(self, console: Console, quiet: bool = False) -> None:
         self.console, self.quiet = console, quiet
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                 console=console, transient=True, disable=quiet)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+            disable=quiet,
+        )
         self.task = None
         self.cell: dict = {}
 

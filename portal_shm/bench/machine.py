@@ -9,8 +9,21 @@ from importlib import metadata
 from typing import Optional
 
 # Every package a benchmark may involve; absent ones are reported as null.
-PACKAGES = ("portal-shm", "numpy", "gymnasium", "ale-py", "vizdoom", "envpool", "portal-env", "portal",
-            "pyzmq", "msgpack", "docker", "rich", "matplotlib")
+PACKAGES = (
+    "portal-shm",
+    "numpy",
+    "gymnasium",
+    "ale-py",
+    "vizdoom",
+    "envpool",
+    "portal-env",
+    "portal",
+    "pyzmq",
+    "msgpack",
+    "docker",
+    "rich",
+    "matplotlib",
+)
 
 
 def _grep(path: str, key: str) -> Optional[str]:

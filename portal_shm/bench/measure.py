@@ -31,9 +31,16 @@ def _warm_up(step: Any, count: int, seconds: float) -> None:
 def _result(n: int, env_steps: int, wall_ns: int, cpu_s: float, lat: np.ndarray) -> dict:
     elapsed = max(wall_ns / 1e9, 1e-9)
     p50, p99 = (np.percentile(lat[:n], [50, 99]) / 1e3) if n else (np.nan, np.nan)
-    return {"batched_steps": n, "env_steps": env_steps, "seconds": elapsed, "steps_per_s": env_steps / elapsed,
-            "p50_us": float(p50), "p99_us": float(p99), "mean_us": float(lat[:n].mean() / 1e3) if n else None,
-            "agent_cpu": cpu_s / elapsed}
+    return {
+        "batched_steps": n,
+        "env_steps": env_steps,
+        "seconds": elapsed,
+        "steps_per_s": env_steps / elapsed,
+        "p50_us": float(p50),
+        "p99_us": float(p99),
+        "mean_us": float(lat[:n].mean() / 1e3) if n else None,
+        "agent_cpu": cpu_s / elapsed,
+    }
 
 
 def timed_run(envs: Any, actions: list, seconds: float, warmup: int, lat: np.ndarray) -> dict:
@@ -119,7 +126,11 @@ def agent_allocations(envs: Any, actions: list, steps: int, warmup: int, seconds
     finally:
         tracemalloc.stop()
     transient = transient[:done]
-    return {"steps": done, "obs_bytes": threshold, "steps_with_obs_sized_alloc": int((transient >= threshold).sum()),
-            "max_transient_bytes": int(transient.max()) if done else 0,
-            "mean_transient_bytes": float(transient.mean()) if done else 0.0,
-            "retained_obs_sized_blocks": int(retained)}
+    return {
+        "steps": done,
+        "obs_bytes": threshold,
+        "steps_with_obs_sized_alloc": int((transient >= threshold).sum()),
+        "max_transient_bytes": int(transient.max()) if done else 0,
+        "mean_transient_bytes": float(transient.mean()) if done else 0.0,
+        "retained_obs_sized_blocks": int(retained),
+    }

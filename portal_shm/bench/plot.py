@@ -10,9 +10,14 @@ from typing import Optional
 from .options import is_portal
 
 STYLES = {  # system -> (color, marker, linestyle)
-    "portal-process": ("#d62728", "o", "-"), "portal-docker": ("#ff7f0e", "s", "-"),
-    "sync": ("#1f77b4", "^", "--"), "async": ("#2ca02c", "v", "--"), "envpool": ("#9467bd", "D", "--"),
-    "portal-env": ("#8c564b", "x", "--"), "raw": ("#7f7f7f", ".", ":"), "ceiling": ("#000000", "_", ":"),
+    "portal-process": ("#d62728", "o", "-"),
+    "portal-docker": ("#ff7f0e", "s", "-"),
+    "sync": ("#1f77b4", "^", "--"),
+    "async": ("#2ca02c", "v", "--"),
+    "envpool": ("#9467bd", "D", "--"),
+    "portal-env": ("#8c564b", "x", "--"),
+    "raw": ("#7f7f7f", ".", ":"),
+    "ceiling": ("#000000", "_", ":"),
 }
 
 
@@ -45,16 +50,28 @@ def plot_report(report: dict, path: str) -> Optional[str]:
         order = [s["name"] for s in report["systems"]] + ["raw", "ceiling"]
         systems = [s for s in dict.fromkeys(order) if s in measured] + sorted(measured - set(order))
         for system in systems:
-            points = sorted((r["num_envs"], r["steps_per_s"]) for r in report["summary"]
-                            if r["scenario"] == scenario and r["system"] == system and r["steps_per_s"])
+            points = sorted(
+                (r["num_envs"], r["steps_per_s"])
+                for r in report["summary"]
+                if r["scenario"] == scenario and r["system"] == system and r["steps_per_s"]
+            )
             if not points:
                 continue
             ns = [n for n, _ in points]
             color, marker, line = STYLES.get(system, (None, "o", "-"))
-            ax.plot(ns, [s["median"] for _, s in points], label=system, color=color, marker=marker, linestyle=line,
-                    linewidth=2.2 if is_portal(system) else 1.4, markersize=5)
-            ax.fill_between(ns, [s["min"] for _, s in points], [s["max"] for _, s in points], color=color,
-                            alpha=0.12, linewidth=0)
+            ax.plot(
+                ns,
+                [s["median"] for _, s in points],
+                label=system,
+                color=color,
+                marker=marker,
+                linestyle=line,
+                linewidth=2.2 if is_portal(system) else 1.4,
+                markersize=5,
+            )
+            ax.fill_between(
+                ns, [s["min"] for _, s in points], [s["max"] for _, s in points], color=color, alpha=0.12, linewidth=0
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         all_n = sorted({r["num_envs"] for r in report["summary"] if r["scenario"] == scenario})
@@ -64,11 +81,14 @@ def plot_report(report: dict, path: str) -> Optional[str]:
         ax.set_ylabel("env-steps/s")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    for ax in list(axes.flat)[len(scenarios):]:
+    for ax in list(axes.flat)[len(scenarios) :]:
         ax.set_visible(False)
     machine, options = report["machine"], report["options"]
-    fig.suptitle(f"portal-shm bench: median of {options['repeat']} interleaved {options['seconds']:g} s runs "
-                 f"(bands: min-max), {machine['cpu_count']} cores {machine['cpu_model'] or ''}", fontsize=10)
+    fig.suptitle(
+        f"portal-shm bench: median of {options['repeat']} interleaved {options['seconds']:g} s runs "
+        f"(bands: min-max), {machine['cpu_count']} cores {machine['cpu_model'] or ''}",
+        fontsize=10,
+    )
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -27,12 +27,14 @@ from .scenarios import Scenario
 
 STARTUP_TIMEOUT = 60.0
 STEP_TIMEOUT = 120.0  # a lost server otherwise leaves portal's client waiting forever
-DIFFERENCES = ("portal-env 0.9: one env server process hosting the N envs as a gymnasium SyncVectorEnv, "
-               "reached over TCP on localhost; its AgentSidePortal.step cannot take vector results "
-               "(float(reward) on an array), so the harness calls that client's portal futures directly; "
-               "reset ignores seeds; idle, its server spins a whole core (and its client does when the server "
-               "is stopped), so the harness starts it afresh for each of its runs and never keeps it beside "
-               "another system")
+DIFFERENCES = (
+    "portal-env 0.9: one env server process hosting the N envs as a gymnasium SyncVectorEnv, "
+    "reached over TCP on localhost; its AgentSidePortal.step cannot take vector results "
+    "(float(reward) on an array), so the harness calls that client's portal futures directly; "
+    "reset ignores seeds; idle, its server spins a whole core (and its client does when the server "
+    "is stopped), so the harness starts it afresh for each of its runs and never keeps it beside "
+    "another system"
+)
 
 
 def free_port() -> int:
@@ -51,7 +53,9 @@ def _wait_for_port(port: int, proc: subprocess.Popen, log_path: str) -> None:
             return
         except OSError:
             time.sleep(0.1)
-    raise TimeoutError(f"portal-env server did not listen on port {port} within {STARTUP_TIMEOUT:.0f} s: {_tail(log_path)}")
+    raise TimeoutError(
+        f"portal-env server did not listen on port {port} within {STARTUP_TIMEOUT:.0f} s: {_tail(log_path)}"
+    )
 
 
 def _tail(path: str, chars: int = 1500) -> str:
@@ -78,7 +82,11 @@ class PortalEnvVector:
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "portal_shm.bench.portal_env_server", str(self.port), sc.target, kwargs],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.client = None
         clients = []
         try:
@@ -89,7 +97,7 @@ class PortalEnvVector:
             single = AgentSidePortal(name)
             clients.append(single)
             self.single_action_space = single.action_space  # its observation_space re-parses str(space):
-            single.close()                                   # float32 Box bounds (VizDoom) fail, and the
+            single.close()  # float32 Box bounds (VizDoom) fail, and the
             self.action_space = gym.vector.utils.batch_space(self.single_action_space, n)  # loop needs none
             self.client = AgentSidePortal(name, num_envs=n)
             clients.append(self.client)

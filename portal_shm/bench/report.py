@@ -67,20 +67,49 @@ def systems_info(options: BenchOptions, registry: dict) -> list:
     found = []
     for name in options.systems():
         system = registry[name]
-        found.append({"name": name, "label": system.label,
-                      "role": "portal" if system.package == "portal-shm" else "alternative",
-                      "package": system.package, "version": version(system.package)})
+        found.append(
+            {
+                "name": name,
+                "label": system.label,
+                "role": "portal" if system.package == "portal-shm" else "alternative",
+                "package": system.package,
+                "version": version(system.package),
+            }
+        )
     if options.references and any(sc.is_game for sc in options.scenarios):
-        found += [{"name": "raw", "label": "one env in a plain loop in the agent process", "role": "reference",
-                   "package": None, "version": None},
-                  {"name": "ceiling", "label": f"{os.cpu_count()} plain loops in parallel processes, summed",
-                   "role": "reference", "package": None, "version": None}]
+        found += [
+            {
+                "name": "raw",
+                "label": "one env in a plain loop in the agent process",
+                "role": "reference",
+                "package": None,
+                "version": None,
+            },
+            {
+                "name": "ceiling",
+                "label": f"{os.cpu_count()} plain loops in parallel processes, summed",
+                "role": "reference",
+                "package": None,
+                "version": None,
+            },
+        ]
     return found
 
 
-def build_report(options: BenchOptions, registry: dict, samples: list, allocations: list, skipped: list,
-                 notes: list, errors: list, startups: list, interrupted: bool, command: Optional[list], started: float,
-                 cpu_before: Optional[list]) -> dict:
+def build_report(
+    options: BenchOptions,
+    registry: dict,
+    samples: list,
+    allocations: list,
+    skipped: list,
+    notes: list,
+    errors: list,
+    startups: list,
+    interrupted: bool,
+    command: Optional[list],
+    started: float,
+    cpu_before: Optional[list],
+) -> dict:
     baseline = options.resolved_baseline()
     order = options.systems() + ["raw", "ceiling"]
     rows = summarize(samples, baseline, order, allocations, startups)

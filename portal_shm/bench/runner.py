@@ -64,8 +64,12 @@ def plan(options: BenchOptions, registry: dict) -> tuple:
     return cells, skipped
 
 
-def run_bench(options: BenchOptions, progress: Optional[Progress] = None, registry: Optional[dict] = None,
-              command: Optional[list] = None) -> dict:
+def run_bench(
+    options: BenchOptions,
+    progress: Optional[Progress] = None,
+    registry: Optional[dict] = None,
+    command: Optional[list] = None,
+) -> dict:
     registry = registry or SYSTEMS
     progress = progress or Progress()
     validate(options, registry)
@@ -76,21 +80,51 @@ def run_bench(options: BenchOptions, progress: Optional[Progress] = None, regist
     lat = np.zeros(measure.LATENCY_CAPACITY, np.int64)  # allocated once, reused by every timed run
     try:
         for sc, n, systems, refs in cells:
-            run_cell(sc, n, systems, refs, options, registry, lat, progress, samples, allocations, skipped, errors,
-                     startups)
+            run_cell(
+                sc, n, systems, refs, options, registry, lat, progress, samples, allocations, skipped, errors, startups
+            )
     except KeyboardInterrupt:
         interrupted = True
         progress.log("interrupted: every env was closed; reporting what was measured")
-    notes = [{"system": name, "scenario": sc.name, "note": note} for sc in options.scenarios
-             for name in options.systems() if registry[name].note and (note := registry[name].note(sc))
-             and not any(s["system"] == name and s["scenario"] == sc.name and s["num_envs"] is None for s in skipped)]
-    return build_report(options, registry, samples, allocations, skipped, notes, errors, startups, interrupted,
-                        command, started, cpu_before)
+    notes = [
+        {"system": name, "scenario": sc.name, "note": note}
+        for sc in options.scenarios
+        for name in options.systems()
+        if registry[name].note
+        and (note := registry[name].note(sc))
+        and not any(s["system"] == name and s["scenario"] == sc.name and s["num_envs"] is None for s in skipped)
+    ]
+    return build_report(
+        options,
+        registry,
+        samples,
+        allocations,
+        skipped,
+        notes,
+        errors,
+        startups,
+        interrupted,
+        command,
+        started,
+        cpu_before,
+    )
 
 
-def run_cell(sc: Scenario, n: int, systems: list, refs: list, options: BenchOptions, registry: dict,
-             lat: np.ndarray, progress: Progress, samples: list, allocations: list, skipped: list, errors: list,
-             startups: list) -> None:
+def run_cell(
+    sc: Scenario,
+    n: int,
+    systems: list,
+    refs: list,
+    options: BenchOptions,
+    registry: dict,
+    lat: np.ndarray,
+    progress: Progress,
+    samples: list,
+    allocations: list,
+    skipped: list,
+    errors: list,
+    startups: list,
+) -> None:
     """Build every system of one cell, run them interleaved, close them all."""
     built: dict = {}
     per_run: set = set()
@@ -116,16 +150,18 @@ def run_cell(sc: Scenario, n: int, systems: list, refs: list, options: BenchOpti
                 progress.log(f"{sc.name} N={n} {name}: {reason}")
                 continue
             built[name] = envs
-            startups.append({"scenario": sc.name, "num_envs": n, "system": name,
-                             "seconds": time.perf_counter() - begin})
+            startups.append(
+                {"scenario": sc.name, "num_envs": n, "system": name, "seconds": time.perf_counter() - begin}
+            )
         actions = {name: sample_actions(envs.action_space, options.seed) for name, envs in built.items()}
         if refs:
             progress.status(f"{sc.name} N={n}: starting raw and ceiling loops")
             begin = time.perf_counter()
             single = single_env(sc, options.seed, options.warmup)
             pool = CeilingPool(sc, options.seconds, options.seed, options.warmup)
-            startups.append({"scenario": sc.name, "num_envs": n, "system": "raw",
-                             "seconds": time.perf_counter() - begin})
+            startups.append(
+                {"scenario": sc.name, "num_envs": n, "system": "raw", "seconds": time.perf_counter() - begin}
+            )
         rotation = [s for s in systems if s in built or s in per_run] + refs
         for r in range(options.repeat):
             for name in list(rotation):
@@ -138,8 +174,15 @@ def run_cell(sc: Scenario, n: int, systems: list, refs: list, options: BenchOpti
                     else:
                         result = run_one(name, built.get(name), actions.get(name), single, pool, options, lat)
                 except Exception as exc:
-                    errors.append({"system": name, "scenario": sc.name, "num_envs": n, "round": r,
-                                   "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+                    errors.append(
+                        {
+                            "system": name,
+                            "scenario": sc.name,
+                            "num_envs": n,
+                            "round": r,
+                            "error": f"{type(exc).__name__}: {str(exc)[:500]}",
+                        }
+                    )
                     progress.log(f"{sc.name} N={n} {name} failed in round {r + 1}: {exc!r}; dropped from this cell")
                     rotation.remove(name)
                     if name in built:
@@ -151,8 +194,9 @@ def run_cell(sc: Scenario, n: int, systems: list, refs: list, options: BenchOpti
         if options.alloc_steps > 0 and options.batch_size is None:
             for name in (s for s in built if is_portal(s)):
                 progress.status(f"{sc.name} N={n}: allocation check of {name}")
-                alloc = measure.agent_allocations(built[name], actions[name], options.alloc_steps, options.warmup,
-                                                  options.seconds)
+                alloc = measure.agent_allocations(
+                    built[name], actions[name], options.alloc_steps, options.warmup, options.seconds
+                )
                 allocations.append({"scenario": sc.name, "num_envs": n, "system": name, **alloc})
         failed = False
     finally:
@@ -182,14 +226,21 @@ def run_fresh(system: Any, sc: Scenario, n: int, options: BenchOptions, lat: np.
         close_quietly(envs, failed)
 
 
-def run_one(name: str, envs: Any, actions: Optional[list], single: Any, pool: Any, options: BenchOptions,
-            lat: np.ndarray) -> dict:
+def run_one(
+    name: str, envs: Any, actions: Optional[list], single: Any, pool: Any, options: BenchOptions, lat: np.ndarray
+) -> dict:
     if name == "raw":
         rate = raw_loop(*single, options.seconds)
         return {"steps_per_s": rate, "p50_us": None, "p99_us": None, "agent_cpu": None, "procs": 1, "mode": "raw"}
     if name == "ceiling":
-        return {"steps_per_s": pool.run(), "p50_us": None, "p99_us": None, "agent_cpu": None,
-                "procs": pool.workers, "mode": "raw"}
+        return {
+            "steps_per_s": pool.run(),
+            "p50_us": None,
+            "p99_us": None,
+            "agent_cpu": None,
+            "procs": pool.workers,
+            "mode": "raw",
+        }
     if options.batch_size is not None and supports_batches(envs):
         first = not getattr(envs, "_bench_pipeline_started", False)
         result = measure.batched_run(envs, actions, options.seconds, options.warmup, lat, first)

@@ -71,10 +71,12 @@ def parse_scenario(text: str) -> Scenario:
     """``null:210x160x3`` (any shape of positive sizes), a gymnasium id, or ``module:callable``."""
     text = text.strip()
     if text.startswith(NULL_PREFIX):
-        dims = text[len(NULL_PREFIX):].lower().split("x")
+        dims = text[len(NULL_PREFIX) :].lower().split("x")
         if not all(d.isdigit() and int(d) > 0 for d in dims):
-            raise ScenarioError(f"bad null scenario {text!r}: expected null:AxBxC with positive integer sizes, "
-                                "e.g. null:210x160x3 or null:84x84x4")
+            raise ScenarioError(
+                f"bad null scenario {text!r}: expected null:AxBxC with positive integer sizes, "
+                "e.g. null:210x160x3 or null:84x84x4"
+            )
         shape = tuple(int(d) for d in dims)
         return Scenario(text, NULL_ENTRY_POINT, {"shape": shape}, shape)
     if ":" in text:
@@ -82,8 +84,10 @@ def parse_scenario(text: str) -> Scenario:
             raise ScenarioError(f"bad entry point {text!r}: expected package.module:callable")
         return Scenario(text, text)
     if not _ID.match(text):
-        raise ScenarioError(f"bad scenario {text!r}: expected null:AxBxC, a gymnasium id (ALE/Pong-v5) "
-                            "or an entry point package.module:callable")
+        raise ScenarioError(
+            f"bad scenario {text!r}: expected null:AxBxC, a gymnasium id (ALE/Pong-v5) "
+            "or an entry point package.module:callable"
+        )
     return Scenario(text, text)
 
 

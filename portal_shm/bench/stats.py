@@ -26,16 +26,24 @@ def spread(values: Iterable[Optional[float]]) -> Optional[dict]:
 
 def paired_ratios(numerator: dict, denominator: dict) -> list:
     """``numerator[r] / denominator[r]`` for every round ``r`` both have (dicts: round -> value)."""
-    return [numerator[r] / denominator[r] for r in sorted(numerator)
-            if r in denominator and denominator[r] and numerator[r] is not None]
+    return [
+        numerator[r] / denominator[r]
+        for r in sorted(numerator)
+        if r in denominator and denominator[r] and numerator[r] is not None
+    ]
 
 
 def by_round(samples: list, key: str = "steps_per_s") -> dict:
     return {s["repeat"]: s[key] for s in samples}
 
 
-def summarize(samples: list, baseline: str, systems_order: list, allocations: Optional[list] = None,
-              startups: Optional[list] = None) -> list:
+def summarize(
+    samples: list,
+    baseline: str,
+    systems_order: list,
+    allocations: Optional[list] = None,
+    startups: Optional[list] = None,
+) -> list:
     """One row per (scenario, N, system), in the order the scenarios ran, N ascending, systems in
     ``systems_order``. ``x_baseline`` and ``x_ceiling`` are spreads of pair-by-pair ratios."""
     groups: dict = {}
@@ -46,22 +54,29 @@ def summarize(samples: list, baseline: str, systems_order: list, allocations: Op
     scenario_order = list(dict.fromkeys(s["scenario"] for s in samples))
     rank = {name: i for i, name in enumerate(systems_order)}
     rows = []
-    for (name, n, system), group in sorted(groups.items(), key=lambda kv: (
-            scenario_order.index(kv[0][0]), kv[0][1], rank.get(kv[0][2], len(rank)), kv[0][2])):
+    for (name, n, system), group in sorted(
+        groups.items(),
+        key=lambda kv: (scenario_order.index(kv[0][0]), kv[0][1], rank.get(kv[0][2], len(rank)), kv[0][2]),
+    ):
         rounds = by_round(group)
         base = groups.get((name, n, baseline))
         ceiling = groups.get((name, n, "ceiling"))
-        rows.append({
-            "scenario": name, "num_envs": n, "system": system, "repeats": len(group),
-            "steps_per_s": spread(rounds.values()),
-            "p50_us": _median(s.get("p50_us") for s in group),
-            "p99_us": _median(s.get("p99_us") for s in group),
-            "agent_cpu": _median(s.get("agent_cpu") for s in group),
-            "x_baseline": spread(paired_ratios(rounds, by_round(base))) if base else None,
-            "x_ceiling": spread(paired_ratios(rounds, by_round(ceiling))) if ceiling else None,
-            "alloc": alloc_of.get((name, n, system)),
-            "startup_s": startup_of.get((name, n, system)),
-        })
+        rows.append(
+            {
+                "scenario": name,
+                "num_envs": n,
+                "system": system,
+                "repeats": len(group),
+                "steps_per_s": spread(rounds.values()),
+                "p50_us": _median(s.get("p50_us") for s in group),
+                "p99_us": _median(s.get("p99_us") for s in group),
+                "agent_cpu": _median(s.get("agent_cpu") for s in group),
+                "x_baseline": spread(paired_ratios(rounds, by_round(base))) if base else None,
+                "x_ceiling": spread(paired_ratios(rounds, by_round(ceiling))) if ceiling else None,
+                "alloc": alloc_of.get((name, n, system)),
+                "startup_s": startup_of.get((name, n, system)),
+            }
+        )
     return rows
 
 
@@ -76,8 +91,12 @@ def row_of(rows: list, scenario: str, num_envs: int, system: str) -> Optional[di
 
 def pair_ratio(samples: list, scenario: str, num_envs: int, system: str, baseline: str) -> Optional[dict]:
     """Spread of ``system[i] / baseline[i]`` over the rounds of one cell."""
+
     def rounds(name: str) -> dict:
-        return by_round([s for s in samples if (s["scenario"], s["num_envs"], s["system"]) == (scenario, num_envs, name)])
+        return by_round(
+            [s for s in samples if (s["scenario"], s["num_envs"], s["system"]) == (scenario, num_envs, name)]
+        )
+
     return spread(paired_ratios(rounds(system), rounds(baseline)))
 
 
@@ -100,8 +119,14 @@ def targets(rows: list, samples: list) -> list:
         alloc = row["alloc"]
         if alloc:
             bad = alloc["steps_with_obs_sized_alloc"] + max(alloc["retained_obs_sized_blocks"], 0)
-            found.append({"target": f"{row['scenario']} N={row['num_envs']}: {row['system']} 0 obs-sized "
-                          "allocations per step", "value": bad / max(alloc["steps"], 1), "ok": bad == 0})
+            found.append(
+                {
+                    "target": f"{row['scenario']} N={row['num_envs']}: {row['system']} 0 obs-sized "
+                    "allocations per step",
+                    "value": bad / max(alloc["steps"], 1),
+                    "ok": bad == 0,
+                }
+            )
     return found
 
 

@@ -55,8 +55,10 @@ def _build_portal(backend: str) -> Callable[[Scenario, int, BenchOptions], Any]:
         if options.batch_size is not None:
             vector_kwargs["batch_size"] = options.batch_size
         extra = {"image": sc.docker_image(options.image)} if backend == "docker" else {}
-        return portal_shm.make_vec(sc.target, n, backend=backend, vector_kwargs=vector_kwargs,
-                                   env_kwargs=sc.kwargs, **extra)
+        return portal_shm.make_vec(
+            sc.target, n, backend=backend, vector_kwargs=vector_kwargs, env_kwargs=sc.kwargs, **extra
+        )
+
     return build
 
 
@@ -132,32 +134,93 @@ def _lockstep(build: Callable[[Scenario, int, BenchOptions], Any]) -> Callable[[
     return lambda sc, n, options: build(sc, n, replace(options, batch_size=None))
 
 
-SYSTEMS: dict = {s.name: s for s in (
-    System("portal-process", "portal_shm (process backend)", "portal_shm", "portal-shm", "pip install portal-shm",
-           _build_portal("process")),
-    System("portal-docker", "portal_shm (docker backend)", "docker", "portal-shm", "pip install 'portal-shm[docker]'",
-           _build_portal("docker"), check=_check_docker),
-    System("sync", "gymnasium SyncVectorEnv", "gymnasium", "gymnasium", "pip install gymnasium", _build_sync),
-    System("async", "gymnasium AsyncVectorEnv (shared_memory=True)", "gymnasium", "gymnasium", "pip install gymnasium",
-           _build_async),
-    System("portal-fns", "portal_shm VectorPortal(env_fns), AsyncVectorEnv's arguments", "cloudpickle", "portal-shm",
-           "pip install cloudpickle", _build_portal_fns),
-    System("envpool", "envpool", "envpool", "envpool", "pip install envpool", _build_envpool, check=_check_envpool,
-           note=_note_envpool),
-    System("portal-env", "portal-env (env server as a local process)", "portal_env", "portal-env", "pip install portal-env",
-           _build_portal_env, note=_note_portal_env, per_run=True),
-    System("portal-lockstep", "portal_shm (process backend, lockstep even with --batch-size)", "portal_shm",
-           "portal-shm", "pip install portal-shm", _lockstep(_build_portal("process"))),
-    System("envpool-lockstep", "envpool (lockstep even with --batch-size)", "envpool", "envpool", "pip install envpool",
-           _lockstep(_build_envpool), check=_check_envpool, note=_note_envpool),
-)}
+SYSTEMS: dict = {
+    s.name: s
+    for s in (
+        System(
+            "portal-process",
+            "portal_shm (process backend)",
+            "portal_shm",
+            "portal-shm",
+            "pip install portal-shm",
+            _build_portal("process"),
+        ),
+        System(
+            "portal-docker",
+            "portal_shm (docker backend)",
+            "docker",
+            "portal-shm",
+            "pip install 'portal-shm[docker]'",
+            _build_portal("docker"),
+            check=_check_docker,
+        ),
+        System("sync", "gymnasium SyncVectorEnv", "gymnasium", "gymnasium", "pip install gymnasium", _build_sync),
+        System(
+            "async",
+            "gymnasium AsyncVectorEnv (shared_memory=True)",
+            "gymnasium",
+            "gymnasium",
+            "pip install gymnasium",
+            _build_async,
+        ),
+        System(
+            "portal-fns",
+            "portal_shm VectorPortal(env_fns), AsyncVectorEnv's arguments",
+            "cloudpickle",
+            "portal-shm",
+            "pip install cloudpickle",
+            _build_portal_fns,
+        ),
+        System(
+            "envpool",
+            "envpool",
+            "envpool",
+            "envpool",
+            "pip install envpool",
+            _build_envpool,
+            check=_check_envpool,
+            note=_note_envpool,
+        ),
+        System(
+            "portal-env",
+            "portal-env (env server as a local process)",
+            "portal_env",
+            "portal-env",
+            "pip install portal-env",
+            _build_portal_env,
+            note=_note_portal_env,
+            per_run=True,
+        ),
+        System(
+            "portal-lockstep",
+            "portal_shm (process backend, lockstep even with --batch-size)",
+            "portal_shm",
+            "portal-shm",
+            "pip install portal-shm",
+            _lockstep(_build_portal("process")),
+        ),
+        System(
+            "envpool-lockstep",
+            "envpool (lockstep even with --batch-size)",
+            "envpool",
+            "envpool",
+            "pip install envpool",
+            _lockstep(_build_envpool),
+            check=_check_envpool,
+            note=_note_envpool,
+        ),
+    )
+}
 
 
 def supports_batches(envs: Any) -> bool:
     """Async batches need envpool's API (``send(actions, env_ids)``, ``recv()``) and a batch smaller
     than the envs (a system built for lockstep keeps stepping in lockstep)."""
-    return (callable(getattr(envs, "send", None)) and callable(getattr(envs, "recv", None))
-            and getattr(envs, "batch_size", envs.num_envs) < envs.num_envs)
+    return (
+        callable(getattr(envs, "send", None))
+        and callable(getattr(envs, "recv", None))
+        and getattr(envs, "batch_size", envs.num_envs) < envs.num_envs
+    )
 
 
 def close_quietly(envs: Any, failed: bool) -> Optional[str]:

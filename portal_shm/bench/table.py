@@ -11,8 +11,19 @@ from rich.table import Table
 
 from .options import is_portal
 
-COLUMNS = ("scenario", "N", "system", "env-steps/s median [min-max]", "x {baseline}", "x ceiling",
-           "p50 us", "p99 us", "agent CPU", "obs allocs", "start s")
+COLUMNS = (
+    "scenario",
+    "N",
+    "system",
+    "env-steps/s median [min-max]",
+    "x {baseline}",
+    "x ceiling",
+    "p50 us",
+    "p99 us",
+    "agent CPU",
+    "obs allocs",
+    "start s",
+)
 
 
 def _num(value: Optional[float], spec: str) -> str:
@@ -30,17 +41,27 @@ def _spread(spread: Optional[dict], spec: str, with_range: bool = True) -> str:
 
 def _cells(row: dict) -> list:
     alloc = row["alloc"]
-    return [row["scenario"], str(row["num_envs"]), row["system"], _spread(row["steps_per_s"], ",.0f"),
-            _spread(row["x_baseline"], ".2f", with_range=False), _spread(row["x_ceiling"], ".2f", with_range=False),
-            _num(row["p50_us"], ",.0f"), _num(row["p99_us"], ",.0f"), _num(row["agent_cpu"], ".2f"),
-            "-" if not alloc else f"{alloc['steps_with_obs_sized_alloc']}/{alloc['steps']}",
-            _num(row.get("startup_s"), ".1f")]
+    return [
+        row["scenario"],
+        str(row["num_envs"]),
+        row["system"],
+        _spread(row["steps_per_s"], ",.0f"),
+        _spread(row["x_baseline"], ".2f", with_range=False),
+        _spread(row["x_ceiling"], ".2f", with_range=False),
+        _num(row["p50_us"], ",.0f"),
+        _num(row["p99_us"], ",.0f"),
+        _num(row["agent_cpu"], ".2f"),
+        "-" if not alloc else f"{alloc['steps_with_obs_sized_alloc']}/{alloc['steps']}",
+        _num(row.get("startup_s"), ".1f"),
+    ]
 
 
 def rich_table(report: dict) -> Table:
     baseline = report["options"]["baseline"]
-    table = Table(title=f"portal-shm bench: env-steps/s, median of {report['options']['repeat']} interleaved runs "
-                        f"of {report['options']['seconds']:g} s")
+    table = Table(
+        title=f"portal-shm bench: env-steps/s, median of {report['options']['repeat']} interleaved runs "
+        f"of {report['options']['seconds']:g} s"
+    )
     for i, column in enumerate(COLUMNS):
         table.add_column(column.format(baseline=baseline), justify="left" if i in (0, 2) else "right")
     previous = None
@@ -56,16 +77,22 @@ def rich_table(report: dict) -> Table:
 
 def footer_lines(report: dict) -> list:
     options, machine = report["options"], report["machine"]
-    lines = [f"x {options['baseline']}: median over rounds of (system run i / {options['baseline']} run i), "
-             "runs interleaved round by round; x ceiling: the same against the ceiling.",
-             f"raw: one env in a plain loop in this process; ceiling: {machine['cpu_count']} such loops in parallel "
-             "processes, summed (game scenarios only). p50/p99: per batched step. agent CPU: CPU seconds of the "
-             "agent process (all its threads) per wall second. obs allocs: portal steps that allocated >= one "
-             "observation (tracemalloc). start s: seconds to build and reset the system (raw: the single env "
-             "and the ceiling processes).",
-             f"machine: {machine['cpu_model']}, {machine['cpu_count']} cores, "
-             f"{(machine['mem_total_bytes'] or 0) / 2**30:.0f} GiB, Python {machine['python']}"
-             + (f", CPU steal {machine['cpu_steal_share']:.0%} during the run" if machine.get("cpu_steal_share") is not None else "")]
+    lines = [
+        f"x {options['baseline']}: median over rounds of (system run i / {options['baseline']} run i), "
+        "runs interleaved round by round; x ceiling: the same against the ceiling.",
+        f"raw: one env in a plain loop in this process; ceiling: {machine['cpu_count']} such loops in parallel "
+        "processes, summed (game scenarios only). p50/p99: per batched step. agent CPU: CPU seconds of the "
+        "agent process (all its threads) per wall second. obs allocs: portal steps that allocated >= one "
+        "observation (tracemalloc). start s: seconds to build and reset the system (raw: the single env "
+        "and the ceiling processes).",
+        f"machine: {machine['cpu_model']}, {machine['cpu_count']} cores, "
+        f"{(machine['mem_total_bytes'] or 0) / 2**30:.0f} GiB, Python {machine['python']}"
+        + (
+            f", CPU steal {machine['cpu_steal_share']:.0%} during the run"
+            if machine.get("cpu_steal_share") is not None
+            else ""
+        ),
+    ]
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v)
     lines.append(f"versions: {versions}")
     for s in report["skipped"]:

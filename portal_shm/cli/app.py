@@ -31,9 +31,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         envs = portal_shm.make_vec(args.id, args.num_envs, backend=args.backend, vector_kwargs=vector_kwargs, **kwargs)
     try:
         startup = time.perf_counter() - started
-        console.print(f"[bold]{args.num_envs} x {args.id}[/] ready in {startup:.2f} s: "
-                      f"{len(envs.servers)} env servers, observation {envs.single_observation_space}, "
-                      f"action {envs.single_action_space}")
+        console.print(
+            f"[bold]{args.num_envs} x {args.id}[/] ready in {startup:.2f} s: "
+            f"{len(envs.servers)} env servers, observation {envs.single_observation_space}, "
+            f"action {envs.single_action_space}"
+        )
         envs.action_space.seed(args.seed)
         envs.reset(seed=args.seed)
         actions = [envs.action_space.sample() for _ in range(64)]
@@ -63,8 +65,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     table = Table(title=f"portal-shm run {args.id}")
     for column in ("envs", "servers", "batched steps", "env-steps/s", "episodes", "mean return"):
         table.add_column(column, justify="right")
-    table.add_row(str(args.num_envs), str(len(envs.servers)), f"{steps:,}", f"{env_steps / elapsed:,.0f}",
-                  str(episodes), f"{np.mean(finished):.2f}" if finished else "-")
+    table.add_row(
+        str(args.num_envs),
+        str(len(envs.servers)),
+        f"{steps:,}",
+        f"{env_steps / elapsed:,.0f}",
+        str(episodes),
+        f"{np.mean(finished):.2f}" if finished else "-",
+    )
     console.print(table)
     return 0
 
@@ -87,7 +95,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="portal-shm", description="Step RL envs in isolated runtimes through shared memory.")
+    parser = argparse.ArgumentParser(
+        prog="portal-shm", description="Step RL envs in isolated runtimes through shared memory."
+    )
     parser.add_argument("--version", action="version", version=f"portal-shm {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -97,8 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seconds", type=float, default=10.0)
     run.add_argument("--backend", default="process")
     run.add_argument("--envs-per-server", type=int, default=None)
-    run.add_argument("--batch-size", type=int, default=None,
-                     help="async batches: step the first B envs to finish (envpool style) instead of all in lockstep")
+    run.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="async batches: step the first B envs to finish (envpool style) instead of all in lockstep",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (typed), repeatable")
     run.set_defaults(func=cmd_run)

@@ -25,8 +25,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     with console.status(f"building {args.target}") as status:
         started = time.perf_counter()
         if args.target == "base":
-            tag = build_base(args.tag or (DEFAULT_BASE if args.suite == "bookworm" else f"portal-shm/base:{args.suite}"),
-                             suite=args.suite, on_line=show)
+            tag = build_base(
+                args.tag or (DEFAULT_BASE if args.suite == "bookworm" else f"portal-shm/base:{args.suite}"),
+                suite=args.suite,
+                on_line=show,
+            )
         else:
             tag = build_image(args.target, args.tag, args.base, on_line=show)
     console.print(f"[green]built[/] {tag} in {time.perf_counter() - started:.0f} s")
@@ -41,7 +44,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
     for column in ("role", "name", "id", "image", "status", "owner pid / address", "portal", "server"):
         table.add_column(column)
     for info in list_containers():
-        owner = info.address if info.role == "listener" else f"{info.owner_pid}" + ("" if info.owner_alive else " (gone)")
+        owner = (
+            info.address if info.role == "listener" else f"{info.owner_pid}" + ("" if info.owner_alive else " (gone)")
+        )
         table.add_row(info.role, info.name, info.short_id, info.image, info.status, owner, info.portal, info.server)
     console.print(table if table.row_count else "no portal-shm containers")
     return 0
@@ -80,7 +85,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         table.add_row(address)
     console.print(table)
     quoted = ", ".join(repr(a) for a in addresses)
-    console.print(f"attach: portal_shm.make_vec(ENV_ID, N, backend=\"attach\", address=({quoted},))", highlight=False)
+    console.print(f'attach: portal_shm.make_vec(ENV_ID, N, backend="attach", address=({quoted},))', highlight=False)
     return 0
 
 
@@ -103,7 +108,9 @@ def cmd_test(args: argparse.Namespace) -> int:
     label_env, label_kwargs = default_env(image)
     env_id = args.env or label_env
     if env_id is None:
-        console.print(f"[red]error:[/] image {image!r} names no default env (label portal-shm.default-env); pass --env ID")
+        console.print(
+            f"[red]error:[/] image {image!r} names no default env (label portal-shm.default-env); pass --env ID"
+        )
         return 2
     kwargs = {**(label_kwargs if not args.env else {}), **parse_init_args(args.init_arg)}
     with console.status(f"starting {args.num_envs} x {env_id} in {image}"):
@@ -142,8 +149,13 @@ def cmd_build_run_test(args: argparse.Namespace) -> int:
 
 def _add_test_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", help="env id or module:callable (default: the image's portal-shm.default-env label)")
-    parser.add_argument("--init-arg", action="append", default=[], metavar="KEY=VALUE",
-                        help="env kwarg, typed: int, float, bool, None or str (repeatable)")
+    parser.add_argument(
+        "--init-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env kwarg, typed: int, float, bool, None or str (repeatable)",
+    )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("-n", "--num-envs", type=int, default=2)
 
@@ -152,9 +164,14 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
     build = commands.add_parser("build", help="build an env image: a built-in NAME, a DIR, or 'base'")
     build.add_argument("target", metavar="NAME|DIR|base")
     build.add_argument("-t", "--tag", help="image tag (default portal-shm/NAME or the directory name)")
-    build.add_argument("--base", help="base image (default: $PORTAL_SHM_BASE_IMAGE, else portal-shm/base:bookworm "
-                                      "when built, else the Dockerfile's python:3.12-slim)")
-    build.add_argument("--suite", default="bookworm", help="Debian suite of `build base` (bookworm; bullseye has Python 3.9)")
+    build.add_argument(
+        "--base",
+        help="base image (default: $PORTAL_SHM_BASE_IMAGE, else portal-shm/base:bookworm "
+        "when built, else the Dockerfile's python:3.12-slim)",
+    )
+    build.add_argument(
+        "--suite", default="bookworm", help="Debian suite of `build base` (bookworm; bullseye has Python 3.9)"
+    )
     build.set_defaults(func=cmd_build)
 
     start = commands.add_parser("start", help="start long-running env servers that agents attach to by address")

@@ -28,8 +28,12 @@ def cmd_env_create(args: argparse.Namespace) -> int:
     """Build (or find) the venv that ``make_vec(..., backend="venv", requirements=...)`` would use."""
     from ..runtimes.venv import VenvBackend, ensure_venv, venv_hash, venv_python
 
-    backend = VenvBackend(requirements=tuple(args.requirements), requirements_file=args.requirements_file,
-                          python=args.python, cache_dir=args.cache_dir)
+    backend = VenvBackend(
+        requirements=tuple(args.requirements),
+        requirements_file=args.requirements_file,
+        python=args.python,
+        cache_dir=args.cache_dir,
+    )
     digest = venv_hash(backend)
     path = ensure_venv(backend)
     console.print(f"venv [bold]{digest}[/] ready: {path}", highlight=False)
@@ -61,8 +65,14 @@ def cmd_env_ls(args: argparse.Namespace) -> int:
     for info in runtimes:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(info["created"]))
         python = (info.get("python_version") or "").split(" ")[0] or "-"
-        table.add_row(info["hash"], info["kind"] + ("" if info["complete"] else " (unfinished)"), _what(info), python,
-                      human_size(info["size"]), created)
+        table.add_row(
+            info["hash"],
+            info["kind"] + ("" if info["complete"] else " (unfinished)"),
+            _what(info),
+            python,
+            human_size(info["size"]),
+            created,
+        )
     console.print(table)
     return 0
 
@@ -75,8 +85,9 @@ def cmd_env_rm(args: argparse.Namespace) -> int:
     if not removed:
         console.print("nothing to remove")
     for info in removed:
-        console.print(f"removed {info['kind']} {info['hash']} ({human_size(info['size'])}): {info['path']}",
-                      highlight=False)
+        console.print(
+            f"removed {info['kind']} {info['hash']} ({human_size(info['size'])}): {info['path']}", highlight=False
+        )
     return 0
 
 
@@ -101,4 +112,6 @@ def add_env_commands(subparsers: argparse._SubParsersAction) -> None:
     rm.set_defaults(func=cmd_env_rm)
 
     for parser in (create, ls, rm):
-        parser.add_argument("--cache-dir", default=None, help="cache root (default: $PORTAL_SHM_CACHE or ~/.cache/portal-shm)")
+        parser.add_argument(
+            "--cache-dir", default=None, help="cache root (default: $PORTAL_SHM_CACHE or ~/.cache/portal-shm)"
+        )

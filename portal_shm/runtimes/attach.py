@@ -98,7 +98,7 @@ class AttachBackend(Backend):
         object.__setattr__(self, "address", addresses)
 
     def run_dir_base(self) -> Optional[str]:
-        return os.path.dirname(self.address[0][len("ipc://"):])
+        return os.path.dirname(self.address[0][len("ipc://") :])
 
     def start(self, launch: ServerLaunch) -> ServerHandle:
         client = ListenerClient(self.address[launch.server_index % len(self.address)])

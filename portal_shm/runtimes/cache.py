@@ -111,16 +111,19 @@ class Build:
             log.flush()
             start = log.tell()
             try:
-                code = subprocess.call(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       env=env, cwd=cwd)
+                code = subprocess.call(
+                    cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd
+                )
             except OSError as exc:
                 raise RuntimeBuildError(f"{what} failed: cannot run `{shlex.join(cmd)}`: {exc}") from None
         if code != 0:
             with open(self.log_path, "rb") as log:
                 log.seek(start)
                 tail = "\n".join(log.read().decode("utf-8", "replace").splitlines()[-40:])
-            raise RuntimeBuildError(f"{what} failed: `{shlex.join(cmd)}` ended with {describe_returncode(code)}"
-                                    f"\n\n--- last lines of its output ---\n{tail.rstrip()}")
+            raise RuntimeBuildError(
+                f"{what} failed: `{shlex.join(cmd)}` ended with {describe_returncode(code)}"
+                f"\n\n--- last lines of its output ---\n{tail.rstrip()}"
+            )
 
 
 @contextmanager
@@ -144,8 +147,9 @@ def _lock_path(root: str, kind: str, digest: str) -> str:
     return os.path.join(root, ".locks", f"{kind}-{digest}.lock")
 
 
-def ensure_runtime(kind: str, digest: str, describe: dict, build: Callable[[Build], dict],
-                   cache_dir: Optional[str] = None) -> str:
+def ensure_runtime(
+    kind: str, digest: str, describe: dict, build: Callable[[Build], dict], cache_dir: Optional[str] = None
+) -> str:
     """The path of runtime ``kind/digest``, built by ``build`` (which must create ``Build.path``) if absent.
 
     ``build`` returns extra facts for the marker (e.g. the installer used). Cache hits cost one
@@ -158,8 +162,10 @@ def ensure_runtime(kind: str, digest: str, describe: dict, build: Callable[[Buil
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError as exc:
-        raise PortalError(f"cannot use the runtime cache {root}: {exc.strerror}; "
-                          "point $PORTAL_SHM_CACHE or cache_dir= at a writable folder") from None
+        raise PortalError(
+            f"cannot use the runtime cache {root}: {exc.strerror}; "
+            "point $PORTAL_SHM_CACHE or cache_dir= at a writable folder"
+        ) from None
     with _locked(_lock_path(root, kind, digest), f"waiting for another process building {kind} {digest}"):
         if os.path.exists(os.path.join(path, MARKER)):
             return path
@@ -173,8 +179,15 @@ def ensure_runtime(kind: str, digest: str, describe: dict, build: Callable[[Buil
             with console.status(f"building {kind} {digest}") as status:
                 extra = build(Build(kind, digest, path, log_path, status))
             shutil.move(log_path, os.path.join(path, BUILD_LOG))
-            marker = {**describe, **extra, "kind": kind, "hash": digest, "created": started,
-                      "build_seconds": round(time.time() - started, 2), "portal_shm": __version__}
+            marker = {
+                **describe,
+                **extra,
+                "kind": kind,
+                "hash": digest,
+                "created": started,
+                "build_seconds": round(time.time() - started, 2),
+                "portal_shm": __version__,
+            }
             with open(os.path.join(path, MARKER + ".tmp"), "w") as handle:
                 json.dump(marker, handle, indent=1)
             os.replace(os.path.join(path, MARKER + ".tmp"), os.path.join(path, MARKER))
@@ -239,8 +252,9 @@ def remove_runtimes(which: str, kind: Optional[str] = None, cache_dir: Optional[
         runtimes = [info for info in runtimes if info["hash"].startswith(which)]
         if len(runtimes) != 1:
             problem = "no cached runtime" if not runtimes else f"{len(runtimes)} cached runtimes"
-            raise PortalError(f"{problem} with a hash starting {which!r} in {cache_root(cache_dir)}; "
-                              "`portal-shm env ls` lists them")
+            raise PortalError(
+                f"{problem} with a hash starting {which!r} in {cache_root(cache_dir)}; `portal-shm env ls` lists them"
+            )
     removed = []
     root = cache_root(cache_dir)
     os.makedirs(os.path.join(root, ".locks"), exist_ok=True)
@@ -251,8 +265,9 @@ def remove_runtimes(which: str, kind: Optional[str] = None, cache_dir: Optional[
         except BlockingIOError:
             os.close(fd)
             if which != ALL:
-                raise PortalError(f"{info['kind']} {info['hash']} is being built by another process; "
-                                  "remove it once that is done") from None
+                raise PortalError(
+                    f"{info['kind']} {info['hash']} is being built by another process; remove it once that is done"
+                ) from None
             continue
         try:
             shutil.rmtree(info["path"], ignore_errors=True)
@@ -287,7 +302,8 @@ def python_version(python: str) -> str:
     if python == sys.executable:
         return sys.version
     try:
-        return subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
-                              check=True, timeout=60).stdout.strip()
+        return subprocess.run(
+            [python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:
         raise PortalError(f"cannot run the base interpreter {python!r}: {exc}") from None

@@ -43,9 +43,21 @@ def list_containers(client: Optional[Any] = None) -> list[ContainerInfo]:
         labels = container.labels
         pid = int(labels.get(LABEL_OWNER, "0") or 0)
         image = container.attrs.get("Config", {}).get("Image", "?")
-        found.append(ContainerInfo(labels.get(LABEL_ROLE, ""), container.name, container.short_id, image, container.status, pid,
-                                   pid_alive(pid), labels.get(LABEL_PORTAL, ""), labels.get(LABEL_SERVER, ""),
-                                   labels.get(LABEL_ADDRESS, ""), container))
+        found.append(
+            ContainerInfo(
+                labels.get(LABEL_ROLE, ""),
+                container.name,
+                container.short_id,
+                image,
+                container.status,
+                pid,
+                pid_alive(pid),
+                labels.get(LABEL_PORTAL, ""),
+                labels.get(LABEL_SERVER, ""),
+                labels.get(LABEL_ADDRESS, ""),
+                container,
+            )
+        )
     return found
 
 
@@ -59,7 +71,7 @@ def stop_containers(image: Optional[str] = None, name: Optional[str] = None, eve
             info.container.remove(force=True)
             if info.address.startswith("ipc://"):
                 try:
-                    os.unlink(info.address[len("ipc://"):])
+                    os.unlink(info.address[len("ipc://") :])
                 except OSError:
                     pass
             stopped.append(info.name)
@@ -102,9 +114,16 @@ def start_listeners(image: str, count: int) -> list[str]:
         name = f"psm-{base}-{secrets.token_hex(3)}"
         address = f"ipc://{directory}/{name}.sock"
         client.containers.run(
-            image, command=command + ["--listen", address], name=name, detach=True, init=True,
-            network_mode="none", ipc_mode="host", volumes={directory: {"bind": directory, "mode": "rw"}},
-            labels={LABEL_ROLE: "listener", LABEL_ADDRESS: address}, restart_policy={"Name": "unless-stopped"},
+            image,
+            command=command + ["--listen", address],
+            name=name,
+            detach=True,
+            init=True,
+            network_mode="none",
+            ipc_mode="host",
+            volumes={directory: {"bind": directory, "mode": "rw"}},
+            labels={LABEL_ROLE: "listener", LABEL_ADDRESS: address},
+            restart_policy={"Name": "unless-stopped"},
         )
         addresses.append(address)
     return addresses

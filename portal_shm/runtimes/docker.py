@@ -193,5 +193,7 @@ class DockerBackend(Backend):
         try:
             container = client.containers.run(self.image, **kwargs)
         except docker.errors.APIError as exc:
-            raise PortalError(f"docker could not start a container of {self.image!r}: {exc.explanation or exc}") from None
+            raise PortalError(
+                f"docker could not start a container of {self.image!r}: {exc.explanation or exc}"
+            ) from None
         return DockerHandle(container, self.image)

@@ -57,8 +57,9 @@ def resolve_image_dir(name_or_dir: str) -> tuple[Path, str]:
 def _pip_config() -> dict:
     """The host's pip settings, as pip itself reports them."""
     try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=60).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     settings = {}
@@ -89,7 +90,9 @@ def write_pip_context(target: Path) -> None:
 def assemble_context(image_dir: Path, target: Path) -> None:
     shutil.copytree(image_dir, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     package = Path(__file__).resolve().parents[1]
-    shutil.copytree(package, target / "_portal_shm" / "portal_shm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        package, target / "_portal_shm" / "portal_shm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
     write_pip_context(target / "_pip")
 
 
@@ -104,8 +107,12 @@ def default_base(client: object) -> Optional[str]:
         return None
 
 
-def build_image(name_or_dir: str, tag: Optional[str] = None, base: Optional[str] = None,
-                on_line: Optional[Callable[[str], None]] = None) -> str:
+def build_image(
+    name_or_dir: str,
+    tag: Optional[str] = None,
+    base: Optional[str] = None,
+    on_line: Optional[Callable[[str], None]] = None,
+) -> str:
     """Build an image directory; returns the tag. ``base`` overrides the Dockerfile's BASE_IMAGE."""
     image_dir, default_tag = resolve_image_dir(name_or_dir)
     tag = tag or default_tag
@@ -115,8 +122,15 @@ def build_image(name_or_dir: str, tag: Optional[str] = None, base: Optional[str]
     with tempfile.TemporaryDirectory(prefix="psm-build-") as tmp:
         context = Path(tmp) / "context"
         assemble_context(image_dir, context)
-        stream = client.api.build(path=str(context), tag=tag, buildargs={"BASE_IMAGE": base} if base else None,
-                                  network_mode="host", rm=True, forcerm=True, decode=True)
+        stream = client.api.build(
+            path=str(context),
+            tag=tag,
+            buildargs={"BASE_IMAGE": base} if base else None,
+            network_mode="host",
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
         for chunk in stream:
             text = chunk.get("stream") or chunk.get("status") or ""
             if "error" in chunk:
@@ -130,8 +144,12 @@ def build_image(name_or_dir: str, tag: Optional[str] = None, base: Optional[str]
     return tag
 
 
-def build_base(tag: str = DEFAULT_BASE, suite: str = "bookworm", mirror: str = "http://deb.debian.org/debian",
-               on_line: Optional[Callable[[str], None]] = None) -> str:
+def build_base(
+    tag: str = DEFAULT_BASE,
+    suite: str = "bookworm",
+    mirror: str = "http://deb.debian.org/debian",
+    on_line: Optional[Callable[[str], None]] = None,
+) -> str:
     """A minimal Debian with python3 made by debootstrap and ``docker import``: no registry needed."""
     if shutil.which("debootstrap") is None:
         raise PortalError("building the base image needs debootstrap: apt-get install debootstrap (and root)")
@@ -140,8 +158,14 @@ def build_base(tag: str = DEFAULT_BASE, suite: str = "bookworm", mirror: str = "
     client = docker_client()
     with tempfile.TemporaryDirectory(prefix="psm-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        command = ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,python3-pip,ca-certificates",
-                   suite, str(rootfs), mirror]
+        command = [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=python3,python3-venv,python3-pip,ca-certificates",
+            suite,
+            str(rootfs),
+            mirror,
+        ]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines: list = []
         for line in process.stdout:

@@ -42,8 +42,13 @@ def find_uv() -> Optional[str]:
 def pip_settings() -> dict:
     """pip's effective configuration for ``pip install`` (files and PIP_* variables), by key."""
     try:
-        listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                                 timeout=60, stdin=subprocess.DEVNULL).stdout
+        listing = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     sections: dict = {}
@@ -90,8 +95,11 @@ def create_venv(build: Build, base_python: str) -> None:
     if uv:
         build.step("creating the venv with uv")
         try:
-            build.run([uv, "venv", "--seed", "--python", base_python, build.path], "creating the venv with uv",
-                      env=uv_environment())
+            build.run(
+                [uv, "venv", "--seed", "--python", base_python, build.path],
+                "creating the venv with uv",
+                env=uv_environment(),
+            )
             return
         except RuntimeBuildError:
             shutil.rmtree(build.path, ignore_errors=True)
@@ -110,8 +118,11 @@ def install(build: Build, python: str, args: list, summary: str) -> str:
     if uv:
         build.step(f"installing {summary} with uv")
         try:
-            build.run([uv, "pip", "install", "--python", python, *args], "installing the requirements with uv",
-                      env=uv_environment())
+            build.run(
+                [uv, "pip", "install", "--python", python, *args],
+                "installing the requirements with uv",
+                env=uv_environment(),
+            )
             return "uv"
         except RuntimeBuildError as exc:
             uv_error = exc
@@ -137,8 +148,13 @@ def install_server(build: Build, python: str) -> None:
     """
     build.step("adding the portal-shm env server")
     try:
-        purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True, cwd=build.path).stdout.strip()
+        purelib = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=build.path,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError) as exc:
         raise RuntimeBuildError(f"cannot ask the runtime's python {python!r} for its site-packages: {exc}") from None
     target = os.path.join(purelib, "portal_shm")
@@ -147,5 +163,8 @@ def install_server(build: Build, python: str) -> None:
     for name, path in server_modules().items():
         os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
         shutil.copyfile(path, os.path.join(target, name))
-    build.run([python, "-c", "import portal_shm.server"], "checking that the env server imports in the runtime",
-              cwd=build.path)
+    build.run(
+        [python, "-c", "import portal_shm.server"],
+        "checking that the env server imports in the runtime",
+        cwd=build.path,
+    )

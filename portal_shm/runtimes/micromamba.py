@@ -33,10 +33,10 @@ from .process import ProcessBackend
 KIND = "micromamba"
 MISSING = (
     "the micromamba backend needs the `micromamba` executable, and there is none on PATH (nor in $MAMBA_EXE). "
-    "Install it, e.g. `\"${SHELL}\" <(curl -L micro.mamba.pm/install.sh)` or "
+    'Install it, e.g. `"${SHELL}" <(curl -L micro.mamba.pm/install.sh)` or '
     "`conda install -c conda-forge micromamba`, or download the static binary from "
     "https://mamba.readthedocs.io/en/latest/installation/micromamba-installation.html and put it on PATH; "
-    "or use backend=\"venv\" for requirements that pip can install"
+    'or use backend="venv" for requirements that pip can install'
 )
 
 
@@ -82,12 +82,14 @@ def env_python(prefix: str) -> str:
 
 def micromamba_hash(backend: MicromambaBackend) -> str:
     script = backend.setup_script
-    return content_hash({
-        "kind": KIND,
-        "spec": file_digest(backend.spec, "micromamba env spec"),
-        "setup_script": file_digest(script, "setup script") if script else None,
-        "server": server_digest(),
-    })
+    return content_hash(
+        {
+            "kind": KIND,
+            "spec": file_digest(backend.spec, "micromamba env spec"),
+            "setup_script": file_digest(script, "setup script") if script else None,
+            "server": server_digest(),
+        }
+    )
 
 
 def ensure_micromamba_env(backend: MicromambaBackend) -> str:
@@ -100,12 +102,17 @@ def ensure_micromamba_env(backend: MicromambaBackend) -> str:
         b.run([micromamba, "create", "-y", "-p", b.path, "-f", backend.spec], "creating the env with micromamba")
         python = env_python(b.path)
         if not os.path.exists(python):
-            raise RuntimeBuildError(f"the env made from {backend.spec} has no {python}: "
-                                    "list python (3.8 or later) among the spec's dependencies")
+            raise RuntimeBuildError(
+                f"the env made from {backend.spec} has no {python}: "
+                "list python (3.8 or later) among the spec's dependencies"
+            )
         if backend.setup_script:
             b.step(f"running {os.path.basename(backend.setup_script)} inside the env")
-            b.run([micromamba, "run", "-p", b.path, "bash", backend.setup_script], "the setup script",
-                  cwd=os.path.dirname(backend.setup_script))
+            b.run(
+                [micromamba, "run", "-p", b.path, "bash", backend.setup_script],
+                "the setup script",
+                cwd=os.path.dirname(backend.setup_script),
+            )
         installer = install(b, python, list(SERVER_DEPS), "the env server's dependencies")
         install_server(b, python)
         return {"installer": installer, "micromamba": micromamba}

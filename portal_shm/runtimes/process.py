@@ -15,8 +15,10 @@ from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode
 
 # ``python -m`` would put the working directory first on sys.path, so a checkout of portal-shm
 # there would shadow the runtime's own copy; this keeps it importable for env modules, but last.
-SERVER_MAIN = ("import runpy, sys; sys.path.append(sys.path.pop(0)); "
-               "runpy.run_module('portal_shm.server', run_name='__main__', alter_sys=True)")
+SERVER_MAIN = (
+    "import runpy, sys; sys.path.append(sys.path.pop(0)); "
+    "runpy.run_module('portal_shm.server', run_name='__main__', alter_sys=True)"
+)
 
 
 class ProcessHandle(ServerHandle):

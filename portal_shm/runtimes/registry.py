@@ -16,8 +16,13 @@ from .process import ProcessBackend
 from .venv import VenvBackend
 
 # Backend name -> class; each class is a dataclass whose fields are its options.
-BACKENDS: dict[str, type] = {"process": ProcessBackend, "docker": DockerBackend, "attach": AttachBackend,
-                             "venv": VenvBackend, "micromamba": MicromambaBackend}
+BACKENDS: dict[str, type] = {
+    "process": ProcessBackend,
+    "docker": DockerBackend,
+    "attach": AttachBackend,
+    "venv": VenvBackend,
+    "micromamba": MicromambaBackend,
+}
 
 
 def backend_option_names(backend: Union[str, Backend]) -> set:

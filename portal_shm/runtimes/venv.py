@@ -115,8 +115,10 @@ def ensure_venv(backend: VenvBackend) -> str:
         args = list(backend.requirements)
         if backend.requirements_file:
             args += ["-r", backend.requirements_file]
-        summary = " ".join(backend.requirements + ((f"-r {backend.requirements_file}",) if backend.requirements_file
-                                                   else ())) or "the env server's dependencies"
+        summary = (
+            " ".join(backend.requirements + ((f"-r {backend.requirements_file}",) if backend.requirements_file else ()))
+            or "the env server's dependencies"
+        )
         installer = install(b, python, args + list(SERVER_DEPS), summary)
         install_server(b, python)
         return {"installer": installer}

@@ -76,8 +76,12 @@ def make_env(env_id: str, kwargs: dict) -> Any:
     if gymnasium is not None:
         try:
             return gymnasium.make(env_id, **kwargs)
-        except (gymnasium.error.NameNotFound, gymnasium.error.NamespaceNotFound,
-                gymnasium.error.VersionNotFound, gymnasium.error.UnregisteredEnv) as exc:
+        except (
+            gymnasium.error.NameNotFound,
+            gymnasium.error.NamespaceNotFound,
+            gymnasium.error.VersionNotFound,
+            gymnasium.error.UnregisteredEnv,
+        ) as exc:
             gym_error: Exception = exc
     else:
         gym_error = ImportError("gymnasium is not installed")

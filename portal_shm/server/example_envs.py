@@ -52,15 +52,19 @@ class NestedEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, episode_length: int = 7, render_mode: Optional[str] = None):
-        self.observation_space = spaces.Dict({
-            "image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
-            "state": spaces.Tuple((
-                spaces.Box(-1.0, 1.0, (3,), np.float32),
-                spaces.Discrete(5, start=2),
-                spaces.Dict({"bits": spaces.MultiBinary(4), "keys": spaces.MultiDiscrete([3, 4])}),
-            )),
-            "position": spaces.Box(-10.0, 10.0, (2,), np.float64),
-        })
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
+                "state": spaces.Tuple(
+                    (
+                        spaces.Box(-1.0, 1.0, (3,), np.float32),
+                        spaces.Discrete(5, start=2),
+                        spaces.Dict({"bits": spaces.MultiBinary(4), "keys": spaces.MultiDiscrete([3, 4])}),
+                    )
+                ),
+                "position": spaces.Box(-10.0, 10.0, (2,), np.float64),
+            }
+        )
         self.action_space = spaces.Dict({"move": spaces.Discrete(3), "force": spaces.Box(-1.0, 1.0, (2,), np.float32)})
         self.episode_length = episode_length
         self.render_mode = render_mode
@@ -200,14 +204,17 @@ class TextObsEnv(gym.Env):
     """A Dict observation with a Text leaf: no fixed layout, so it travels beside the ring."""
 
     def __init__(self):
-        self.observation_space = spaces.Dict({"pos": spaces.Box(-5.0, 5.0, (2,), np.float32),
-                                              "msg": spaces.Text(6, min_length=1)})
+        self.observation_space = spaces.Dict(
+            {"pos": spaces.Box(-5.0, 5.0, (2,), np.float32), "msg": spaces.Text(6, min_length=1)}
+        )
         self.action_space = spaces.Discrete(3)
         self.t = 0
 
     def _obs(self) -> dict:
-        return {"pos": self.np_random.uniform(-5, 5, 2).astype(np.float32),
-                "msg": "".join(self.np_random.choice(list("abcxyz"), int(self.np_random.integers(1, 7))))}
+        return {
+            "pos": self.np_random.uniform(-5, 5, 2).astype(np.float32),
+            "msg": "".join(self.np_random.choice(list("abcxyz"), int(self.np_random.integers(1, 7)))),
+        }
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)

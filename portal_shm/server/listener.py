@@ -42,7 +42,7 @@ def listen(address: str, command: Optional[list] = None) -> None:
     socket = context.socket(zmq.REP)
     socket.bind(address)
     if address.startswith("ipc://"):
-        os.chmod(address[len("ipc://"):], 0o600)
+        os.chmod(address[len("ipc://") :], 0o600)
     workers: dict = {}
     counter = itertools.count()
     running = [True]
@@ -77,8 +77,9 @@ def _handle(request: dict, workers: dict, counter, command: list) -> dict:
         env = dict(os.environ)
         env[CONFIG_ENV_VAR] = encode_config(config)
         with open(log_path, "ab") as log:
-            process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         workers[worker_id] = (process, log_path)
         return {"ok": True, "worker": worker_id, "pid": process.pid}
     if cmd in ("status", "stop"):

@@ -41,7 +41,9 @@ def error_message(exc: BaseException, env_index: Optional[int], phase: str) -> d
         "cmd": P.ERROR,
         "env_index": env_index,
         "phase": phase,
-        "type": type(exc).__qualname__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "type": type(exc).__qualname__
+        if type(exc).__module__ == "builtins"
+        else f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
@@ -164,18 +166,20 @@ class EnvServer:
     # -- lifecycle ------------------------------------------------------------------------
     def handshake(self) -> None:
         first = self.envs[0]
-        self.send({
-            "cmd": P.HELLO,
-            "protocol": P.PROTOCOL_VERSION,
-            "server_index": self.config["server_index"],
-            "pid": os.getpid(),
-            "python": sys.version.split()[0],
-            "numpy": np.__version__,
-            "observation_spaces": [space_to_schema(env.observation_space) for env in self.envs],
-            "action_spaces": [space_to_schema(env.action_space) for env in self.envs],
-            "metadata": _packable_dict(getattr(first, "metadata", {})),
-            "render_mode": getattr(first, "render_mode", None),
-        })
+        self.send(
+            {
+                "cmd": P.HELLO,
+                "protocol": P.PROTOCOL_VERSION,
+                "server_index": self.config["server_index"],
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "numpy": np.__version__,
+                "observation_spaces": [space_to_schema(env.observation_space) for env in self.envs],
+                "action_spaces": [space_to_schema(env.action_space) for env in self.envs],
+                "metadata": _packable_dict(getattr(first, "metadata", {})),
+                "render_mode": getattr(first, "render_mode", None),
+            }
+        )
         attach = self.recv()
         if attach.get("cmd") != P.ATTACH:
             raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")

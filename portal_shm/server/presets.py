@@ -95,12 +95,20 @@ class AtariFrames(gym.Wrapper):
     then reset on the next reset, as gymnasium's ``AtariPreprocessing`` does).
     """
 
-    def __init__(self, env: gym.Env, noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
-                 terminal_on_life_loss: bool = False) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        noop_max: int = 30,
+        frame_skip: int = 4,
+        screen_size: int = 84,
+        terminal_on_life_loss: bool = False,
+    ) -> None:
         super().__init__(env)
         shape = env.observation_space.shape
         if shape is None or len(shape) != 2:
-            raise ValueError(f"AtariFrames needs grayscale frames (H, W); got observation space {env.observation_space}")
+            raise ValueError(
+                f"AtariFrames needs grayscale frames (H, W); got observation space {env.observation_space}"
+            )
         if frame_skip < 1:
             raise ValueError(f"frame_skip must be at least 1, got {frame_skip}")
         self.noop_max = noop_max
@@ -148,8 +156,16 @@ class AtariFrames(gym.Wrapper):
         return self._observe(), total, terminated, truncated, info
 
 
-def atari(env_id: str = "ALE/Pong-v5", *, noop_max: int = 30, frame_skip: int = 4, screen_size: int = 84,
-          terminal_on_life_loss: bool = False, stack: int = 4, **kwargs: Any) -> gym.Env:
+def atari(
+    env_id: str = "ALE/Pong-v5",
+    *,
+    noop_max: int = 30,
+    frame_skip: int = 4,
+    screen_size: int = 84,
+    terminal_on_life_loss: bool = False,
+    stack: int = 4,
+    **kwargs: Any,
+) -> gym.Env:
     """An ALE game with the usual preprocessing: observations ``(stack, screen_size, screen_size)`` uint8.
 
     ``kwargs`` go to ALE (``repeat_action_probability``, ``full_action_space``, ``mode`` ...); v5's
@@ -159,8 +175,13 @@ def atari(env_id: str = "ALE/Pong-v5", *, noop_max: int = 30, frame_skip: int = 
 
     gym.register_envs(ale_py)
     env = gym.make(env_id, frameskip=1, obs_type="grayscale", **kwargs)
-    env = AtariFrames(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size,
-                      terminal_on_life_loss=terminal_on_life_loss)
+    env = AtariFrames(
+        env,
+        noop_max=noop_max,
+        frame_skip=frame_skip,
+        screen_size=screen_size,
+        terminal_on_life_loss=terminal_on_life_loss,
+    )
     return FrameStackObservation(env, stack) if stack > 1 else env
 
 
@@ -186,8 +207,15 @@ class ScreenOnly(gym.ObservationWrapper):
         return np.ascontiguousarray(self.resize(screen).transpose(2, 0, 1))
 
 
-def vizdoom(env_id: str = "VizdoomBasic-v1", *, frame_skip: int = 4, size: tuple = (60, 80),
-            grayscale: bool = True, stack: int = 4, **kwargs: Any) -> gym.Env:
+def vizdoom(
+    env_id: str = "VizdoomBasic-v1",
+    *,
+    frame_skip: int = 4,
+    size: tuple = (60, 80),
+    grayscale: bool = True,
+    stack: int = 4,
+    **kwargs: Any,
+) -> gym.Env:
     """A ViZDoom scenario for pixel-based training: the screen only, small, skipped and stacked.
 
     The engine renders at 160x120 (cheaper than the scenario's 320x240) in GRAY8 or RGB24, and

@@ -116,8 +116,9 @@ def load_config(argv: Optional[list] = None, worker: Optional[list] = None) -> O
     """The agent's config; None when started with ``--listen ADDRESS`` (then it has been served)."""
     parser = argparse.ArgumentParser(prog="python -m portal_shm.server", description=__doc__)
     parser.add_argument("--config", help=f"JSON connection config (default: ${CONFIG_ENV_VAR})")
-    parser.add_argument("--listen", metavar="ADDRESS",
-                        help="run as a long-lived listener at ADDRESS (ipc://PATH) that agents attach to")
+    parser.add_argument(
+        "--listen", metavar="ADDRESS", help="run as a long-lived listener at ADDRESS (ipc://PATH) that agents attach to"
+    )
     args, _ = parser.parse_known_args(argv)
     if args.listen:
         from .listener import listen, worker_command
@@ -141,4 +142,3 @@ def main(argv: Optional[list] = None) -> None:
     faulthandler.enable()
     config = load_config(argv, worker=[sys.executable, "-m", "portal_shm.server"])
     sys.exit(0 if config is None else run(config))
-

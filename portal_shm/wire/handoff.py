@@ -79,8 +79,9 @@ class SegmentOffer:
                 if fds is None:
                     continue
                 try:
-                    connection.sendmsg([b"R"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                                 array.array("i", [self._segment_fd] + fds))])
+                    connection.sendmsg(
+                        [b"R"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [self._segment_fd] + fds))]
+                    )
                 except OSError:
                     pass  # the server went away: its start-up fails and is reported as such
                 finally:
@@ -120,10 +121,11 @@ def fetch_descriptors(path: str, token: str, count: int, timeout: float) -> list
     fds = array.array("i")
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fd_size])
+            fds.frombytes(payload[: len(payload) - len(payload) % fd_size])
     if data != b"R" or len(fds) != count:
         for fd in fds:
             os.close(fd)
-        raise ConnectionError(f"the agent's socket {path} did not send this server's ring and doorbells "
-                              "(a wrong or used token?)")
+        raise ConnectionError(
+            f"the agent's socket {path} did not send this server's ring and doorbells (a wrong or used token?)"
+        )
     return list(fds)

@@ -25,8 +25,9 @@ def _align(offset: int) -> int:
     return (offset + ALIGN - 1) // ALIGN * ALIGN
 
 
-def ring_layout(obs_schema: dict, act_schema: dict, num_envs: int, depth: int, num_servers: int,
-                info_capacity: int) -> dict:
+def ring_layout(
+    obs_schema: dict, act_schema: dict, num_envs: int, depth: int, num_servers: int, info_capacity: int
+) -> dict:
     """Compute the byte layout of a ring for these spaces; returns a msgpack-able dict."""
     fields: list[dict] = []
     offset = 0

@@ -109,8 +109,10 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise ProtocolError("corrupt ndarray header") from exc
         header_len = unpacker.tell()
         dtype = _checked_dtype(descr)
-        if not isinstance(shape, list) or len(shape) > 32 or not all(
-            isinstance(d, int) and 0 <= d < 2**40 for d in shape
+        if (
+            not isinstance(shape, list)
+            or len(shape) > 32
+            or not all(isinstance(d, int) and 0 <= d < 2**40 for d in shape)
         ):
             raise ProtocolError(f"invalid ndarray shape {shape!r}")
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
@@ -126,7 +128,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
         except Exception as exc:
             raise ProtocolError("corrupt numpy scalar") from exc
         dtype = _checked_dtype(descr)
-        payload = data[unpacker.tell():]
+        payload = data[unpacker.tell() :]
         if len(payload) != dtype.itemsize:
             raise ProtocolError("numpy scalar payload has the wrong size")
         return np.frombuffer(payload, dtype=dtype)[0]

@@ -70,11 +70,17 @@ def space_to_schema(space: Any) -> dict:
         }
     if kind == "Graph":
         edge = space.edge_space
-        return {"kind": "Graph", "node_space": space_to_schema(space.node_space),
-                "edge_space": None if edge is None else space_to_schema(edge)}
+        return {
+            "kind": "Graph",
+            "node_space": space_to_schema(space.node_space),
+            "edge_space": None if edge is None else space_to_schema(edge),
+        }
     if kind == "Sequence":
-        return {"kind": "Sequence", "space": space_to_schema(space.feature_space),
-                "stack": bool(getattr(space, "stack", False))}
+        return {
+            "kind": "Sequence",
+            "space": space_to_schema(space.feature_space),
+            "stack": bool(getattr(space, "stack", False)),
+        }
     if kind == "OneOf":
         return {"kind": "OneOf", "spaces": [space_to_schema(sub) for sub in space.spaces]}
     text = re.sub(r" at 0x[0-9a-f]+", "", repr(space))[:500]  # addresses differ between processes
@@ -164,8 +170,9 @@ def schema_to_space(schema: Any, depth: int = 0) -> Any:
         return spaces.Text(int(schema["max_length"]), **kwargs)
     if kind == "Graph":
         edge = schema.get("edge_space")
-        return spaces.Graph(schema_to_space(schema["node_space"], depth + 1),
-                            None if edge is None else schema_to_space(edge, depth + 1))
+        return spaces.Graph(
+            schema_to_space(schema["node_space"], depth + 1), None if edge is None else schema_to_space(edge, depth + 1)
+        )
     if kind == "Sequence":
         return spaces.Sequence(schema_to_space(schema["space"], depth + 1), stack=bool(schema.get("stack")))
     if kind == "OneOf":
@@ -191,8 +198,11 @@ def revive(space: Any, value: Any) -> Any:
             instance = _graph_instance_type(space)
             nodes, edges, links = value
             edge_space = space.edge_space
-            return instance(_revive_stack(space.node_space, nodes),
-                            None if edges is None or edge_space is None else _revive_stack(edge_space, edges), links)
+            return instance(
+                _revive_stack(space.node_space, nodes),
+                None if edges is None or edge_space is None else _revive_stack(edge_space, edges),
+                links,
+            )
         return value
     if kind == "Sequence":
         if getattr(space, "stack", False):
@@ -217,7 +227,9 @@ def _revive_stack(space: Any, value: Any) -> Any:
     """Stacked values (Graph nodes/edges, stacked Sequences): arrays, or dicts/tuples of arrays."""
     kind = space_kind(space)
     if kind == "Dict" and isinstance(value, dict):
-        return {key: _revive_stack(space.spaces[key], item) if key in space.spaces else item for key, item in value.items()}
+        return {
+            key: _revive_stack(space.spaces[key], item) if key in space.spaces else item for key, item in value.items()
+        }
     if kind == "Tuple" and isinstance(value, (tuple, list)):
         return tuple(_revive_stack(sub, item) for sub, item in zip(space.spaces, value))
     return value

@@ -32,8 +32,15 @@ CMD, SLOT, STATUS, EXTRA = (MAILBOX_FIELDS.index(f) for f in ("cmd", "slot", "st
 
 
 def hello(**override):
-    message = {"cmd": "hello", "protocol": P.PROTOCOL_VERSION, "server_index": config["server_index"],
-               "observation_spaces": [BOX] * n, "action_spaces": [ACT] * n, "metadata": {}, "render_mode": None}
+    message = {
+        "cmd": "hello",
+        "protocol": P.PROTOCOL_VERSION,
+        "server_index": config["server_index"],
+        "observation_spaces": [BOX] * n,
+        "action_spaces": [ACT] * n,
+        "metadata": {},
+        "render_mode": None,
+    }
     message.update(override)
     sock.send(P.packb(message))
 
@@ -50,7 +57,9 @@ HELLO_MODES = {
     "not-a-map": lambda: sock.send(msgpack.packb([1, 2, 3])),
     "tuple-bomb": lambda: sock.send(deep_tuple(5000)),
     "bad-dtype": lambda: hello(observation_spaces=[dict(BOX, dtype="|O")] * n),
-    "huge-box": lambda: hello(observation_spaces=[dict(BOX, shape=[2**20, 2**20], low=np.float32(0), high=np.float32(1))] * n),
+    "huge-box": lambda: hello(
+        observation_spaces=[dict(BOX, shape=[2**20, 2**20], low=np.float32(0), high=np.float32(1))] * n
+    ),
     "deep-schema": lambda: hello(observation_spaces=[_nest(40)] * n),
     "negative-n": lambda: hello(action_spaces=[dict(ACT, n=-5)] * n),
     "huge-n": lambda: hello(action_spaces=[dict(ACT, n=2**64 - 1)] * n),
@@ -58,8 +67,18 @@ HELLO_MODES = {
     "metadata-list": lambda: hello(metadata=[1, 2]),
     "wrong-protocol": lambda: hello(protocol=999),
     "silent": lambda: None,
-    "error-junk": lambda: sock.send(P.packb({"cmd": "error", "env_index": [1, 2], "phase": 7, "type": None,
-                                             "message": "x" * 10**6, "traceback": b"\x00"})),
+    "error-junk": lambda: sock.send(
+        P.packb(
+            {
+                "cmd": "error",
+                "env_index": [1, 2],
+                "phase": 7,
+                "type": None,
+                "message": "x" * 10**6,
+                "traceback": b"\x00",
+            }
+        )
+    ),
 }
 
 
@@ -89,8 +108,11 @@ mailbox = views["mailbox"][config["server_index"]]
 if mode == "truncate":
     # the agent's mapping must survive whatever a server does to the segment
     size = os.fstat(ring.fd).st_size
-    for attempt in (lambda: os.ftruncate(ring.fd, 0), lambda: os.ftruncate(ring.fd, size * 4),
-                    lambda: fcntl.fcntl(ring.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)):
+    for attempt in (
+        lambda: os.ftruncate(ring.fd, 0),
+        lambda: os.ftruncate(ring.fd, size * 4),
+        lambda: fcntl.fcntl(ring.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE),
+    ):
         try:
             attempt()
             print("the segment let a server change it", flush=True)
@@ -132,7 +154,7 @@ while True:
     elif mode == "step-info-shape":
         blob = P.packb([{"a": 1}, 5])
         views["info_len"][k, i] = len(blob)
-        views["info"][k, i, :len(blob)] = np.frombuffer(blob, np.uint8)
+        views["info"][k, i, : len(blob)] = np.frombuffer(blob, np.uint8)
     elif mode == "step-extra-blobs":
         views["info_len"][k, i] = -1
         mailbox[EXTRA] = 1

@@ -14,8 +14,9 @@ import portal_shm
 @pytest.fixture
 def listener(tmp_path):
     address = f"ipc://{tmp_path}/listener.sock"
-    process = subprocess.Popen([sys.executable, "-m", "portal_shm.server", "--listen", address],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "portal_shm.server", "--listen", address], stdout=subprocess.PIPE, text=True
+    )
     assert "listener at" in process.stdout.readline()
     yield address
     process.terminate()
@@ -32,14 +33,15 @@ def test_agents_attach_one_after_another(listener):
             assert obs.shape == (3, 4) and reward.tolist() == [1.0, 1.0, 1.0]
         finally:
             envs.close()
-    assert [name for name in os.listdir(os.path.dirname(listener[len("ipc://"):]))] == ["listener.sock"]
+    assert [name for name in os.listdir(os.path.dirname(listener[len("ipc://") :]))] == ["listener.sock"]
 
 
 def test_attached_worker_errors_and_deaths_are_reported(listener):
     with pytest.raises(portal_shm.EnvNotFoundError, match="NoSuchEnv"):
         portal_shm.make_vec("NoSuchEnv-v0", 1, backend="attach", address=listener)
-    envs = portal_shm.make_vec("portal_shm.server.example_envs:FaultyEnv", 1, backend="attach", address=listener,
-                               fault="exit", after=1)
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:FaultyEnv", 1, backend="attach", address=listener, fault="exit", after=1
+    )
     try:
         envs.reset(seed=0)
         started = time.monotonic()

@@ -50,8 +50,10 @@ def test_eight_portals_in_one_process_then_gc_from_another():
 
 
 def test_eight_portals_in_eight_processes_with_gc_running_beside_them():
-    agents = [subprocess.Popen([sys.executable, "-c", AGENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-              for _ in range(8)]
+    agents = [
+        subprocess.Popen([sys.executable, "-c", AGENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
     try:
         tags = [agent.stdout.readline().strip().lstrip("/") for agent in agents]
         assert len(set(tags)) == 8 and all(tags)

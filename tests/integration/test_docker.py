@@ -97,8 +97,9 @@ def test_vizdoom_basic_dict_observation(vizdoom_image):
 
 
 def test_killed_container_is_reported_with_its_exit_code(ale_image, docker_client):
-    envs = portal_shm.make_vec("ALE/Pong-v5", 2, backend="docker", image=ale_image,
-                               vector_kwargs={"envs_per_server": 1})
+    envs = portal_shm.make_vec(
+        "ALE/Pong-v5", 2, backend="docker", image=ale_image, vector_kwargs={"envs_per_server": 1}
+    )
     tag = envs.tag
     try:
         envs.reset(seed=0)
@@ -163,8 +164,12 @@ def test_custom_env_directory_builds_and_serves(docker_client):
 
 
 def test_cli_test_smoke(ale_image):
-    result = subprocess.run([sys.executable, "-m", "portal_shm", "test", ale_image, "--steps", "20"],
-                            capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-m", "portal_shm", "test", ale_image, "--steps", "20"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "env-steps/s" in result.stdout and "Discrete(6)" in result.stdout
 
@@ -184,11 +189,14 @@ def test_started_listener_containers_serve_attaching_agents(ale_image, docker_cl
         finally:
             envs.close()
     finally:
-        names = [c.name for c in docker_client.containers.list(all=True, filters={"label": "portal-shm.role=listener"})
-                 if c.labels.get("portal-shm.address") in addresses]
+        names = [
+            c.name
+            for c in docker_client.containers.list(all=True, filters={"label": "portal-shm.role=listener"})
+            if c.labels.get("portal-shm.address") in addresses
+        ]
         for name in names:
             stop_containers(name=name)
-    assert not any(os.path.exists(a[len("ipc://"):]) for a in addresses)
+    assert not any(os.path.exists(a[len("ipc://") :]) for a in addresses)
 
 
 @pytest.mark.parametrize("name", ["mujoco", "flappy-bird", "minigrid", "retro"])
@@ -260,12 +268,23 @@ def test_legacy_image_py39_numpy1_gym026_served_to_this_agent(legacy_image, dock
 
     actions = [int(a) for a in np.random.default_rng(0).integers(0, 2, 40)]
     seed = 5
-    reference = json.loads(docker_client.containers.run(
-        legacy_image, ["python", "-c", REFERENCE, env_id, str(seed), json.dumps(actions)], network_mode="none",
-        remove=True, stderr=False).decode().strip().splitlines()[-1])
+    reference = json.loads(
+        docker_client.containers.run(
+            legacy_image,
+            ["python", "-c", REFERENCE, env_id, str(seed), json.dumps(actions)],
+            network_mode="none",
+            remove=True,
+            stderr=False,
+        )
+        .decode()
+        .strip()
+        .splitlines()[-1]
+    )
     assert reference["versions"][0].startswith("3.9") and reference["versions"][1].startswith("1.")
     assert reference["versions"][2] == "0.26.2"
-    envs = portal_shm.make_vec(env_id, 1, backend="docker", image=legacy_image, vector_kwargs={"autoreset_mode": "Disabled"})
+    envs = portal_shm.make_vec(
+        env_id, 1, backend="docker", image=legacy_image, vector_kwargs={"autoreset_mode": "Disabled"}
+    )
     try:
         assert np.__version__.startswith("2.")  # the agent's own numpy
         envs.reset(seed=seed)
@@ -280,8 +299,10 @@ def test_legacy_image_py39_numpy1_gym026_served_to_this_agent(legacy_image, dock
 def test_mixed_runtimes_compare_env_versions_side_by_side(legacy_image):
     from portal_shm import DockerBackend, EnvSpec, VectorPortal
 
-    envs = VectorPortal([EnvSpec("CartPole-v1", {}, DockerBackend(image=legacy_image)), EnvSpec("CartPole-v1")],
-                        observation_mode="different")
+    envs = VectorPortal(
+        [EnvSpec("CartPole-v1", {}, DockerBackend(image=legacy_image)), EnvSpec("CartPole-v1")],
+        observation_mode="different",
+    )
     try:
         assert "docker" in envs.servers[0]["runtime"] and "process" in envs.servers[1]["runtime"]
         assert envs.observation_space.shape == (2, 4)
@@ -310,8 +331,11 @@ def test_containers_run_with_least_privilege(ale_image, docker_client):
         assert container.labels["portal-shm.owner-pid"] == str(os.getpid())
         run_dir = os.path.dirname(envs._session.resources.lock_path)
         assert oct(os.stat(run_dir).st_mode & 0o777) == "0o700"
-        assert all(oct(os.stat(os.path.join(run_dir, n)).st_mode & 0o777) == "0o600"
-                   for n in os.listdir(run_dir) if n.endswith(".ctl"))
+        assert all(
+            oct(os.stat(os.path.join(run_dir, n)).st_mode & 0o777) == "0o600"
+            for n in os.listdir(run_dir)
+            if n.endswith(".ctl")
+        )
         # the ring reaches the container as a descriptor over a 0600 socket: its /dev/shm is its own
         # IPC namespace's, and it sees nothing of the host's
         assert host["IpcMode"] == "private"
@@ -332,8 +356,14 @@ def test_async_batches_of_containerised_pong_follow_each_env(ale_image, docker_c
     ale_py = pytest.importorskip("ale_py")
     gym.register_envs(ale_py)
     kwargs, seed = {"max_episode_steps": 12}, 9
-    envs = portal_shm.make_vec("ALE/Pong-v5", 4, backend="docker", image=ale_image, **kwargs,
-                               vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    envs = portal_shm.make_vec(
+        "ALE/Pong-v5",
+        4,
+        backend="docker",
+        image=ale_image,
+        **kwargs,
+        vector_kwargs={"batch_size": 2, "envs_per_server": 2},
+    )
     expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", **kwargs)]) for _ in range(4)]
     tag = envs.tag
     try:
@@ -346,7 +376,7 @@ def test_async_batches_of_containerised_pong_follow_each_env(ale_image, docker_c
             actions = envs.action_space.sample()
             envs.send(actions, ids)
             for j, env_id in enumerate(ids.tolist()):
-                expected[env_id] = expected_envs[env_id].step(actions[j:j + 1])
+                expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
             result = envs.recv()
             check_batch(result, expected)
             ids = result[4]["env_id"]

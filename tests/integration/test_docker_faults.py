@@ -36,9 +36,14 @@ def _leftovers(tag: str) -> list:
 
 def test_container_out_of_memory_is_reported_as_such(faults_image, client):
     backend = DockerBackend(image=faults_image, mem_limit="192m")
-    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, backend),
-                         EnvSpec(FAULTY, {"fault": "oom", "phase": "step", "after": 2}, backend)],
-                        envs_per_server=1, step_timeout=60)
+    envs = VectorPortal(
+        [
+            EnvSpec(FAULTY, {"fault": "none"}, backend),
+            EnvSpec(FAULTY, {"fault": "oom", "phase": "step", "after": 2}, backend),
+        ],
+        envs_per_server=1,
+        step_timeout=60,
+    )
     tag = envs.tag
     try:
         envs.reset(seed=0)
@@ -55,8 +60,10 @@ def test_container_out_of_memory_is_reported_as_such(faults_image, client):
 
 @pytest.mark.parametrize("fault", ["spin", "stop"])
 def test_hung_container_times_out_and_is_removed(faults_image, client, fault):
-    envs = VectorPortal([EnvSpec(FAULTY, {"fault": fault, "phase": "step", "after": 1}, DockerBackend(image=faults_image))],
-                        step_timeout=1.0)
+    envs = VectorPortal(
+        [EnvSpec(FAULTY, {"fault": fault, "phase": "step", "after": 1}, DockerBackend(image=faults_image))],
+        step_timeout=1.0,
+    )
     tag = envs.tag
     try:
         envs.reset(seed=0)
@@ -71,8 +78,9 @@ def test_hung_container_times_out_and_is_removed(faults_image, client, fault):
 
 def test_docker_killed_container_is_restarted(faults_image, client):
     backend = DockerBackend(image=faults_image)
-    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, backend)] * 2, envs_per_server=1,
-                        on_env_failure="restart", step_timeout=60)
+    envs = VectorPortal(
+        [EnvSpec(FAULTY, {"fault": "none"}, backend)] * 2, envs_per_server=1, on_env_failure="restart", step_timeout=60
+    )
     tag = envs.tag
     try:
         envs.reset(seed=0)

@@ -113,13 +113,17 @@ def test_sigkilled_server_is_reported():
 @pytest.mark.parametrize("fault", ["hang", "spin", "stop"])
 def test_hanging_server_times_out(fault):
     """A server asleep, in an endless loop or SIGSTOPped: step_timeout bounds the wait."""
-    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}), EnvSpec(FAULTY, {"fault": fault, "phase": "step", "after": 1})],
-                        step_timeout=0.5)
+    envs = VectorPortal(
+        [EnvSpec(FAULTY, {"fault": "none"}), EnvSpec(FAULTY, {"fault": fault, "phase": "step", "after": 1})],
+        step_timeout=0.5,
+    )
     tag = envs.tag
     try:
         envs.reset(seed=0)
         started = time.monotonic()
-        with pytest.raises(portal_shm.PortalTimeoutError, match=r"env server 1 \(envs \[1\]\) \[runtime: process pid") as info:
+        with pytest.raises(
+            portal_shm.PortalTimeoutError, match=r"env server 1 \(envs \[1\]\) \[runtime: process pid"
+        ) as info:
             envs.step(np.zeros(2, np.int64))
         assert time.monotonic() - started < 10  # an upper bound for a hang, not a timing claim
         assert "step_timeout" in str(info.value)
@@ -132,8 +136,9 @@ def test_hanging_server_times_out(fault):
 
 @pytest.mark.parametrize("phase", ["reset", "call"])
 def test_step_timeout_bounds_control_calls_too(phase):
-    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "spin", "phase": "reset" if phase == "reset" else "render"})],
-                        step_timeout=0.5)
+    envs = VectorPortal(
+        [EnvSpec(FAULTY, {"fault": "spin", "phase": "reset" if phase == "reset" else "render"})], step_timeout=0.5
+    )
     try:
         with pytest.raises(portal_shm.PortalTimeoutError, match=r"envs \[0\]"):
             envs.reset(seed=0) if phase == "reset" else envs.render()
@@ -211,8 +216,10 @@ def _wait_until_clean(tag: str, pids: list, seconds: float) -> None:
         if not any(tag in name for name in leftovers()) and all(_pid_gone(pid) for pid in pids):
             return
         time.sleep(0.1)
-    raise AssertionError(f"left behind after {seconds} s: {[n for n in leftovers() if tag in n]}, "
-                         f"live servers {[p for p in pids if not _pid_gone(p)]}")
+    raise AssertionError(
+        f"left behind after {seconds} s: {[n for n in leftovers() if tag in n]}, "
+        f"live servers {[p for p in pids if not _pid_gone(p)]}"
+    )
 
 
 @pytest.mark.parametrize("phase", ["step", "reset"])
@@ -235,9 +242,17 @@ def test_servers_clean_up_after_their_agent_is_sigkilled(mode):
 def test_gc_reclaims_only_dead_owners():
     from portal_shm.runtimes.gc import collect
 
-    process = subprocess.Popen([sys.executable, "-c", "import os, sys; "
-                                "open(f'/dev/shm/psm-{os.getpid()}-abcdef01', 'wb').write(bytes(4096)); "
-                                "print(os.getpid(), flush=True)"], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; "
+            "open(f'/dev/shm/psm-{os.getpid()}-abcdef01', 'wb').write(bytes(4096)); "
+            "print(os.getpid(), flush=True)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     dead_pid = int(process.stdout.readline())
     process.wait()
     envs = portal_shm.make_vec("CartPole-v1", 1)

@@ -33,8 +33,11 @@ def _replica(seed, mode="NextStep"):
 
 def test_random_kills_during_10000_steps_leave_every_env_exactly_as_sync_vector_env():
     num_envs, steps, seed = 8, 10_000, 123
-    envs = portal_shm.make_vec("CartPole-v1", num_envs, vector_kwargs={
-        "on_env_failure": "restart", "max_restarts": 50, "envs_per_server": 2, "step_timeout": 60})
+    envs = portal_shm.make_vec(
+        "CartPole-v1",
+        num_envs,
+        vector_kwargs={"on_env_failure": "restart", "max_restarts": 50, "envs_per_server": 2, "step_timeout": 60},
+    )
     rng = np.random.default_rng(8)
     kill_at = set(rng.choice(np.arange(50, steps), size=16, replace=False).tolist())
     replicas, restarts, pending = [], [0] * num_envs, [False] * num_envs
@@ -76,7 +79,7 @@ def test_random_kills_during_10000_steps_leave_every_env_exactly_as_sync_vector_
                     assert reward[i] == 0.0 and not terminated[i] and not truncated[i]
                     pending[i] = False
                 else:
-                    r_obs, r_reward, r_terminated, r_truncated, _ = replicas[i].step(actions[i:i + 1])
+                    r_obs, r_reward, r_terminated, r_truncated, _ = replicas[i].step(actions[i : i + 1])
                     assert np.array_equal(obs[i], r_obs[0]), (t, i)
                     assert reward[i] == r_reward[0] and terminated[i] == r_terminated[0]
                     assert truncated[i] == r_truncated[0]
@@ -91,8 +94,12 @@ def test_random_kills_during_10000_steps_leave_every_env_exactly_as_sync_vector_
 
 
 def test_restart_budget_is_enforced_per_env():
-    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}), EnvSpec(FAULTY, {"fault": "exit", "phase": "step", "after": 2})],
-                        on_env_failure="restart", max_restarts=2, step_timeout=20)
+    envs = VectorPortal(
+        [EnvSpec(FAULTY, {"fault": "none"}), EnvSpec(FAULTY, {"fault": "exit", "phase": "step", "after": 2})],
+        on_env_failure="restart",
+        max_restarts=2,
+        step_timeout=20,
+    )
     try:
         envs.reset(seed=0)
         outcomes = []
@@ -110,8 +117,11 @@ def test_restart_budget_is_enforced_per_env():
 
 @pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
 def test_restart_in_other_autoreset_modes(mode):
-    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={
-        "on_env_failure": "restart", "envs_per_server": 1, "autoreset_mode": mode, "step_timeout": 30})
+    envs = portal_shm.make_vec(
+        "CartPole-v1",
+        2,
+        vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1, "autoreset_mode": mode, "step_timeout": 30},
+    )
     try:
         obs, _ = envs.reset(seed=5)
         last = obs.copy()
@@ -221,9 +231,18 @@ class BatchReplicas:
 @pytest.mark.parametrize("envs_per_server, mode", [(1, "NextStep"), (2, "NextStep"), (2, "SameStep")])
 def test_random_kills_during_async_batches_leave_every_env_on_its_own_trajectory(envs_per_server, mode):
     num_envs, batch_size, recvs, seed = 8, 4, 3000, 321
-    envs = portal_shm.make_vec("CartPole-v1", num_envs, vector_kwargs={
-        "batch_size": batch_size, "envs_per_server": envs_per_server, "autoreset_mode": mode,
-        "on_env_failure": "restart", "max_restarts": 50, "step_timeout": 60})
+    envs = portal_shm.make_vec(
+        "CartPole-v1",
+        num_envs,
+        vector_kwargs={
+            "batch_size": batch_size,
+            "envs_per_server": envs_per_server,
+            "autoreset_mode": mode,
+            "on_env_failure": "restart",
+            "max_restarts": 50,
+            "step_timeout": 60,
+        },
+    )
     rng = np.random.default_rng(envs_per_server)
     kill_at = set(rng.choice(np.arange(50, recvs - 100), size=12, replace=False).tolist())
     killed, restarted, expected = set(), 0, None
@@ -285,8 +304,9 @@ def test_a_failing_env_restarts_in_async_batches(fault, mode):
     """Envs 2 and 3 (one server) fail in their 3rd step: they end and restart, envs 0 and 1 step on."""
     faulty = {"fault": fault, "phase": "step", "after": 3}
     specs = [EnvSpec(FAULTY, {"fault": "none"})] * 2 + [EnvSpec(FAULTY, faulty)] * 2
-    envs = VectorPortal(specs, batch_size=2, envs_per_server=2, autoreset_mode=mode, on_env_failure="restart",
-                        step_timeout=1.0)
+    envs = VectorPortal(
+        specs, batch_size=2, envs_per_server=2, autoreset_mode=mode, on_env_failure="restart", step_timeout=1.0
+    )
     try:
         _, infos = envs.reset(seed=0)
         sent = 0  # steps of envs 2 and 3 since their reset (the reset's batch comes with 0)
@@ -326,8 +346,9 @@ def test_a_failing_env_restarts_in_async_batches(fault, mode):
 
 
 def test_failures_outside_steps_restart_in_async_batches_too():
-    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={
-        "on_env_failure": "restart", "envs_per_server": 1, "batch_size": 2})
+    envs = portal_shm.make_vec(
+        "CartPole-v1", 4, vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1, "batch_size": 2}
+    )
     try:
         envs.reset(seed=1)
         os.kill(_server_pids(envs)[3], signal.SIGKILL)

@@ -22,8 +22,14 @@ def train_images():
 
 def test_atari_preset_in_a_container_equals_the_local_one(train_images):
     pytest.importorskip("ale_py")
-    envs = portal_shm.make_vec("portal_shm.presets:atari", 2, backend="docker", image=train_images["ale"],
-                               env_id="ALE/Breakout-v5", vector_kwargs={"autoreset_mode": "SameStep"})
+    envs = portal_shm.make_vec(
+        "portal_shm.presets:atari",
+        2,
+        backend="docker",
+        image=train_images["ale"],
+        env_id="ALE/Breakout-v5",
+        vector_kwargs={"autoreset_mode": "SameStep"},
+    )
     local = [presets.atari("ALE/Breakout-v5") for _ in range(2)]
     try:
         assert envs.single_observation_space.shape == (4, 84, 84)
@@ -40,8 +46,13 @@ def test_atari_preset_in_a_container_equals_the_local_one(train_images):
 
 
 def test_vizdoom_preset_in_a_container(train_images):
-    envs = portal_shm.make_vec("portal_shm.presets:vizdoom", 2, backend="docker", image=train_images["vizdoom"],
-                               vector_kwargs={"autoreset_mode": "SameStep"})
+    envs = portal_shm.make_vec(
+        "portal_shm.presets:vizdoom",
+        2,
+        backend="docker",
+        image=train_images["vizdoom"],
+        vector_kwargs={"autoreset_mode": "SameStep"},
+    )
     try:
         obs, _ = envs.reset(seed=0)
         assert obs.shape == (2, 4, 60, 80) and obs.dtype == np.uint8
@@ -58,8 +69,14 @@ def test_sb3_cnn_policy_trains_on_containerised_atari(train_images):
 
     from portal_shm.sb3 import SB3VecEnv
 
-    portal = portal_shm.make_vec("portal_shm.presets:atari", 2, backend="docker", image=train_images["ale"],
-                                 env_id="ALE/Pong-v5", vector_kwargs={"autoreset_mode": "SameStep"})
+    portal = portal_shm.make_vec(
+        "portal_shm.presets:atari",
+        2,
+        backend="docker",
+        image=train_images["ale"],
+        env_id="ALE/Pong-v5",
+        vector_kwargs={"autoreset_mode": "SameStep"},
+    )
     env = VecMonitor(SB3VecEnv(portal))
     try:
         model = PPO("CnnPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")

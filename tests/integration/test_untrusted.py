@@ -35,8 +35,14 @@ class GarbageBackend(Backend):
         env = dict(os.environ, **{CONFIG_ENV_VAR: encode_config(launch.config)})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
         with open(launch.log_path, "ab") as log:
-            process = subprocess.Popen([sys.executable, GARBAGE, self.mode], env=env, stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                [sys.executable, GARBAGE, self.mode],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return ProcessHandle(process, launch.log_path, sys.executable)
 
 
@@ -94,8 +100,10 @@ def test_garbage_after_the_handshake_is_a_clear_error(mode):
     envs = _portal(mode)
     tag = envs.tag
     try:
-        with pytest.raises(portal_shm.ServerProtocolError if "no answer" not in pattern else portal_shm.PortalTimeoutError,
-                           match=pattern):
+        with pytest.raises(
+            portal_shm.ServerProtocolError if "no answer" not in pattern else portal_shm.PortalTimeoutError,
+            match=pattern,
+        ):
             envs.reset(seed=0)
             envs.step(np.zeros(1, np.int64))
     finally:

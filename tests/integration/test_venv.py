@@ -34,7 +34,9 @@ from portal_shm.runtimes.venv import (
     venv_python,
 )
 
-LEGACY_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "images", "legacy")
+LEGACY_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "images", "legacy"
+)
 REQUIREMENTS = ("numpy<2", "gym==0.26.2")
 STEPS = 60
 
@@ -163,10 +165,14 @@ def test_second_creation_is_a_cache_hit(legacy_venv):
 
 def test_two_agents_creating_one_venv_at_once_build_it_once(tmp_path):
     cache = str(tmp_path / "cache")
-    code = ("from portal_shm.runtimes.venv import VenvBackend, ensure_venv\n"
-            f"print(ensure_venv(VenvBackend(requirements=['msgpack'], cache_dir={cache!r})))")
-    agents = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for _ in range(2)]
+    code = (
+        "from portal_shm.runtimes.venv import VenvBackend, ensure_venv\n"
+        f"print(ensure_venv(VenvBackend(requirements=['msgpack'], cache_dir={cache!r})))"
+    )
+    agents = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     results = [agent.communicate(timeout=240) for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], results
     paths = {out.strip() for out, _ in results}
@@ -182,10 +188,14 @@ def test_pip_builds_the_venv_when_uv_is_not_wanted(tmp_path, monkeypatch):
     path = ensure_venv(VenvBackend(requirements=["msgpack"], cache_dir=str(tmp_path)))
     [info] = list_venvs(str(tmp_path))
     assert info["installer"] == "pip"
-    probe = ("import numpy, portal_shm.server, sys\n"
-             "try:\n    import gymnasium\nexcept ImportError:\n    gymnasium = None\n"
-             "print(numpy.__file__, portal_shm.__file__, gymnasium)")
-    out = subprocess.run([venv_python(path), "-c", probe], capture_output=True, text=True, cwd=str(tmp_path), check=True)
+    probe = (
+        "import numpy, portal_shm.server, sys\n"
+        "try:\n    import gymnasium\nexcept ImportError:\n    gymnasium = None\n"
+        "print(numpy.__file__, portal_shm.__file__, gymnasium)"
+    )
+    out = subprocess.run(
+        [venv_python(path), "-c", probe], capture_output=True, text=True, cwd=str(tmp_path), check=True
+    )
     numpy_file, portal_file, gymnasium_found = out.stdout.split()
     assert numpy_file.startswith(path) and portal_file.startswith(path)
     assert gymnasium_found == "None", "the venv must not see the agent's site-packages"
@@ -280,6 +290,10 @@ def test_micromamba_builds_runs_setup_caches_and_serves(tmp_path, monkeypatch):
     with open(os.path.join(prefix, "setup-ran")) as handle:
         assert handle.read().strip() == prefix  # the script's python was the env's
     assert os.path.exists(os.path.join(prefix, MARKER))
-    assert ensure_micromamba_env(MicromambaBackend(spec=str(spec), setup_script=str(script),
-                                                   cache_dir=str(tmp_path / "cache"))) == prefix
+    assert (
+        ensure_micromamba_env(
+            MicromambaBackend(spec=str(spec), setup_script=str(script), cache_dir=str(tmp_path / "cache"))
+        )
+        == prefix
+    )
     assert len(log.read_text().splitlines()) == 2, "a cache hit runs no micromamba"

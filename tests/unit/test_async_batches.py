@@ -32,8 +32,12 @@ CASES = [
 @pytest.mark.parametrize("env_id, factory, kwargs", CASES, ids=["cartpole", "nested"])
 def test_every_env_follows_its_own_trajectory(env_id, factory, kwargs, envs_per_server, mode):
     num_envs, batch_size, seed = 6, 2 * envs_per_server, 40
-    envs = portal_shm.make_vec(env_id, num_envs, **kwargs, vector_kwargs={
-        "batch_size": batch_size, "envs_per_server": envs_per_server, "autoreset_mode": mode})
+    envs = portal_shm.make_vec(
+        env_id,
+        num_envs,
+        **kwargs,
+        vector_kwargs={"batch_size": batch_size, "envs_per_server": envs_per_server, "autoreset_mode": mode},
+    )
     expected_envs, resets = replicas(factory, num_envs, mode, seed)
     try:
         expected = dict(enumerate(resets))
@@ -149,8 +153,12 @@ def test_bad_batches_are_refused_with_the_fix():
 def test_control_calls_and_spilled_infos_while_envs_are_stepping():
     """A call waits for stepping servers; their results (infos spilled to ZeroMQ) still arrive intact."""
     factory = lambda: gym.make("CartPole-v1", max_episode_steps=2)  # noqa: E731
-    envs = portal_shm.make_vec("CartPole-v1", 4, max_episode_steps=2, vector_kwargs={
-        "batch_size": 2, "envs_per_server": 1, "autoreset_mode": "SameStep", "info_capacity": 16})
+    envs = portal_shm.make_vec(
+        "CartPole-v1",
+        4,
+        max_episode_steps=2,
+        vector_kwargs={"batch_size": 2, "envs_per_server": 1, "autoreset_mode": "SameStep", "info_capacity": 16},
+    )
     expected_envs, resets = replicas(factory, 4, "SameStep", 5)
     try:
         expected = dict(enumerate(resets))
@@ -161,7 +169,7 @@ def test_control_calls_and_spilled_infos_while_envs_are_stepping():
             actions = np.ones(2, np.int64)
             envs.send(actions, ids)
             for j, env_id in enumerate(ids.tolist()):
-                expected[env_id] = expected_envs[env_id].step(actions[j:j + 1])
+                expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
             assert envs.get_attr("metadata")[0]["render_fps"] == 50
             result = envs.recv()
             spilled += "final_obs" in result[4]
@@ -175,8 +183,14 @@ def test_control_calls_and_spilled_infos_while_envs_are_stepping():
 
 
 def test_an_env_error_names_the_env_and_reset_recovers():
-    envs = portal_shm.make_vec("portal_shm.server.example_envs:FaultyEnv", 4, fault="raise", phase="step", after=3,
-                               vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:FaultyEnv",
+        4,
+        fault="raise",
+        phase="step",
+        after=3,
+        vector_kwargs={"batch_size": 2, "envs_per_server": 2},
+    )
     try:
         _, infos = envs.reset(seed=0)
         with pytest.raises(EnvError, match="FaultyEnv failed in step") as error:

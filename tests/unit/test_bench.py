@@ -18,11 +18,20 @@ MISSING = "psm_bench_no_such_module"
 
 
 def sample(system, repeat, rate, scenario="null:8x8x1", n=2):
-    return {"scenario": scenario, "num_envs": n, "system": system, "repeat": repeat, "steps_per_s": rate,
-            "p50_us": 10.0 * (repeat + 1), "p99_us": 100.0, "agent_cpu": 0.5}
+    return {
+        "scenario": scenario,
+        "num_envs": n,
+        "system": system,
+        "repeat": repeat,
+        "steps_per_s": rate,
+        "p50_us": 10.0 * (repeat + 1),
+        "p99_us": 100.0,
+        "agent_cpu": 0.5,
+    }
 
 
 # --- statistics -----------------------------------------------------------------------------
+
 
 def test_spread_gives_median_min_max_of_finite_values():
     assert spread([3.0, 1.0, 2.0, None, float("nan")]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
@@ -39,7 +48,14 @@ def test_summary_ratio_is_median_of_pairs_not_ratio_of_medians():
     a, base = [10.0, 30.0, 20.0], [5.0, 30.0, 40.0]  # pairs: 2, 1, 0.5 -> median 1.0; medians: 20/30
     samples = [sample("portal-process", r, v) for r, v in enumerate(a)]
     samples += [sample("async", r, v) for r, v in enumerate(base)]
-    samples += [sample("ceiling", r, v, ) for r, v in enumerate([20.0, 20.0, 10.0])]
+    samples += [
+        sample(
+            "ceiling",
+            r,
+            v,
+        )
+        for r, v in enumerate([20.0, 20.0, 10.0])
+    ]
     rows = summarize(samples, "async", ["portal-process", "async", "raw", "ceiling"])
     assert [r["system"] for r in rows] == ["portal-process", "async", "ceiling"]
     portal = rows[0]
@@ -51,14 +67,23 @@ def test_summary_ratio_is_median_of_pairs_not_ratio_of_medians():
 
 
 def test_summary_orders_scenarios_as_run_then_n_then_systems():
-    samples = [sample("sync", 0, 1.0, "b", 8), sample("portal-process", 0, 1.0, "b", 2),
-               sample("portal-process", 0, 1.0, "a", 8), sample("sync", 0, 1.0, "b", 2)]
+    samples = [
+        sample("sync", 0, 1.0, "b", 8),
+        sample("portal-process", 0, 1.0, "b", 2),
+        sample("portal-process", 0, 1.0, "a", 8),
+        sample("sync", 0, 1.0, "b", 2),
+    ]
     rows = summarize(samples, "sync", ["portal-process", "sync"])
     assert [(r["scenario"], r["num_envs"], r["system"]) for r in rows] == [
-        ("b", 2, "portal-process"), ("b", 2, "sync"), ("b", 8, "sync"), ("a", 8, "portal-process")]
+        ("b", 2, "portal-process"),
+        ("b", 2, "sync"),
+        ("b", 8, "sync"),
+        ("a", 8, "portal-process"),
+    ]
 
 
 # --- scenarios ------------------------------------------------------------------------------
+
 
 def test_scenarios_parse():
     null = parse_scenario("null:210x160x3")
@@ -87,6 +112,7 @@ def test_cli_refuses_a_bad_scenario_as_a_usage_error(capsys):
 
 # --- systems that cannot run ----------------------------------------------------------------
 
+
 def test_module_missing_points_at_any_module():
     assert module_missing("json", "pip install nothing") is None
     reason = module_missing(MISSING, "pip install it")
@@ -96,8 +122,25 @@ def test_module_missing_points_at_any_module():
 def test_batch_size_runs_async_batches_beside_lockstep(tmp_path):
     """A tiny real run: portal-process in async batches, portal-lockstep beside it, same JSON schema."""
     out = tmp_path / "batch.json"
-    main(["null:8x8x1", "-n", "4", "--batch-size", "2", "--against", "portal-lockstep", "--seconds", "0.2",
-          "--repeat", "1", "--no-references", "--json", str(out), "-q"])
+    main(
+        [
+            "null:8x8x1",
+            "-n",
+            "4",
+            "--batch-size",
+            "2",
+            "--against",
+            "portal-lockstep",
+            "--seconds",
+            "0.2",
+            "--repeat",
+            "1",
+            "--no-references",
+            "--json",
+            str(out),
+            "-q",
+        ]
+    )
     report = json.loads(out.read_text())
     modes = {(r["system"], r["mode"]) for r in report["samples"]}
     assert modes == {("portal-process", "batch"), ("portal-lockstep", "lockstep")}
@@ -115,19 +158,47 @@ def test_unknown_baseline_and_bad_numbers_are_refused():
 
 # --- a tiny real run and its JSON -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_report():
     registry = {**SYSTEMS, "envpool": dataclasses.replace(SYSTEMS["envpool"], module=MISSING)}
-    options = BenchOptions(parse_scenarios(["null:8x8x1"]), num_envs=[2], against=["sync", "envpool"],
-                           seconds=0.2, repeat=2, warmup=3, alloc_steps=20)
+    options = BenchOptions(
+        parse_scenarios(["null:8x8x1"]),
+        num_envs=[2],
+        against=["sync", "envpool"],
+        seconds=0.2,
+        repeat=2,
+        warmup=3,
+        alloc_steps=20,
+    )
     return run_bench(options, registry=registry, command=["test"])
 
 
 SPREAD = {"median": float, "min": float, "max": float, "n": int}
-SAMPLE = {"scenario": str, "num_envs": int, "system": str, "repeat": int, "mode": str, "steps_per_s": float,
-          "p50_us": float, "p99_us": float, "agent_cpu": float, "batched_steps": int, "env_steps": int, "seconds": float}
-SUMMARY = {"scenario": str, "num_envs": int, "system": str, "repeats": int, "steps_per_s": dict,
-           "p50_us": float, "p99_us": float, "agent_cpu": float}
+SAMPLE = {
+    "scenario": str,
+    "num_envs": int,
+    "system": str,
+    "repeat": int,
+    "mode": str,
+    "steps_per_s": float,
+    "p50_us": float,
+    "p99_us": float,
+    "agent_cpu": float,
+    "batched_steps": int,
+    "env_steps": int,
+    "seconds": float,
+}
+SUMMARY = {
+    "scenario": str,
+    "num_envs": int,
+    "system": str,
+    "repeats": int,
+    "steps_per_s": dict,
+    "p50_us": float,
+    "p99_us": float,
+    "agent_cpu": float,
+}
 
 
 def check(obj, types):
@@ -142,13 +213,42 @@ def test_report_follows_the_schema(tiny_report, tmp_path):
 
     write_json(tiny_report, str(path))
     report = json.loads(path.read_text())  # what a reader of the file gets
-    check(report, {"schema_version": int, "tool": str, "created": str, "duration_s": float, "command": list,
-                   "interrupted": bool, "options": dict, "machine": dict, "systems": list, "samples": list,
-                   "summary": list, "allocations": list, "skipped": list, "errors": list, "notes": list,
-                   "targets": list, "leftover_shm": list})
+    check(
+        report,
+        {
+            "schema_version": int,
+            "tool": str,
+            "created": str,
+            "duration_s": float,
+            "command": list,
+            "interrupted": bool,
+            "options": dict,
+            "machine": dict,
+            "systems": list,
+            "samples": list,
+            "summary": list,
+            "allocations": list,
+            "skipped": list,
+            "errors": list,
+            "notes": list,
+            "targets": list,
+            "leftover_shm": list,
+        },
+    )
     assert report["schema_version"] == SCHEMA_VERSION == 1 and not report["interrupted"]
-    check(report["options"], {"scenarios": list, "num_envs": list, "backends": list, "against": list,
-                              "baseline": str, "seconds": float, "repeat": int, "limits": dict})
+    check(
+        report["options"],
+        {
+            "scenarios": list,
+            "num_envs": list,
+            "backends": list,
+            "against": list,
+            "baseline": str,
+            "seconds": float,
+            "repeat": int,
+            "limits": dict,
+        },
+    )
     assert report["options"]["scenarios"] == ["null:8x8x1"] and report["options"]["baseline"] == "portal-process"
     check(report["machine"], {"cpu_count": int, "python": str, "platform": str, "versions": dict})
     assert report["machine"]["versions"]["portal-shm"] and report["machine"]["versions"]["gymnasium"]
@@ -192,8 +292,26 @@ def test_tables_and_plot_render(tiny_report, tmp_path):
 
 def test_cli_runs_and_writes_json_and_table(tmp_path, capsys):
     out, table = tmp_path / "out.json", tmp_path / "table.txt"
-    code = main(["null:8x8x1", "-n", "2", "--seconds", "0.2", "--repeat", "1", "--against", "sync", "--alloc-steps", "0",
-                 "-q", "--json", str(out), "--table", str(table)])
+    code = main(
+        [
+            "null:8x8x1",
+            "-n",
+            "2",
+            "--seconds",
+            "0.2",
+            "--repeat",
+            "1",
+            "--against",
+            "sync",
+            "--alloc-steps",
+            "0",
+            "-q",
+            "--json",
+            str(out),
+            "--table",
+            str(table),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "portal-process" in printed and "sync" in printed

@@ -8,8 +8,12 @@ import pytest
 
 @pytest.mark.parametrize("extra", [[], ["--batch-size", "2"]], ids=["lockstep", "batches"])
 def test_run_steps_envs_and_reports_throughput(extra):
-    result = subprocess.run([sys.executable, "-m", "portal_shm", "run", "CartPole-v1", "-n", "4", "--seconds", "1",
-                             *extra], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "portal_shm", "run", "CartPole-v1", "-n", "4", "--seconds", "1", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     row = [line for line in result.stdout.splitlines() if line.strip().startswith("│")][-1]
     envs, servers, batched, rate, episodes, mean_return = [cell.strip() for cell in row.strip("│ ").split("│")]
@@ -18,7 +22,25 @@ def test_run_steps_envs_and_reports_throughput(extra):
 
 
 def test_run_refuses_a_batch_size_that_does_not_fit_the_servers():
-    result = subprocess.run([sys.executable, "-m", "portal_shm", "run", "CartPole-v1", "-n", "4", "--seconds", "1",
-                             "--batch-size", "3", "--envs-per-server", "2"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "portal_shm",
+            "run",
+            "CartPole-v1",
+            "-n",
+            "4",
+            "--seconds",
+            "1",
+            "--batch-size",
+            "3",
+            "--envs-per-server",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and "multiple of the envs per server" in result.stderr
     assert "Traceback" not in result.stderr

@@ -20,13 +20,22 @@ from portal_shm.wire.schema import schema_to_space, space_to_schema
 from tests.compare import assert_same
 
 SAFE_DTYPES = st.sampled_from([np.uint8, np.int8, np.int32, np.int64, np.float32, np.float64, np.bool_, np.complex64])
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=False),
-                    st.text(max_size=20), st.binary(max_size=20))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+)
 arrays = hnp.arrays(SAFE_DTYPES, hnp.array_shapes(min_dims=0, max_dims=3, max_side=4))
 values = st.recursive(
     st.one_of(scalars, arrays),
-    lambda children: st.one_of(st.lists(children, max_size=4), st.tuples(children, children),
-                               st.dictionaries(st.text(max_size=8), children, max_size=4)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.tuples(children, children),
+        st.dictionaries(st.text(max_size=8), children, max_size=4),
+    ),
     max_leaves=12,
 )
 
@@ -80,8 +89,9 @@ SPACES = [
     gym.spaces.Discrete(7, start=-2),
     gym.spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[0, 1], [1, 0]]),
     gym.spaces.MultiBinary([2, 3]),
-    gym.spaces.Dict({"a": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiBinary(3))),
-                     "b": gym.spaces.Box(-1, 1, (2,))}),
+    gym.spaces.Dict(
+        {"a": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiBinary(3))), "b": gym.spaces.Box(-1, 1, (2,))}
+    ),
     gym.spaces.Text(8, min_length=2),
     gym.spaces.Graph(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(3)),
     gym.spaces.Sequence(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), stack=True),
@@ -146,12 +156,21 @@ def test_env_side_modules_parse_as_python_3_9(module):
 
 
 def test_env_side_is_the_wire_and_server_folders():
-    assert {"__init__.py", "presets.py", "server/__main__.py", "server/startup.py", "server/loop.py",
-            "wire/protocol.py", "wire/ring.py", "wire/launch.py"} <= set(ENV_SIDE)
+    assert {
+        "__init__.py",
+        "presets.py",
+        "server/__main__.py",
+        "server/startup.py",
+        "server/loop.py",
+        "wire/protocol.py",
+        "wire/ring.py",
+        "wire/launch.py",
+    } <= set(ENV_SIDE)
     assert not any(name.startswith(("agent/", "runtimes/", "cli/")) for name in ENV_SIDE)
 
 
 def test_env_side_imports_no_agent_dependencies():
-    code = ("import sys, portal_shm.server; bad = {'gymnasium', 'rich', 'docker'} & set(sys.modules); "
-            "assert not bad, bad")
+    code = (
+        "import sys, portal_shm.server; bad = {'gymnasium', 'rich', 'docker'} & set(sys.modules); assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -213,8 +213,10 @@ def test_shared_memory_true_refuses_what_gymnasium_refuses():
 
 
 def test_observation_mode_tuple_and_render():
-    envs = VectorPortal([lambda: gym.make("CartPole-v1", render_mode="rgb_array")] * 2,
-                        observation_mode=(Box(-5, 5, (2, 4)), Box(-5, 5, (4,))))
+    envs = VectorPortal(
+        [lambda: gym.make("CartPole-v1", render_mode="rgb_array")] * 2,
+        observation_mode=(Box(-5, 5, (2, 4)), Box(-5, 5, (4,))),
+    )
     try:
         assert envs.single_observation_space == Box(-5, 5, (4,)) and envs.render_mode == "rgb_array"
         envs.reset(seed=0)

@@ -12,8 +12,9 @@ MODES = ["NextStep", "SameStep", "Disabled"]
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cartpole_matches_sync_vector_env(mode):
-    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=30)] * 3,
-                                             autoreset_mode=mode)
+    expected_envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=30)] * 3, autoreset_mode=mode
+    )
     envs = portal_shm.make_vec("CartPole-v1", 3, max_episode_steps=30, vector_kwargs={"autoreset_mode": mode})
     try:
         assert envs.single_observation_space == expected_envs.single_observation_space
@@ -29,8 +30,11 @@ def test_cartpole_matches_sync_vector_env(mode):
 @pytest.mark.parametrize("envs_per_server", [1, 2])
 def test_nested_spaces_and_sparse_infos_match(mode, envs_per_server):
     expected_envs = gym.vector.SyncVectorEnv([NestedEnv] * 4, autoreset_mode=mode)
-    envs = portal_shm.make_vec("portal_shm.server.example_envs:NestedEnv", 4,
-                               vector_kwargs={"autoreset_mode": mode, "envs_per_server": envs_per_server})
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:NestedEnv",
+        4,
+        vector_kwargs={"autoreset_mode": mode, "envs_per_server": envs_per_server},
+    )
     try:
         assert envs.observation_space == expected_envs.observation_space
         assert envs.single_action_space == expected_envs.single_action_space
@@ -52,10 +56,12 @@ def test_reset_options_and_seed_lists_match():
 
 
 def test_final_obs_travels_even_when_larger_than_the_info_slot():
-    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=5)] * 2,
-                                             autoreset_mode="SameStep")
-    envs = portal_shm.make_vec("CartPole-v1", 2, max_episode_steps=5,
-                               vector_kwargs={"autoreset_mode": "SameStep", "info_capacity": 16})
+    expected_envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=5)] * 2, autoreset_mode="SameStep"
+    )
+    envs = portal_shm.make_vec(
+        "CartPole-v1", 2, max_episode_steps=5, vector_kwargs={"autoreset_mode": "SameStep", "info_capacity": 16}
+    )
     try:
         assert_same(rollout(envs, 12, seed=0, mode="SameStep"), rollout(expected_envs, 12, seed=0, mode="SameStep"))
     finally:

@@ -8,8 +8,22 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).parents[2]
-TINY = ["--backend", "process", "--num-envs", "2", "--rollout-steps", "16", "--total-timesteps", "64",
-        "--minibatches", "2", "--epochs", "1", "--tensorboard", ""]
+TINY = [
+    "--backend",
+    "process",
+    "--num-envs",
+    "2",
+    "--rollout-steps",
+    "16",
+    "--total-timesteps",
+    "64",
+    "--minibatches",
+    "2",
+    "--epochs",
+    "1",
+    "--tensorboard",
+    "",
+]
 
 
 @pytest.mark.parametrize("script, plugin", [("ppo_atari.py", "ale_py"), ("ppo_vizdoom.py", "vizdoom")])
@@ -19,8 +33,14 @@ def test_example_trains_and_writes_its_curve(script, plugin, tmp_path):
     prefix = tmp_path / "curve"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     extra = ["--env-id", "ALE/Pong-v5"] if script == "ppo_atari.py" else []
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / script), *TINY, *extra, "--save-curve", str(prefix)],
-                            capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), *TINY, *extra, "--save-curve", str(prefix)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "update 2/2" in result.stdout and "SPS" in result.stdout
     assert "done: 64 env steps" in result.stdout

@@ -20,10 +20,14 @@ from portal_shm.errors import ServerProtocolError
 from portal_shm.wire import protocol as P
 
 texts = st.text(max_size=12)
-atoms = st.one_of(st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1), st.floats(), texts,
-                  st.binary(max_size=16))
-values = st.recursive(atoms, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.one_of(texts, st.integers(-3, 40)), c, max_size=4)),
-                      max_leaves=16)
+atoms = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1), st.floats(), texts, st.binary(max_size=16)
+)
+values = st.recursive(
+    atoms,
+    lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.one_of(texts, st.integers(-3, 40)), c, max_size=4)),
+    max_leaves=16,
+)
 KINDS = ["Box", "Discrete", "MultiDiscrete", "MultiBinary", "Dict", "Tuple", "Text", "Opaque", "Nope"]
 DTYPES = ["<f4", "<f8", "|u1", "<i8", "|b1", "|O", "<c8", "<U3", "V8", "xx", 5]
 # Structured cases cost far more to generate than byte strings: an eighth of the profile's count.
@@ -40,17 +44,34 @@ def _packed(value) -> bytes:
 def schemas(depth=0):
     """Mostly plausible space descriptions with hostile values in any field."""
     shape = st.lists(st.one_of(st.integers(-2, 6), st.integers(2**20, 2**45), atoms), max_size=4)
-    leaf = st.fixed_dictionaries({"kind": st.sampled_from(KINDS)}, optional={
-        "dtype": st.sampled_from(DTYPES), "shape": shape, "n": st.one_of(st.integers(-3, 2**63), shape, atoms),
-        "start": st.one_of(st.integers(-5, 5), atoms), "low": st.one_of(st.floats(), st.integers(-9, 9), atoms),
-        "high": st.one_of(st.floats(), st.integers(-9, 9), atoms), "nvec": st.one_of(st.lists(st.integers(-2, 9), max_size=3), atoms),
-        "min_length": st.one_of(st.integers(-2, 9), atoms), "max_length": st.one_of(st.integers(-2, 99), atoms),
-        "charset": st.one_of(texts, atoms), "name": atoms, "repr": atoms})
+    leaf = st.fixed_dictionaries(
+        {"kind": st.sampled_from(KINDS)},
+        optional={
+            "dtype": st.sampled_from(DTYPES),
+            "shape": shape,
+            "n": st.one_of(st.integers(-3, 2**63), shape, atoms),
+            "start": st.one_of(st.integers(-5, 5), atoms),
+            "low": st.one_of(st.floats(), st.integers(-9, 9), atoms),
+            "high": st.one_of(st.floats(), st.integers(-9, 9), atoms),
+            "nvec": st.one_of(st.lists(st.integers(-2, 9), max_size=3), atoms),
+            "min_length": st.one_of(st.integers(-2, 9), atoms),
+            "max_length": st.one_of(st.integers(-2, 99), atoms),
+            "charset": st.one_of(texts, atoms),
+            "name": atoms,
+            "repr": atoms,
+        },
+    )
     if depth >= 3:
         return leaf
     sub = st.deferred(lambda: schemas(depth + 1))
-    return st.one_of(leaf, st.fixed_dictionaries({"kind": st.just("Dict"), "spaces": st.lists(st.tuples(texts, sub).map(list), max_size=3)}),
-                     st.fixed_dictionaries({"kind": st.just("Tuple"), "spaces": st.lists(sub, max_size=3)}), values)
+    return st.one_of(
+        leaf,
+        st.fixed_dictionaries(
+            {"kind": st.just("Dict"), "spaces": st.lists(st.tuples(texts, sub).map(list), max_size=3)}
+        ),
+        st.fixed_dictionaries({"kind": st.just("Tuple"), "spaces": st.lists(sub, max_size=3)}),
+        values,
+    )
 
 
 def _only_protocol_errors(check, *args):
@@ -86,8 +107,14 @@ def test_space_schemas_rebuild_or_raise_protocol_error(schema):
 
 
 @structured
-@given(st.dictionaries(st.sampled_from(["protocol", "observation_spaces", "action_spaces", "metadata", "render_mode", "x"]),
-                       st.one_of(values, st.lists(schemas(), max_size=3)), max_size=6), st.integers(1, 3))
+@given(
+    st.dictionaries(
+        st.sampled_from(["protocol", "observation_spaces", "action_spaces", "metadata", "render_mode", "x"]),
+        st.one_of(values, st.lists(schemas(), max_size=3)),
+        max_size=6,
+    ),
+    st.integers(1, 3),
+)
 def test_handshakes_are_checked(message, env_count):
     _only_protocol_errors(V.check_hello, message, env_count, "env server 0")
 
@@ -135,10 +162,24 @@ COMMANDS = [P.RESET, P.CALL, P.SET_ATTR, P.RENDER, "hello", "nope", 5, None]
 
 
 @structured
-@given(st.fixed_dictionaries({"cmd": st.sampled_from(COMMANDS)}, optional={
-    "slot": values, "prev_slot": values, "seeds": values, "options": values, "mask": values,
-    "name": st.one_of(st.sampled_from(["np_random", "t", "render_mode", "episode_length", "spec"]), texts, atoms),
-    "args": values, "kwargs": values, "values": values}))
+@given(
+    st.fixed_dictionaries(
+        {"cmd": st.sampled_from(COMMANDS)},
+        optional={
+            "slot": values,
+            "prev_slot": values,
+            "seeds": values,
+            "options": values,
+            "mask": values,
+            "name": st.one_of(
+                st.sampled_from(["np_random", "t", "render_mode", "episode_length", "spec"]), texts, atoms
+            ),
+            "args": values,
+            "kwargs": values,
+            "values": values,
+        },
+    )
+)
 def test_env_server_answers_any_control_message_without_raising(env_server, message):
     server, agent = env_server
     assert server.control(message) is True

@@ -7,12 +7,15 @@ import portal_shm
 from portal_shm import presets
 
 
-@pytest.mark.parametrize("source, target, channels", [
-    ((210, 160), (84, 84), None),   # fractional footprints on both axes
-    ((120, 160), (60, 80), None),   # whole factors
-    ((120, 160), (60, 80), 3),
-    ((7, 5), (3, 2), None),
-])
+@pytest.mark.parametrize(
+    "source, target, channels",
+    [
+        ((210, 160), (84, 84), None),  # fractional footprints on both axes
+        ((120, 160), (60, 80), None),  # whole factors
+        ((120, 160), (60, 80), 3),
+        ((7, 5), (3, 2), None),
+    ],
+)
 def test_area_resize_is_the_exact_area_average(source, target, channels):
     frame = np.random.default_rng(0).integers(0, 256, source + ((channels,) if channels else ()), dtype=np.uint8)
     rows, cols = presets.area_weights(source[0], target[0]), presets.area_weights(source[1], target[1])
@@ -46,8 +49,9 @@ def test_atari_preset_preprocesses_inside_the_env():
 
 def test_atari_preset_through_a_portal_equals_the_local_env():
     pytest.importorskip("ale_py")
-    envs = portal_shm.make_vec("portal_shm.presets:atari", 2, env_id="ALE/Pong-v5",
-                               vector_kwargs={"autoreset_mode": "SameStep"})
+    envs = portal_shm.make_vec(
+        "portal_shm.presets:atari", 2, env_id="ALE/Pong-v5", vector_kwargs={"autoreset_mode": "SameStep"}
+    )
     local = [presets.atari("ALE/Pong-v5") for _ in range(2)]
     try:
         assert envs.single_observation_space.shape == (4, 84, 84)

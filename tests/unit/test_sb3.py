@@ -164,8 +164,12 @@ def test_next_step_portals_are_refused_with_the_fix():
 
 
 def test_unbatch_infos_follows_the_masks():
-    infos = {"a": np.array([1.5, 0.0]), "_a": np.array([True, False]),
-             "episode": {"r": np.array([0.0, 3.0]), "_r": np.array([False, True])}, "_episode": np.array([False, True])}
+    infos = {
+        "a": np.array([1.5, 0.0]),
+        "_a": np.array([True, False]),
+        "episode": {"r": np.array([0.0, 3.0]), "_r": np.array([False, True])},
+        "_episode": np.array([False, True]),
+    }
     assert unbatch_infos(infos, 2) == [{"a": 1.5}, {"episode": {"r": 3.0}}]
 
 
@@ -174,8 +178,19 @@ def test_ppo_learns_cartpole_through_the_portal():
     torch.set_num_threads(1)
     env = VecMonitor(SB3VecEnv(portal_shm.make_vec("CartPole-v1", 8, vector_kwargs=SAME_STEP)))
     try:
-        model = PPO("MlpPolicy", env, n_steps=64, batch_size=256, n_epochs=10, learning_rate=1e-3, gamma=0.98,
-                    gae_lambda=0.8, ent_coef=0.0, seed=0, device="cpu")
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=64,
+            batch_size=256,
+            n_epochs=10,
+            learning_rate=1e-3,
+            gamma=0.98,
+            gae_lambda=0.8,
+            ent_coef=0.0,
+            seed=0,
+            device="cpu",
+        )
         model.learn(total_timesteps=20_000)
         env.seed(100)
         mean_return, _ = evaluate_policy(model, env, n_eval_episodes=16, deterministic=True)

@@ -145,8 +145,10 @@ def test_protocol_mismatch_names_both_versions(tmp_path):
     import sys
 
     fake = tmp_path / "python-v99"
-    fake.write_text("#!/bin/sh\nexec %s -c 'import portal_shm.wire.protocol as p; p.PROTOCOL_VERSION = 99; "
-                    "from portal_shm.server import main; main()'\n" % sys.executable)
+    fake.write_text(
+        "#!/bin/sh\nexec %s -c 'import portal_shm.wire.protocol as p; p.PROTOCOL_VERSION = 99; "
+        "from portal_shm.server import main; main()'\n" % sys.executable
+    )
     fake.chmod(0o755)
     with pytest.raises(portal_shm.ProtocolMismatchError, match="protocol 99, the agent speaks 1"):
         portal_shm.make_vec("CartPole-v1", 1, python=str(fake))
