@@ -145,7 +145,7 @@ def check_schema(schema: Any, what: str = "space", depth: int = 0, count: Option
 
 def space_from_schema(schema: Any, what: str = "space") -> Any:
     """The gymnasium space of an untrusted schema, or ``ServerProtocolError``."""
-    from ..wire.schema import schema_to_space
+    from .spaces import schema_to_space
 
     check_schema(schema, what)
     try:

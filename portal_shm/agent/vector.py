@@ -30,7 +30,7 @@ from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitErro
 from ..runtimes.backend import Backend
 from ..wire import protocol as P
 from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
-from ..wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, schema_to_space, space_to_schema
+from ..wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, space_to_schema
 from . import env_fns as F
 from .batched import AsyncBatches
 from .control import POLL_SLICE
@@ -38,6 +38,7 @@ from .infos import add_info
 from .pending import AsyncState
 from .recovery import RESTARTABLE, Recovery, fixed_obs_views
 from .session import PortalSession, ServerLink
+from .spaces import schema_to_space
 from .spec import EnvSpec
 from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 

@@ -50,9 +50,9 @@ def cache_root(cache_dir: Optional[str] = None) -> str:
     return os.path.abspath(os.path.expanduser(root))
 
 
-# The env side as it is copied into runtimes: the package root (lazy, imports nothing at load), the
+# The env side as it is copied into runtimes: the package root (lazy: it loads only its version), the
 # entry-point name of the presets, and the two folders the import contract confines the env side to.
-ENV_SIDE = ("__init__.py", "presets.py", "wire", "server")
+ENV_SIDE = ("__init__.py", "version.py", "presets.py", "wire", "server")
 
 
 def server_modules() -> dict[str, str]:

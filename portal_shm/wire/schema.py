@@ -1,8 +1,8 @@
 """Spaces as plain data: the env side describes its spaces, the agent side rebuilds them.
 
 ``space_to_schema`` runs in the env runtime and must not import gymnasium: it recognises spaces of
-gymnasium, legacy ``gym`` and look-alikes by class name and attributes. ``schema_to_space`` runs in
-the agent and treats the schema as untrusted input.
+gymnasium, legacy ``gym`` and look-alikes by class name and attributes. The agent rebuilds spaces
+from schemas in ``portal_shm.agent.spaces``, treating them as untrusted input.
 """
 
 from __future__ import annotations
@@ -137,51 +137,6 @@ def leaves(schema: dict, path: tuple = ()) -> list[tuple[tuple, dict]]:
             out.extend(leaves(sub, path + (index,)))
         return out
     return [(path, schema)]
-
-
-def schema_to_space(schema: Any, depth: int = 0) -> Any:
-    """Rebuild a gymnasium space from an (untrusted) schema; raises ValueError on anything odd."""
-    from gymnasium import spaces
-
-    if depth > MAX_SCHEMA_DEPTH:
-        raise ValueError("space schema nested too deeply")
-    if not isinstance(schema, dict) or not isinstance(schema.get("kind"), str):
-        raise ValueError(f"invalid space schema {schema!r:.200}")
-    kind = schema["kind"]
-    if kind == "Box":
-        dtype = np.dtype(schema["dtype"])
-        return spaces.Box(low=schema["low"], high=schema["high"], shape=tuple(schema["shape"]), dtype=dtype)
-    if kind == "Discrete":
-        return spaces.Discrete(int(schema["n"]), start=int(schema["start"]), dtype=np.dtype(schema["dtype"]))
-    if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(schema["nvec"], dtype=np.dtype(schema["dtype"]), start=schema["start"])
-    if kind == "MultiBinary":
-        n = schema["n"]
-        return spaces.MultiBinary(n if isinstance(n, int) else list(n))
-    if kind == "Dict":
-        return spaces.Dict({key: schema_to_space(sub, depth + 1) for key, sub in schema["spaces"]})
-    if kind == "Tuple":
-        return spaces.Tuple([schema_to_space(sub, depth + 1) for sub in schema["spaces"]])
-    if kind == "Text":
-        charset = schema.get("charset")
-        kwargs = {"min_length": int(schema["min_length"])}
-        if charset is not None:
-            kwargs["charset"] = charset
-        return spaces.Text(int(schema["max_length"]), **kwargs)
-    if kind == "Graph":
-        edge = schema.get("edge_space")
-        return spaces.Graph(
-            schema_to_space(schema["node_space"], depth + 1), None if edge is None else schema_to_space(edge, depth + 1)
-        )
-    if kind == "Sequence":
-        return spaces.Sequence(schema_to_space(schema["space"], depth + 1), stack=bool(schema.get("stack")))
-    if kind == "OneOf":
-        return spaces.OneOf([schema_to_space(sub, depth + 1) for sub in schema["spaces"]])
-    if kind == "Opaque":
-        from .remote_space import RemoteSpace
-
-        return RemoteSpace(str(schema.get("name")), str(schema.get("repr")))
-    raise ValueError(f"unknown space kind {kind!r}")
 
 
 def revive(space: Any, value: Any) -> Any:

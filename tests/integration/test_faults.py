@@ -202,8 +202,16 @@ AGENT = textwrap.dedent("""
 """)
 
 
+def _as_in_a_terminal() -> None:
+    """SIGINT as an interactive shell leaves it: a CI runner, nohup or a job started with ``&`` ignore
+    it, and Python then installs no KeyboardInterrupt handler in the agent at all."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_agent(mode: str) -> tuple:
-    process = subprocess.Popen([sys.executable, "-c", AGENT, mode], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", AGENT, mode], stdout=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal
+    )
     shm_name, *pids = process.stdout.readline().split()
     assert process.stdout.readline().strip() in ("stepping", "resetting", "idle")
     time.sleep(0.5)

@@ -20,7 +20,7 @@ import pytest
 
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal
-from portal_shm.cli.runtimes import add_env_commands
+from portal_shm.cli.env import add_env_commands
 from portal_shm.runtimes.cache import BUILD_LOG, MARKER
 from portal_shm.runtimes.installers import find_uv
 from portal_shm.runtimes.micromamba import MicromambaBackend, ensure_micromamba_env
@@ -241,13 +241,19 @@ def test_cli_env_create_ls_rm(tmp_path, capsys):
 
 FAKE_MICROMAMBA = """#!{python}
 # Stands in for micromamba: records its argv, makes a prefix with a python, runs commands in it.
-import json, os, subprocess, sys
+import json, os, subprocess, sys, sysconfig
 args = sys.argv[1:]
 with open(os.environ["FAKE_MICROMAMBA_LOG"], "a") as log:
     log.write(json.dumps(args) + "\\n")
 prefix = args[args.index("-p") + 1]
 if args[0] == "create":
-    subprocess.check_call([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", prefix])
+    subprocess.check_call([sys.executable, "-m", "venv", "--without-pip", prefix])
+    # The packages of the python that runs this stand-in (a virtualenv's too, which a venv made from
+    # it would not see through --system-site-packages), as a real env would have installed them.
+    purelib = subprocess.check_output([os.path.join(prefix, "bin", "python"), "-c",
+                                       "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip()
+    with open(os.path.join(purelib, "outer-packages.pth"), "w") as pth:
+        pth.write(sysconfig.get_paths()["purelib"] + "\\n")
 elif args[0] == "run":
     env = dict(os.environ, CONDA_PREFIX=prefix, PATH=os.path.join(prefix, "bin") + os.pathsep + os.environ["PATH"])
     sys.exit(subprocess.call(args[args.index("-p") + 2:], env=env))

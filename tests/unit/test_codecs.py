@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from portal_shm.agent.spaces import schema_to_space
 from portal_shm.runtimes.cache import server_modules
 from portal_shm.wire import protocol as P
 from portal_shm.wire.layout import ALIGN, field_views, ring_layout
-from portal_shm.wire.schema import schema_to_space, space_to_schema
+from portal_shm.wire.schema import space_to_schema
 from tests.compare import assert_same
 
 SAFE_DTYPES = st.sampled_from([np.uint8, np.int8, np.int32, np.int64, np.float32, np.float64, np.bool_, np.complex64])
@@ -109,7 +110,7 @@ class MissionSpace(gym.Space):
 
 
 def test_spaces_without_a_portable_description_become_remote_spaces():
-    from portal_shm.wire.remote_space import RemoteSpace
+    from portal_shm.agent.spaces import RemoteSpace
 
     space = schema_to_space(space_to_schema(MissionSpace()))
     assert isinstance(space, RemoteSpace) and "MissionSpace" in space.name
