@@ -11,8 +11,8 @@ from typing import Any
 from .version import __version__
 
 _LAZY = {
-    "make_vec": "agent.api",
-    "make": "agent.api",
+    "make_vec": "api",
+    "make": "api",
     "VectorPortal": "agent.vector",
     "Portal": "agent.portal_env",
     "EnvSpec": "agent.spec",
@@ -30,6 +30,9 @@ _LAZY = {
     "PortalTimeoutError": "errors",
     "ServerProtocolError": "errors",
     "RestartLimitError": "errors",
+    "HostLostError": "errors",
+    "RemoteBackend": "remote.backend",
+    "RemoteVectorPortal": "remote.vector",
     "restart_seed": "agent.recovery",
 }
 

@@ -149,3 +149,18 @@ class RestartLimitError(PortalError):
             f"envs {self.env_indices} failed after {restarts} restarts (max_restarts) "
             f"[runtime: {runtime}]; last failure: {cause}"
         )
+
+
+class HostLostError(PortalError):
+    """A remote env host stopped answering (killed, cut off, or its network down)."""
+
+    def __init__(self, host: str, env_indices: list, detail: str) -> None:
+        self.host = host
+        self.env_indices = list(env_indices)
+        super().__init__(f"lost env host {host} (envs {_span(self.env_indices)}): {detail}")
+
+
+def _span(indices: list) -> str:
+    if len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1)):
+        return f"{indices[0]}-{indices[-1]}"
+    return ", ".join(map(str, indices))

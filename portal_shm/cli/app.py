@@ -120,9 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     from ..bench.cli import add_bench_command
     from .docker import add_docker_commands
     from .env import add_env_commands
+    from .remote import add_remote_commands
 
     add_docker_commands(commands)
     add_env_commands(commands)
+    add_remote_commands(commands)
     add_bench_command(commands)
 
     gc = commands.add_parser("gc", help="reclaim /dev/shm segments and run dirs whose agent is dead")

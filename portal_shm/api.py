@@ -1,0 +1,90 @@
+"""``make_vec`` and ``make``: gymnasium's constructors, with the env in its own runtime.
+
+The one place that knows every kind of portal: a local ``VectorPortal`` for the local runtimes,
+a ``RemoteVectorPortal`` for envs on hosts elsewhere (``backend="remote"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Union
+
+from .agent.portal_env import Portal
+from .agent.spec import EnvSpec
+from .agent.vector import VectorPortal
+from .remote.backend import RemoteBackend
+from .remote.backend import option_names as remote_option_names
+from .runtimes.backend import Backend
+from .runtimes.registry import BACKENDS, backend_option_names, resolve_backend
+
+
+def _spec(id: str, backend: Union[str, Backend], env_kwargs: Optional[dict], kwargs: dict) -> EnvSpec:
+    """Split keyword arguments into the backend's options and the env's kwargs."""
+    names = backend_option_names(backend)
+    options = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+    return EnvSpec(id, {**kwargs, **(env_kwargs or {})}, resolve_backend(backend, **options))
+
+
+def _remote(
+    id: str,
+    num_envs: int,
+    backend: Union[str, RemoteBackend],
+    vector_kwargs: Optional[dict],
+    env_kwargs: Optional[dict],
+    kwargs: dict,
+) -> Any:
+    """Envs on env hosts: options of RemoteBackend, then those of the hosts' runtime, then the env's."""
+    from .remote.vector import RemoteVectorPortal
+
+    if isinstance(backend, RemoteBackend):
+        remote = backend
+    else:
+        options = {key: kwargs.pop(key) for key in list(kwargs) if key in remote_option_names()}
+        remote = RemoteBackend(**options)
+        runtime = BACKENDS.get(remote.runtime)
+        if runtime is None or runtime.name == "attach":
+            raise ValueError(f"runtime={remote.runtime!r}: hosts run envs on process, docker, venv or micromamba")
+        names = {field.name for field in dataclasses.fields(runtime)}
+        picked = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
+        remote = dataclasses.replace(remote, runtime_options={**remote.runtime_options, **picked})
+    vector_kwargs = dict(vector_kwargs or {})
+    copy = bool(vector_kwargs.pop("copy", False))
+    return RemoteVectorPortal(id, num_envs, remote, {**kwargs, **(env_kwargs or {})}, copy=copy, **vector_kwargs)
+
+
+def make_vec(
+    id: str,
+    num_envs: int = 1,
+    *,
+    backend: Union[str, Backend] = "process",
+    vector_kwargs: Optional[dict] = None,
+    env_kwargs: Optional[dict] = None,
+    **kwargs: Any,
+) -> VectorPortal:
+    """Create ``num_envs`` copies of env ``id`` in isolated runtimes, batched as a VectorPortal.
+
+    ``id`` is a registered id (``"CartPole-v1"``, ``"ALE/Pong-v5"``: plugins are imported inside
+    the runtime) or an entry point ``"package.module:callable"``. Keyword arguments named like an
+    option of the backend (``python=`` for ``"process"``) configure the backend; all others go to
+    the env's constructor inside its runtime (``env_kwargs={...}`` passes ones whose names clash).
+    ``vector_kwargs`` go to ``VectorPortal`` (``autoreset_mode``, ``copy``, ``ring_depth``,
+    ``envs_per_server``, ``step_timeout`` ...).
+    """
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    if backend == "remote" or isinstance(backend, RemoteBackend):
+        return _remote(id, num_envs, backend, vector_kwargs, env_kwargs, kwargs)
+    spec = _spec(id, backend, env_kwargs, kwargs)
+    return VectorPortal([spec] * num_envs, **(vector_kwargs or {}))
+
+
+def make(
+    id: str,
+    *,
+    backend: Union[str, Backend] = "process",
+    vector_kwargs: Optional[dict] = None,
+    env_kwargs: Optional[dict] = None,
+    **kwargs: Any,
+) -> Portal:
+    """One env ``id`` in an isolated runtime, as a plain ``gymnasium.Env``; arguments as ``make_vec``."""
+    return Portal(_spec(id, backend, env_kwargs, kwargs), **(vector_kwargs or {}))

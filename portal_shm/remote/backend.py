@@ -1,0 +1,99 @@
+"""``backend="remote"``: envs on env hosts (``portal-shm host``) on other machines.
+
+Not a local runtime: the agent starts nothing, it asks each host to run its share of the envs with
+a runtime of the host's (``runtime="process"`` by default, ``"docker"`` with an ``image``, ...).
+The options are fields of ``RemoteBackend``; ``make_vec`` hands keyword arguments named like them
+to it, and those named like an option of the host's runtime (``image=``) to that runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+from ..errors import PortalError
+from . import codecs
+
+HOSTS_ENV_VAR = "PORTAL_SHM_HOSTS"
+
+
+@dataclass
+class RemoteBackend:
+    """Where and how to reach the env hosts.
+
+    Args:
+        hosts: ``"tcp://HOST:PORT"`` of each host (default: ``$PORTAL_SHM_HOSTS``, space separated).
+        counts: envs per host, in order (default: spread evenly, the first hosts get the remainder).
+        runtime: the host-side runtime of the envs (``"process"``, ``"docker"``, ``"venv"``), as
+            the host allows; ``runtime_options`` are its options (``{"image": ...}``).
+        compression: ``"auto"`` (image observations, off loopback), ``"none"``, ``"lz4"``, ``"zstd"``.
+        insecure: plain text and no authentication; only against a host started ``--insecure``.
+        client_key: this agent's ``.key_secret`` file (default ``~/.config/portal-shm/keys/agent.key_secret``).
+        host_key: the hosts' public key (Z85 or a ``.key`` file), or one per host, pinned.
+        heartbeat_timeout: seconds without a word from a host before ``HostLostError`` (and the
+            seconds its host waits before freeing this agent's envs); heartbeats every
+            ``heartbeat_interval``.
+    """
+
+    hosts: Optional[Sequence[str]] = None
+    counts: Optional[Sequence[int]] = None
+    runtime: str = "process"
+    runtime_options: dict = field(default_factory=dict)
+    compression: str = "auto"
+    insecure: bool = False
+    client_key: Optional[str] = None
+    host_key: Optional[Union[str, Sequence[str]]] = None
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 10.0
+    connect_timeout: float = 15.0
+
+    name = "remote"
+
+    def host_list(self) -> list[str]:
+        hosts = list(self.hosts) if self.hosts else os.environ.get(HOSTS_ENV_VAR, "").split()
+        if not hosts:
+            raise PortalError(
+                f"backend='remote' needs hosts: make_vec(..., hosts=['tcp://HOST:PORT']) or {HOSTS_ENV_VAR}="
+                "'tcp://a:5555 tcp://b:5555'"
+            )
+        for address in hosts:
+            if not isinstance(address, str) or not address.startswith("tcp://") or ":" not in address[6:]:
+                raise PortalError(f"host address {address!r} is not tcp://HOST:PORT (the port `portal-shm host` binds)")
+        return hosts
+
+    def split(self, num_envs: int) -> list[int]:
+        hosts = self.host_list()
+        if self.counts is not None:
+            counts = [int(c) for c in self.counts]
+            if len(counts) != len(hosts) or sum(counts) != num_envs or min(counts) < 1:
+                raise PortalError(
+                    f"counts {list(self.counts)} must give each of the {len(hosts)} hosts at least one env and add "
+                    f"up to num_envs={num_envs}"
+                )
+            return counts
+        if num_envs < len(hosts):
+            raise PortalError(f"{num_envs} envs cannot be spread over {len(hosts)} hosts: give each at least one")
+        base, extra = divmod(num_envs, len(hosts))
+        return [base + (1 if i < extra else 0) for i in range(len(hosts))]
+
+    def check(self) -> None:
+        codecs.check_wish(self.compression)
+        if self.heartbeat_interval <= 0 or self.heartbeat_timeout < 2 * self.heartbeat_interval:
+            raise ValueError("heartbeat_timeout must be at least twice heartbeat_interval (both in seconds, > 0)")
+
+
+def is_loopback(address: str) -> bool:
+    host = address[len("tcp://") :].rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def option_names() -> set:
+    return {f.name for f in dataclasses.fields(RemoteBackend)}

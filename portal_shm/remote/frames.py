@@ -1,0 +1,147 @@
+"""One message of the host link: a msgpack header, then one raw frame per array.
+
+Arrays never pass through msgpack: each is its own ZeroMQ frame, sent without a copy and read
+with ``np.frombuffer``, compressed on its own when the connection negotiated a codec. The header
+(``portal_shm.wire.protocol``: no pickle, numpy by explicit encoding) says each frame's dtype,
+shape and codec. Everything decoded here came from the network: a malformed message raises
+``FrameError`` naming the problem, never anything worse.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..wire import protocol as P
+from . import codecs
+
+MAX_ARRAYS = 4096
+MAX_DIMS = 16
+_SAFE_KINDS = frozenset("biuf?")
+
+
+class FrameError(Exception):
+    """A message of the host link that does not follow the format (corrupt, oversized, unsafe)."""
+
+
+def pack(
+    header: dict,
+    arrays: Sequence[np.ndarray] = (),
+    codec: str = codecs.NONE,
+    stats: Any = None,
+    compressible: Optional[int] = None,
+) -> list:
+    """The frames of one message: the header (with the arrays' specs added) and the arrays' bytes.
+
+    Only the first ``compressible`` arrays (all by default) may be compressed: observations, not
+    the rewards and flags beside them. Every frame owns its bytes, so the arrays may change as
+    soon as this returns while the frames still wait for the link.
+    """
+    specs, out = [], []
+    limit = len(arrays) if compressible is None else compressible
+    for index, array in enumerate(arrays):
+        array = np.ascontiguousarray(array)
+        raw = memoryview(array).cast("B") if array.size else memoryview(b"")
+        used, data = codecs.NONE, None
+        if codec != codecs.NONE and index < limit and array.nbytes >= codecs.MIN_BYTES:
+            packed = codecs.compress(codec, raw)
+            if codecs.worth(array.nbytes, len(packed)):
+                used, data = codec, packed
+        if data is None:
+            data = raw.tobytes()
+        if stats is not None and index < limit:
+            stats.count(array.nbytes, len(data))
+        specs.append([array.dtype.str, list(array.shape), used])
+        out.append(data)
+    return [P.packb({**header, "arrays": specs})] + out
+
+
+def _dtype(descr: Any) -> np.dtype:
+    if not isinstance(descr, str) or len(descr) > 8:
+        raise FrameError(f"invalid dtype {descr!r:.40}")
+    try:
+        dtype = np.dtype(descr)
+    except TypeError:
+        raise FrameError(f"invalid dtype {descr!r:.40}") from None
+    if dtype.kind not in _SAFE_KINDS or dtype.hasobject:
+        raise FrameError(f"dtype {dtype} is not allowed in a frame")
+    return dtype
+
+
+def _shape(shape: Any) -> tuple:
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise FrameError(f"invalid shape {shape!r:.80}")
+    if not all(isinstance(n, int) and 0 <= n < 2**31 for n in shape):
+        raise FrameError(f"invalid shape {shape!r:.80}")
+    return tuple(shape)
+
+
+def unpack(frames: Sequence[Any], stats: Any = None) -> tuple[dict, list]:
+    """(header, arrays) of a received message; arrays are read-only views of the frames."""
+    if not frames:
+        raise FrameError("empty message")
+    try:
+        header = P.unpackb(bytes(frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]))
+    except P.ProtocolError as exc:
+        raise FrameError(f"header does not decode: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("cmd"), str):
+        raise FrameError(f"header is not a message: {header!r:.120}")
+    specs = header.pop("arrays", [])
+    if not isinstance(specs, list) or len(specs) != len(frames) - 1 or len(specs) > MAX_ARRAYS:
+        raise FrameError(
+            f"header lists {len(specs) if isinstance(specs, list) else specs!r:.40} arrays, "
+            f"the message has {len(frames) - 1}"
+        )
+    arrays = []
+    for spec, frame in zip(specs, frames[1:]):
+        if not isinstance(spec, list) or len(spec) != 3:
+            raise FrameError(f"invalid array spec {spec!r:.80}")
+        dtype, shape, codec = _dtype(spec[0]), _shape(spec[1]), spec[2]
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        data = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+        wire = len(data)
+        if codec != codecs.NONE:
+            try:
+                data = codecs.decompress(codec, bytes(data), size)
+            except codecs.CodecError as exc:
+                raise FrameError(str(exc)) from None
+        if len(data) != size:
+            raise FrameError(f"frame of {len(data)} bytes for an array {dtype}{list(shape)} of {size} bytes")
+        if stats is not None:
+            stats.count(size, wire)
+        arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape))
+    return header, arrays
+
+
+def expect(array: np.ndarray, dtype: np.dtype, shape: tuple, what: str) -> np.ndarray:
+    """``array`` if it has exactly ``dtype`` and ``shape``, else FrameError naming ``what``."""
+    if array.dtype != dtype or array.shape != tuple(shape):
+        raise FrameError(f"{what} is {array.dtype}{list(array.shape)}, expected {np.dtype(dtype)}{list(shape)}")
+    return array
+
+
+class WireStats:
+    """Bytes of arrays before and after compression, on one side of a link: the ratio users see."""
+
+    def __init__(self) -> None:
+        self.raw_bytes = 0
+        self.wire_bytes = 0
+        self.frames = 0
+
+    def count(self, raw: int, wire: int) -> None:
+        self.raw_bytes += raw
+        self.wire_bytes += wire
+        self.frames += 1
+
+    def as_dict(self, codec: Optional[str] = None) -> dict:
+        ratio = self.raw_bytes / self.wire_bytes if self.wire_bytes else 1.0
+        out = {
+            "raw_bytes": self.raw_bytes,
+            "wire_bytes": self.wire_bytes,
+            "frames": self.frames,
+            "ratio": round(ratio, 2),
+        }
+        if codec is not None:
+            out["codec"] = codec
+        return out

@@ -1,0 +1,340 @@
+"""``portal-shm host``: the daemon on an env machine that runs envs for agents elsewhere.
+
+One port for everything: a ROUTER socket, CURVE-encrypted and accepting only the client keys it
+was given (``--insecure`` aside), with a cap on message size. For each agent that says hello it
+starts a ``HostSession`` (the agent's envs in a local VectorPortal, in a thread of their own) and
+routes that agent's messages to it. It answers heartbeats itself, so a long step never looks like
+a dead host, and it frees a session's envs when the agent's connection has been gone for half the
+heartbeat timeout, after libzmq's own heartbeats (the other half) gave up on a silent peer.
+
+It never runs code an agent ships: an agent names an env id or entry point that must exist on this
+machine, and a runtime this host allows (``--runtimes``); docker images must already be here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import parse_monitor_message
+
+from ..errors import PortalError
+from . import frames, keys
+from .host_session import HostSession
+
+log = logging.getLogger("portal_shm.host")
+
+PROTOCOL = 1
+DEFAULT_PORT = 5555
+DEFAULT_RUNTIMES = ("process", "docker")
+
+
+@dataclass
+class HostOptions:
+    """What ``portal-shm host`` is started with; each field is a command-line option."""
+
+    bind: str = f"tcp://127.0.0.1:{DEFAULT_PORT}"
+    keys_dir: Optional[str] = None  # the host's own key pair; default ~/.config/portal-shm/host
+    clients_dir: Optional[str] = None  # public keys of the agents it serves; default <keys_dir>/clients
+    insecure: bool = False
+    max_envs: int = 1024
+    max_envs_per_agent: int = 512
+    runtimes: tuple = DEFAULT_RUNTIMES
+    heartbeat_timeout: float = 10.0
+    max_message_bytes: int = 64 * 1024 * 1024
+    name: str = field(default_factory=lambda: os.uname().nodename)
+
+
+class ClientKeys:
+    """The ZAP check of client keys: the allowed list, reread when its directory changes, and a log
+    line for every refusal (libzmq refuses silently)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._stamp: Any = None
+        self._keys: dict = {}
+
+    def allowed(self) -> dict:
+        try:
+            stamp = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp != self._stamp:
+            self._stamp, self._keys = stamp, keys.client_keys(self.directory)
+        return self._keys
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """``key``: the client's public key in Z85, as pyzmq's authenticator passes it."""
+        if key not in self.allowed():
+            log.warning(
+                "refused a client: its key %s is not among the %d in %s",
+                key.decode("ascii", "replace"),
+                len(self._keys),
+                self.directory,
+            )
+            return False
+        return True
+
+
+class Host:
+    """The host daemon: ``Host(options).serve()`` until SIGTERM/SIGINT or ``stop()``."""
+
+    def __init__(self, options: HostOptions) -> None:
+        self.options = options
+        self.name = options.name
+        self.context = zmq.Context()
+        self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
+        self.sessions: dict[bytes, HostSession] = {}
+        self.last_sent = 0.0
+        self._stop = threading.Event()
+        self._auth: Optional[ThreadAuthenticator] = None
+        self.public_key: Optional[str] = None
+        self.public_key_path: Optional[str] = None
+        self.socket = self._bind()
+        self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _bind(self) -> zmq.Socket:
+        o = self.options
+        socket = self.context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting agent takes over its own identity
+        socket.setsockopt(zmq.MAXMSGSIZE, o.max_message_bytes)
+        socket.setsockopt(zmq.LINGER, 0)
+        half = max(1, int(o.heartbeat_timeout * 500))
+        socket.setsockopt(zmq.HEARTBEAT_IVL, min(1000, half))
+        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, half)
+        socket.setsockopt(zmq.HEARTBEAT_TTL, half)
+        if not o.insecure:
+            public, secret, path = keys.ensure_host_keys(o.keys_dir)
+            self.public_key, self.public_key_path = public.decode("ascii"), path
+            clients = o.clients_dir or os.path.join(os.path.dirname(path), "clients")
+            os.makedirs(clients, mode=0o700, exist_ok=True)
+            self._auth = ThreadAuthenticator(self.context, log=logging.getLogger("portal_shm.host.zap"))
+            self._auth.start()
+            self._clients = ClientKeys(clients)
+            self._auth.configure_curve_callback("portal-shm", credentials_provider=self._clients)
+            socket.setsockopt(zmq.CURVE_SERVER, 1)
+            socket.setsockopt(zmq.CURVE_PUBLICKEY, public)
+            socket.setsockopt(zmq.CURVE_SECRETKEY, secret)
+            socket.setsockopt(zmq.ZAP_DOMAIN, b"portal-shm")
+        self._monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        try:
+            socket.bind(o.bind)
+        except zmq.ZMQError as exc:
+            socket.close(0)
+            raise PortalError(f"cannot bind {o.bind}: {exc}; pick another port or stop what holds it") from None
+        self._outbox = self.context.socket(zmq.PULL)
+        self._outbox.bind(self.outbox_address)
+        return socket
+
+    def check_runtime(self, backend: Any) -> None:
+        """Refuse runtimes this host does not offer, and docker images it does not have."""
+        if backend.name not in self.options.runtimes:
+            raise PortalError(
+                f"this host does not run envs on the {backend.name!r} runtime; it offers "
+                f"{', '.join(self.options.runtimes)} (portal-shm host --runtimes ...)"
+            )
+        if backend.name == "docker":
+            from ..runtimes.docker import docker_client
+
+            try:
+                docker_client().images.get(backend.image)
+            except Exception:
+                raise PortalError(
+                    f"image {backend.image!r} is not on host {self.name}: build it there first "
+                    f"(portal-shm build ...); hosts never pull images an agent names"
+                ) from None
+
+    # -- the loop --------------------------------------------------------------------------------
+    def serve(self) -> None:
+        poller = zmq.Poller()
+        for socket in (self.socket, self._outbox, self._monitor):
+            poller.register(socket, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(250))
+                if self._outbox in events:
+                    for _ in range(256):
+                        try:
+                            self.socket.send_multipart(self._outbox.recv_multipart(zmq.NOBLOCK, copy=False), copy=False)
+                        except zmq.Again:
+                            break
+                if self.socket in events:
+                    for _ in range(256):
+                        try:
+                            message = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self._route(message)
+                if self._monitor in events:
+                    self._disconnected(parse_monitor_message(self._monitor.recv_multipart()))
+                self._reap()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _route(self, message: list) -> None:
+        identity, data = message[0].bytes, message[1:]
+        try:
+            header, arrays = frames.unpack(data)
+        except frames.FrameError as exc:
+            log.warning("dropped a malformed message from %s: %s", self._who(message[0]), exc)
+            self._reply(identity, {"cmd": "error", "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
+            return
+        session = self.sessions.get(identity)
+        cmd = header["cmd"]
+        if session is not None:
+            session.fd = self._fd(message[0])
+            session.gone_since = None
+        if cmd == "ping":
+            self._pong(identity, session, header)
+        elif cmd == "hello":
+            if session is None:
+                self._hello(identity, header, message[0])
+        elif session is None:
+            self._reply(identity, {"cmd": "unknown_session"})
+        else:
+            session.seq.acknowledged(header.get("ack"))
+            if session.seq.accept(header.get("seq")):
+                session.deliver(header, arrays)
+
+    def _pong(self, identity: bytes, session: Optional[HostSession], header: dict) -> None:
+        if session is None:
+            self._reply(identity, {"cmd": "unknown_session"})
+            return
+        seq = session.seq
+        ack = header.get("ack")
+        seq.acknowledged(ack)
+        if seq.behind and ack == session.last_ping_ack:  # the agent made no progress since its last ping
+            for data in seq.unacknowledged():
+                self.socket.send_multipart([identity] + data, copy=False)
+        session.last_ping_ack = ack
+        self._reply(identity, {"cmd": "pong", "ack": seq.received, "sent": seq.sent})
+
+    def _hello(self, identity: bytes, header: dict, frame: Any) -> None:
+        client = self._who(frame)
+        problem = self._hello_problem(header, frame)
+        if problem:
+            log.warning("refused %s: %s", client, problem)
+            self._reply(identity, {"cmd": "error", "kind": "PortalError", "message": problem, "seq": 1, "ack": 1})
+            return
+        session = HostSession(self, identity, client, header)
+        session.fd = self._fd(frame)
+        session.user = frame.get("User-Id") if not self.options.insecure else ""
+        self.sessions[identity] = session
+        session.start()
+
+    def _hello_problem(self, header: dict, frame: Any) -> Optional[str]:
+        if header.get("protocol") != PROTOCOL:
+            return f"agent speaks host protocol {header.get('protocol')!r}, this host {PROTOCOL}: use one portal-shm version"
+        if (
+            header.get("seq") != 1
+            or not isinstance(header.get("env_id"), str)
+            or not isinstance(header.get("runtime"), str)
+        ):
+            return "malformed hello"
+        count = header.get("num_envs")
+        if not isinstance(count, int) or count < 1:
+            return f"invalid num_envs {count!r}"
+        if header.get("factory"):
+            return "hosts never run code an agent ships: name an env id or an entry point that exists on the host"
+        total = sum(s.num_envs for s in self.sessions.values())
+        if total + count > self.options.max_envs:
+            return (
+                f"host {self.name} runs {total} envs of its limit {self.options.max_envs}; {count} more do not fit "
+                f"(portal-shm host --max-envs)"
+            )
+        user = frame.get("User-Id") if not self.options.insecure else ""
+        mine = sum(s.num_envs for s in self.sessions.values() if getattr(s, "user", "") == user)
+        if mine + count > self.options.max_envs_per_agent:
+            return (
+                f"this agent's key already runs {mine} envs on host {self.name}; {count} more pass the per-agent "
+                f"limit {self.options.max_envs_per_agent} (portal-shm host --max-envs-per-agent)"
+            )
+        return None
+
+    def _reply(self, identity: bytes, header: dict) -> None:
+        self.socket.send_multipart([identity] + frames.pack(header))
+
+    @staticmethod
+    def _fd(frame: Any) -> Optional[int]:
+        try:
+            return frame.get(zmq.SRCFD)
+        except zmq.ZMQError:
+            return None
+
+    def _who(self, frame: Any) -> str:
+        try:
+            peer = frame.get("Peer-Address")
+        except zmq.ZMQError:
+            peer = "?"
+        if self.options.insecure:
+            return f"{peer} (insecure)"
+        try:
+            key = frame.get("User-Id")
+        except zmq.ZMQError:
+            key = "?"
+        name = self._clients.allowed().get(key.encode("ascii"), "?") if key != "?" else "?"
+        return f"{peer} ({name})"
+
+    def _disconnected(self, event: dict) -> None:
+        now = time.monotonic()
+        for session in self.sessions.values():
+            if session.fd == event.get("value"):
+                session.gone_since = now
+
+    def _reap(self) -> None:
+        grace = self.options.heartbeat_timeout / 2
+        now = time.monotonic()
+        for identity, session in list(self.sessions.items()):
+            if session.gone_since is not None and now - session.gone_since > grace:
+                log.warning(
+                    "agent %s gone for %.1f s: freeing its %d envs",
+                    session.client,
+                    now - session.gone_since,
+                    session.num_envs,
+                )
+                session.gone_since = None
+                session.stop()
+            if session.finished.is_set():
+                del self.sessions[identity]
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            session.stop()
+        for session in self.sessions.values():
+            session.finished.wait(30)
+        self.sessions.clear()
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        for socket in (self._monitor, self._outbox, self.socket):
+            socket.close(0)
+        self.context.term()
+
+
+def run_host(options: HostOptions) -> None:
+    """Serve until SIGTERM or SIGINT, printing the address and the public key to pin."""
+    host = Host(options)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: host.stop())
+    log.warning(
+        "portal-shm host %s at %s, %s",
+        host.name,
+        host.address,
+        "INSECURE: no encryption, no authentication (--insecure)"
+        if options.insecure
+        else f"public key {host.public_key} ({host.public_key_path})",
+    )
+    host.serve()

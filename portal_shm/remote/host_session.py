@@ -1,0 +1,270 @@
+"""One agent's session on a host: its envs in an ordinary local VectorPortal, stepped on request.
+
+Runs in a thread of its own, so that a slow start (containers, venv builds) or a long step never
+holds up the host's other agents, its heartbeats or its router. It owns the local portal and
+hands each result to the router as one message: the batch's arrays as frames, copied or
+compressed out of the ring (the ring slot is reused while the bytes may still wait for the link).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import traceback
+from typing import Any, Optional
+
+import numpy as np
+import zmq
+
+from .. import errors as E
+from ..agent.spec import EnvSpec
+from ..agent.vector import VectorPortal
+from ..runtimes.registry import resolve_backend
+from ..wire.schema import space_to_schema
+from . import codecs, frames, trees
+from .infos import unbatch
+from .reliable import Sequencer
+
+log = logging.getLogger("portal_shm.host")
+
+# What an agent may set on the host's local portal; everything else is the host's to decide.
+VECTOR_OPTIONS = (
+    "autoreset_mode",
+    "batch_size",
+    "envs_per_server",
+    "step_timeout",
+    "info_capacity",
+    "on_env_failure",
+    "max_restarts",
+    "ring_depth",
+    "startup_timeout",
+)
+_STOP = object()
+
+
+def error_message(exc: BaseException, offset: int = 0) -> dict:
+    """An exception of the local portal as data the agent turns back into the same error."""
+    out = {"cmd": "error", "kind": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, E.EnvError):
+        out.update(
+            env_index=exc.env_index,
+            phase=exc.phase,
+            error_type=exc.error_type,
+            remote_message=exc.remote_message,
+            remote_traceback=exc.remote_traceback,
+            runtime=exc.runtime,
+        )
+    elif not isinstance(exc, E.PortalError):
+        out["remote_traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return out
+
+
+class HostSession(threading.Thread):
+    """The envs of one agent (one link) on this host, and the thread that steps them."""
+
+    def __init__(self, host: Any, identity: bytes, client: str, hello: dict) -> None:
+        super().__init__(name=f"portal-shm session {client}", daemon=True)
+        self.host = host
+        self.identity = identity
+        self.client = client
+        self.hello = hello
+        self.num_envs = int(hello["num_envs"])
+        self.seq = Sequencer()
+        self.seq.received = 1  # the hello
+        self.inbox: queue.Queue = queue.Queue()
+        self.stats = frames.WireStats()
+        self.codec = codecs.NONE
+        self.portal: Optional[VectorPortal] = None
+        self.fd: Optional[int] = None  # the connection the agent's messages last came on
+        self.gone_since: Optional[float] = None  # when that connection dropped
+        self.last_ping_ack = -1
+        self.finished = threading.Event()
+        self._out: Optional[zmq.Socket] = None
+        self._in_flight = 0
+        self._batched = False
+
+    # -- router side ------------------------------------------------------------------------
+    def deliver(self, header: dict, arrays: list) -> None:
+        self.inbox.put((header, arrays))
+
+    def stop(self) -> None:
+        self.inbox.put(_STOP)
+
+    # -- session thread ---------------------------------------------------------------------
+    def run(self) -> None:
+        self._out = self.host.context.socket(zmq.PUSH)
+        self._out.connect(self.host.outbox_address)
+        try:
+            if self._start():
+                self._serve()
+        except Exception as exc:  # a bug here must not take the host down: tell the agent and log
+            log.exception("session %s failed", self.client)
+            self._emit(error_message(exc))
+        finally:
+            if self.portal is not None:
+                try:
+                    self.portal.close()
+                except Exception:
+                    log.exception("closing the envs of %s", self.client)
+            self._out.close(linger=2000)
+            self.finished.set()
+            log.info("session %s ended: %d envs freed", self.client, self.num_envs)
+
+    def _start(self) -> bool:
+        hello = self.hello
+        try:
+            options = dict(hello.get("runtime_options") or {})
+            backend = resolve_backend(hello["runtime"], **options)
+            self.host.check_runtime(backend)
+            vector = {key: value for key, value in (hello.get("vector") or {}).items() if key in VECTOR_OPTIONS}
+            spec = EnvSpec(hello["env_id"], dict(hello.get("env_kwargs") or {}), backend)
+            self.portal = VectorPortal([spec] * self.num_envs, copy=False, **vector)
+        except Exception as exc:
+            log.warning("session %s: cannot start %d x %s: %s", self.client, self.num_envs, hello.get("env_id"), exc)
+            self._emit({**error_message(exc), "re": 1})
+            return False
+        portal = self.portal
+        self._batched = portal.batch_size is not None and portal.batch_size < portal.num_envs
+        obs_schema = space_to_schema(portal.single_observation_space)
+        self.codec = codecs.host_choice(hello.get("codecs") or [])
+        self._obs_schema = obs_schema
+        self._obs_fixed = trees.fixed(obs_schema)
+        self._act_schema = space_to_schema(portal.single_action_space)
+        self._act_fixed = trees.fixed(self._act_schema)
+        log.info(
+            "session %s: %d x %s on %s, codec %s",
+            self.client,
+            self.num_envs,
+            hello["env_id"],
+            hello["runtime"],
+            self.codec,
+        )
+        self._emit(
+            {
+                "cmd": "welcome",
+                "re": 1,
+                "obs_schema": obs_schema,
+                "act_schema": self._act_schema,
+                "render_mode": portal.render_mode,
+                "codec": self.codec,
+                "batched": self._batched,
+                "servers": [s["runtime"] for s in portal.servers],
+                "host": self.host.name,
+            }
+        )
+        return True
+
+    def _serve(self) -> None:
+        while True:
+            item = self._next()
+            if item is _STOP:
+                return
+            if item is None:
+                continue
+            header, arrays = item
+            cmd = header["cmd"]
+            try:
+                if cmd == "close":
+                    self._emit({"cmd": "result", "re": header["seq"]})
+                    return
+                self._handle(cmd, header, arrays)
+            except Exception as exc:
+                if isinstance(exc, (frames.FrameError, KeyError, TypeError, ValueError)) and not isinstance(
+                    exc, E.PortalError
+                ):
+                    log.warning("session %s: bad %s request: %s", self.client, cmd, exc)
+                self._emit({**error_message(exc), "re": header.get("seq")})
+
+    def _next(self) -> Any:
+        """The agent's next request; while envs of async batches step, the next finished batch first."""
+        if self._batched and self._in_flight >= self.portal.batch_size:
+            try:
+                return self.inbox.get_nowait()
+            except queue.Empty:
+                pass
+            self._ship_batch()
+            return None
+        return self.inbox.get()
+
+    def _handle(self, cmd: str, header: dict, arrays: list) -> None:
+        portal = self.portal
+        seq = header["seq"]
+        if cmd == "reset":
+            seeds, options = header.get("seed"), header.get("options")
+            if self._batched:
+                portal.async_reset(seed=seeds, options=options)
+                self._in_flight = self.num_envs
+                self._emit({"cmd": "result", "re": seq})
+                return
+            obs, infos = portal.reset(seed=seeds, options=options)
+            self._emit_result(seq, obs, None, infos, self.num_envs)
+        elif cmd == "step":
+            obs, reward, terminated, truncated, infos = portal.step(self._actions(header, arrays, self.num_envs))
+            self._emit_result(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
+        elif cmd == "send":
+            ids = np.asarray(header["env_ids"], dtype=np.int64)
+            portal.send(self._actions(header, arrays, len(ids)), ids)
+            self._in_flight += len(ids)
+        elif cmd == "call":
+            values = portal.call(header["name"], *header.get("args", ()), **header.get("kwargs", {}))
+            self._emit({"cmd": "result", "re": seq, "values": list(values)})
+        elif cmd == "get_attr":
+            self._emit({"cmd": "result", "re": seq, "values": list(portal.get_attr(header["name"]))})
+        elif cmd == "set_attr":
+            portal.set_attr(header["name"], header["values"])
+            self._emit({"cmd": "result", "re": seq})
+        elif cmd == "render":
+            values = portal.render()
+            self._emit({"cmd": "result", "re": seq, "values": None if values is None else list(values)})
+        else:
+            raise ValueError(f"unknown request {cmd!r}")
+
+    def _actions(self, header: dict, arrays: list, count: int) -> Any:
+        if not self._act_fixed:
+            return header["actions"]
+        specs = trees.leaf_specs(self._act_schema)
+        if len(arrays) != len(specs):
+            raise frames.FrameError(f"{len(arrays)} action arrays for {len(specs)} leaves of the action space")
+        checked = [frames.expect(a, dtype, (count,) + shape, "actions") for a, (shape, dtype) in zip(arrays, specs)]
+        return trees.unflatten(checked, self._act_schema)
+
+    def _ship_batch(self) -> None:
+        portal = self.portal
+        try:
+            obs, reward, terminated, truncated, infos = portal.recv()
+        except Exception as exc:
+            self._in_flight = 0
+            self._emit(error_message(exc))
+            return
+        ids = infos["env_id"]
+        self._in_flight -= len(ids)
+        self._emit_result(None, obs, (reward, terminated, truncated), infos, len(ids), env_ids=ids)
+
+    def _emit_result(
+        self, seq: Optional[int], obs: Any, flags: Any, infos: dict, count: int, env_ids: Any = None
+    ) -> None:
+        header: dict = {"cmd": "result" if env_ids is None else "batch", "infos": unbatch(infos, count)}
+        if seq is not None:
+            header["re"] = seq
+        if env_ids is not None:
+            header["env_ids"] = [int(i) for i in env_ids]
+        arrays = trees.flatten(obs, self._obs_schema) if self._obs_fixed else []
+        if not self._obs_fixed:
+            header["obs"] = obs
+        compressible = len(arrays)
+        if flags is not None:
+            arrays += [np.asarray(flags[0], np.float64), np.asarray(flags[1], np.bool_), np.asarray(flags[2], np.bool_)]
+        self._emit(header, arrays, compressible)
+
+    def _emit(self, header: dict, arrays: Any = (), compressible: int = 0) -> None:
+        """Number, frame and hand a message to the router; kept until the agent acknowledges it."""
+        header = self.seq.stamp(header)
+        try:
+            data = frames.pack(header, arrays, self.codec, self.stats, compressible)
+        except Exception as exc:  # values an agent cannot receive (unpackable infos or call results)
+            data = frames.pack(
+                {**error_message(exc), "re": header.get("re"), "seq": header["seq"], "ack": header["ack"]}
+            )
+        self.seq.keep(header["seq"], data)
+        self._out.send_multipart([self.identity] + data, copy=False)

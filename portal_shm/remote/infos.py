@@ -1,0 +1,69 @@
+"""Vector infos as the sparse per-env dicts they were batched from, so that the far agent batches
+them across hosts exactly as gymnasium would have batched them in one process.
+
+gymnasium picks an info array's dtype from the first env that has the key (``add_info``). Two
+hosts batching on their own could pick two dtypes; sending each env's own values and batching
+once, in the agent, over all envs in env order, gives SyncVectorEnv's result whatever the split.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ..agent.infos import add_info
+from ..errors import ServerProtocolError
+
+
+def _value(array: Any, j: int) -> Any:
+    value = array[j]
+    # a bool array was batched from Python bools (np.bool_ values go into object arrays)
+    return bool(value) if isinstance(value, np.bool_) and array.dtype == np.bool_ else value
+
+
+def _env_info(infos: dict, j: int) -> dict:
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_") and key[1:] in infos:
+            continue
+        mask = infos.get("_" + key)
+        if mask is None or not mask[j]:
+            continue
+        out[key] = _env_info(value, j) if isinstance(value, dict) else _value(value, j)
+    return out
+
+
+def unbatch(infos: dict, count: int, skip: tuple = ("env_id", "_env_id")) -> list:
+    """``[[j, info of env j], ...]`` for the envs of a batch of ``count`` that have any info."""
+    infos = {key: value for key, value in infos.items() if key not in skip}
+    if not infos:
+        return []
+    out = []
+    for j in range(count):
+        env_info = _env_info(infos, j)
+        if env_info:
+            out.append([j, env_info])
+    return out
+
+
+def batch(sparse: Any, positions: Any, total: int, what: str, infos: Optional[dict] = None) -> dict:
+    """gymnasium's vector infos of a batch of ``total`` from a host's sparse per-env infos.
+
+    ``positions[j]`` is where the host's env ``j`` sits in the batch; the host's list is untrusted.
+    Hosts are added in env order into one ``infos``, so dtypes come out as in one process.
+    """
+    infos = {} if infos is None else infos
+    if not isinstance(sparse, list):
+        raise ServerProtocolError(f"{what} sent infos that are not a list")
+    for item in sparse:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int) and isinstance(item[1], dict)):
+            raise ServerProtocolError(f"{what} sent a malformed infos entry {item!r:.80}")
+        j, env_info = item
+        if not 0 <= j < len(positions):
+            raise ServerProtocolError(f"{what} sent infos for env {j}, which is not in the batch")
+        try:
+            infos = add_info(infos, env_info, int(positions[j]), total)
+        except Exception as exc:
+            raise ServerProtocolError(f"{what} sent infos that cannot be batched: {exc}") from None
+    return infos

@@ -1,0 +1,206 @@
+"""The agent's connection to one env host: a DEALER socket, its keys, numbering and heartbeats.
+
+No thread: the agent's calls drive it. While the agent waits for a host it pings it every
+``heartbeat_interval``; any message counts as a sign of life, and ``heartbeat_timeout`` of
+silence is ``HostLostError``. Between calls libzmq's own heartbeats keep the connection, so an
+agent that spends a minute on its policy does not lose its envs. A socket monitor turns failed
+CURVE handshakes into errors that say why (the host refused our key; the pinned host key is not
+the host's), which libzmq on its own would retry in silence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections import deque
+from typing import Any, Optional
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from ..errors import HostLostError, PortalError, ServerProtocolError
+from . import frames
+from .reliable import Sequencer
+
+_ARRIVAL = itertools.count()  # batches of all hosts are handed out in the order they arrived
+
+_EVENTS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+
+
+class HostLink:
+    """One host of a RemoteVectorPortal: envs ``offset .. offset + num_envs - 1`` live there."""
+
+    def __init__(
+        self,
+        context: zmq.Context,
+        address: str,
+        offset: int,
+        num_envs: int,
+        curve: Optional[tuple],
+        heartbeat_interval: float,
+        heartbeat_timeout: float,
+        max_message: int,
+    ) -> None:
+        self.address = address
+        self.offset = offset
+        self.num_envs = num_envs
+        self.interval = heartbeat_interval
+        self.timeout = heartbeat_timeout
+        self.secure = curve is not None
+        self.stats = frames.WireStats()
+        self.seq = Sequencer()
+        self.results: dict = {}  # request number -> (header, arrays)
+        self.batches: deque = deque()
+        self.handshake: Optional[str] = None  # "ok", or why the last handshake failed
+        self.codec = "none"
+        self.socket = context.socket(zmq.DEALER)
+        s = self.socket
+        s.setsockopt(zmq.ROUTING_ID, secrets.token_bytes(12))
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RECONNECT_IVL, 100)
+        s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        s.setsockopt(zmq.MAXMSGSIZE, max_message)
+        s.setsockopt(zmq.HEARTBEAT_IVL, int(heartbeat_interval * 1000))
+        s.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(heartbeat_timeout * 1000))
+        s.setsockopt(zmq.HEARTBEAT_TTL, int(heartbeat_timeout * 1000))
+        if curve is not None:
+            client_public, client_secret, server_public = curve
+            s.setsockopt(zmq.CURVE_PUBLICKEY, client_public)
+            s.setsockopt(zmq.CURVE_SECRETKEY, client_secret)
+            s.setsockopt(zmq.CURVE_SERVERKEY, server_public)
+        self.monitor = s.get_monitor_socket(_EVENTS)
+        s.connect(address)
+        self.last_heard = time.monotonic()
+        self.last_ping = 0.0
+        self._last_pong_ack = -1
+
+    @property
+    def env_indices(self) -> list:
+        return list(range(self.offset, self.offset + self.num_envs))
+
+    def send(self, header: dict, arrays: Any = ()) -> int:
+        header = self.seq.stamp(header)
+        data = frames.pack(header, arrays)
+        self.seq.keep(header["seq"], data)
+        self.socket.send_multipart(data, copy=False)
+        return header["seq"]
+
+    def lost(self, detail: str) -> HostLostError:
+        return HostLostError(self.address, self.env_indices, detail)
+
+    # -- receiving ----------------------------------------------------------------------------
+    def drain(self) -> None:
+        """Take every message and monitor event that has arrived, without waiting."""
+        while True:
+            try:
+                event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+            self._handshake_event(event["event"])
+        while True:
+            try:
+                data = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._take(data)
+
+    def _handshake_event(self, event: int) -> None:
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self.handshake = "ok"
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            self.handshake = (
+                "the host refused this agent's key: add this agent's public key (the .key file beside its "
+                "client_key) to the host's clients directory (portal-shm host --clients DIR)"
+            )
+        elif self.handshake != "ok":
+            self.handshake = (
+                "the secure handshake failed: the pinned host_key is not this host's key, or one side runs "
+                "--insecure/insecure=True and the other does not (there is no fallback to plain text)"
+                if self.secure
+                else "the handshake failed: the host expects encryption (started without --insecure); "
+                "pass its public key as host_key= and this agent's client_key="
+            )
+
+    def _take(self, data: list) -> None:
+        self.last_heard = time.monotonic()
+        try:
+            header, arrays = frames.unpack(data, self.stats)
+        except frames.FrameError as exc:
+            raise ServerProtocolError(f"host {self.address} sent a malformed message: {exc}") from None
+        cmd = header["cmd"]
+        if cmd == "pong":
+            self._pong(header)
+            return
+        if cmd == "unknown_session":
+            raise self.lost("the host no longer knows this agent's session (was it restarted?)")
+        if "seq" not in header:  # the host's router answered (a refusal), outside the session
+            self.results[("router",)] = (header, arrays)
+            return
+        self.seq.acknowledged(header.get("ack"))
+        if not self.seq.accept(header.get("seq")):
+            return
+        if cmd == "batch" or ("re" not in header and cmd == "error"):
+            self.batches.append((header, arrays, next(_ARRIVAL)))
+        else:
+            self.results[header.get("re")] = (header, arrays)
+
+    def _pong(self, header: dict) -> None:
+        ack = header.get("ack")
+        self.seq.acknowledged(ack)
+        if self.seq.behind and ack == self._last_pong_ack:  # no progress between two pongs: resend
+            for data in self.seq.unacknowledged():
+                self.socket.send_multipart(data, copy=False)
+        self._last_pong_ack = ack
+
+    def tick(self, now: float, waiting: bool) -> None:
+        """Heartbeat while the agent waits on this host; raise when it has been silent too long."""
+        if not waiting:
+            return
+        if now - self.last_heard > self.timeout:
+            detail = f"no word from it for {now - self.last_heard:.1f} s (heartbeat_timeout={self.timeout:g})"
+            if self.handshake not in (None, "ok"):
+                detail = self.handshake
+            elif self.handshake is None:
+                detail += "; no connection was ever set up: is `portal-shm host` running there, and the port open?"
+            raise self.lost(detail)
+        if now - self.last_ping >= self.interval:
+            self.last_ping = now
+            self.socket.send_multipart(frames.pack({"cmd": "ping", "ack": self.seq.received, "sent": self.seq.sent}))
+
+    def close(self) -> None:
+        self.socket.disable_monitor()
+        self.monitor.close(0)
+        self.socket.close(0)
+
+
+def wait(links: list, ready: Any, deadline: Optional[float], what: str) -> None:
+    """Poll ``links`` until ``ready()``; heartbeats and loss checks on the links ``ready`` waits on."""
+    poller = zmq.Poller()
+    for link in links:
+        poller.register(link.socket, zmq.POLLIN)
+        poller.register(link.monitor, zmq.POLLIN)
+    while True:
+        for link in links:
+            link.drain()
+        waiting = ready()
+        if not waiting:
+            return
+        now = time.monotonic()
+        for link in waiting:
+            if link.handshake not in (None, "ok"):
+                raise PortalError(f"cannot use env host {link.address}: {link.handshake}")
+            link.tick(now, True)
+        if deadline is not None and now > deadline:
+            from ..errors import PortalTimeoutError
+
+            raise PortalTimeoutError(f"{what}: hosts {[link.address for link in waiting]} did not answer in time")
+        timeout = min(link.interval for link in waiting)
+        if deadline is not None:
+            timeout = min(timeout, max(0.0, deadline - now))
+        poller.poll(max(1, int(timeout * 1000)))

@@ -1,0 +1,477 @@
+"""``RemoteVectorPortal``: a gymnasium VectorEnv whose envs live on env hosts on other machines.
+
+One message per host per step (lockstep) or per sub-batch (async batches, ``batch_size``): each
+host steps its share of the envs in an ordinary local portal and answers with the batch's arrays
+as frames. With async batches every host keeps ``n / batch_size`` sub-batches in flight, which
+hides the round trip: N envs behind a round trip RTT step at most N / RTT times per second
+(Little's law), and lockstep gets N / (RTT + N / X0) for a host that steps X0 envs/s locally.
+
+Results are exactly a local portal's (and so SyncVectorEnv's): the hosts run the same local
+portal, observations and flags cross as raw bytes, and infos are batched once, here, over all
+envs in order (``infos.py``). Everything a host sends is checked against the spaces it announced.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import numpy as np
+import zmq
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from .. import errors as E
+from ..agent.spaces import schema_to_space
+from ..agent.validate import check_schema
+from . import codecs, frames, keys, trees
+from .backend import RemoteBackend, is_loopback
+from .infos import batch as batch_infos
+from .link import HostLink, wait
+
+PROTOCOL = 1
+_ERRORS = {
+    cls.__name__: cls
+    for cls in (
+        E.PortalError,
+        E.PortalTimeoutError,
+        E.ServerProtocolError,
+        E.RestartLimitError,
+        E.ServerDiedError,
+        E.ProtocolMismatchError,
+    )
+}
+
+
+def _error(link: HostLink, header: dict) -> Exception:
+    """The host's error as the agent's own exception class, naming the host and global env indices."""
+    kind, message = str(header.get("kind")), str(header.get("message"))
+    if kind in ("EnvError", "EnvNotFoundError") and isinstance(header.get("env_index"), int):
+        cls = E.EnvNotFoundError if kind == "EnvNotFoundError" else E.env_error_class(str(header.get("error_type")))
+        return cls(
+            link.offset + header["env_index"],
+            str(header.get("phase")),
+            str(header.get("error_type")),
+            str(header.get("remote_message")),
+            str(header.get("remote_traceback") or ""),
+            f"host {link.address}: {header.get('runtime', '')}",
+        )
+    cls = _ERRORS.get(kind, E.PortalError)
+    exc = cls.__new__(cls)
+    text = f"env host {link.address} (envs {link.offset}-{link.offset + link.num_envs - 1}): {message}"
+    if header.get("remote_traceback"):
+        text += "\n\n--- traceback on the host ---\n" + str(header["remote_traceback"]).rstrip()
+    Exception.__init__(exc, text)
+    return exc
+
+
+class RemoteVectorPortal(VectorEnv):
+    """``num_envs`` copies of env ``env_id`` spread over the hosts of ``backend``.
+
+    ``vector_kwargs`` are VectorPortal's (``autoreset_mode``, ``batch_size``, ``step_timeout``,
+    ``on_env_failure``, ...); each host applies them to its local portal.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        backend: RemoteBackend,
+        env_kwargs: Optional[dict] = None,
+        copy: bool = False,
+        **vector_kwargs: Any,
+    ) -> None:
+        backend.check()
+        self.backend = backend
+        self.num_envs = num_envs
+        self.copy = copy
+        self.closed = False
+        self._links: list[HostLink] = []
+        self.autoreset_mode = AutoresetMode(vector_kwargs.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        vector_kwargs["autoreset_mode"] = self.autoreset_mode.value
+        self.batch_size = vector_kwargs.get("batch_size")
+        self._batched = self.batch_size is not None and self.batch_size < num_envs
+        self.step_timeout = vector_kwargs.get("step_timeout")
+        startup = float(vector_kwargs.get("startup_timeout", 120.0))
+        self._context = zmq.Context()
+        try:
+            self._connect(env_id, env_kwargs or {}, vector_kwargs, startup)
+        except BaseException:
+            self.close()
+            raise
+        self.metadata = {"autoreset_mode": self.autoreset_mode}
+        self._last_link: Optional[HostLink] = None
+        self._last_ids = np.arange(0)
+
+    # -- start-up --------------------------------------------------------------------------------
+    def _curve(self, index: int) -> Optional[tuple]:
+        b = self.backend
+        if b.insecure:
+            return None
+        if b.host_key is None:
+            raise E.PortalError(
+                "pin the hosts' public key: host_key='<40 Z85 characters>' or a path to the host's host.key "
+                "(`portal-shm host` prints it at start); or run both sides insecure (host --insecure, insecure=True)"
+            )
+        host_keys = [b.host_key] if isinstance(b.host_key, (str, bytes)) else list(b.host_key)
+        if len(host_keys) not in (1, len(b.host_list())):
+            raise E.PortalError(f"host_key: give one key for all hosts or one per host ({len(b.host_list())})")
+        server = keys.public_key(host_keys[index if len(host_keys) > 1 else 0], "host_key")
+        path = b.client_key or f"{keys.default_keys_dir()}/agent.key_secret"
+        try:
+            public, secret = keys.load_secret(path, "client_key")
+        except E.PortalError as exc:
+            raise E.PortalError(
+                f"{exc}; create this agent's key pair with `portal-shm keys create agent` and give "
+                "the hosts its public .key file (their clients directory)"
+            ) from None
+        return public, secret, server
+
+    def _connect(self, env_id: str, env_kwargs: dict, vector_kwargs: dict, startup: float) -> None:
+        b = self.backend
+        hosts, counts = b.host_list(), b.split(self.num_envs)
+        runtime_options = dict(b.runtime_options)
+        offset = 0
+        for index, (address, count) in enumerate(zip(hosts, counts)):
+            curve = self._curve(index)
+            link = HostLink(
+                self._context,
+                address,
+                offset,
+                count,
+                curve,
+                b.heartbeat_interval,
+                b.heartbeat_timeout,
+                max_message=1 << 31,
+            )
+            self._links.append(link)
+            offset += count
+        for link in self._links:
+            # the offer is refined once the spaces are known: image observations and the address decide "auto"
+            offer = codecs.agent_offer(b.compression, True, is_loopback(link.address))
+            link.send(
+                {
+                    "cmd": "hello",
+                    "protocol": PROTOCOL,
+                    "env_id": env_id,
+                    "env_kwargs": env_kwargs,
+                    "num_envs": link.num_envs,
+                    "runtime": b.runtime,
+                    "runtime_options": runtime_options,
+                    "vector": vector_kwargs,
+                    "codecs": offer,
+                }
+            )
+        wait(
+            self._links,
+            lambda: [link for link in self._links if 1 not in self.results_of(link)],
+            time.monotonic() + startup + b.connect_timeout,
+            "starting the envs",
+        )
+        schemas = None
+        for link in self._links:
+            header, _ = link.results.pop(1, None) or link.results.pop(("router",))
+            if header["cmd"] != "welcome":
+                raise _error(link, header)
+            obs, act = header.get("obs_schema"), header.get("act_schema")
+            check_schema(obs, f"host {link.address}'s observation space")
+            check_schema(act, f"host {link.address}'s action space")
+            if schemas is None:
+                schemas = (obs, act)
+            elif (obs, act) != schemas:
+                raise E.PortalError(
+                    f"host {link.address} has other spaces than host {self._links[0].address}: is "
+                    "the env of another version there?"
+                )
+            link.codec = header.get("codec") if header.get("codec") in codecs.PREFERENCE else codecs.NONE
+            link.servers = [str(s) for s in header.get("servers") or []]
+            self.render_mode = header.get("render_mode") if isinstance(header.get("render_mode"), str) else None
+        self._obs_schema, self._act_schema = schemas
+        self.single_observation_space = schema_to_space(self._obs_schema)
+        self.single_action_space = schema_to_space(self._act_schema)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._obs_fixed, self._act_fixed = trees.fixed(self._obs_schema), trees.fixed(self._act_schema)
+        self._obs_specs = trees.leaf_specs(self._obs_schema) if self._obs_fixed else []
+        self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
+        if self._batched and not self._obs_fixed:
+            raise E.PortalError("async batches over hosts need an observation space with a fixed layout")
+
+    @staticmethod
+    def results_of(link: HostLink) -> dict:
+        if ("router",) in link.results:
+            link.results[1] = link.results[("router",)]
+        return link.results
+
+    # -- requests ----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            from gymnasium.error import ClosedEnvironmentError
+
+            raise ClosedEnvironmentError("this RemoteVectorPortal is closed")
+
+    def _request_all(self, headers: list, arrays: Optional[list] = None, what: str = "") -> list:
+        """Send one request per host and wait for all replies: [(link, header, arrays)] in host order."""
+        seqs = [
+            link.send(header, (arrays or [()] * len(self._links))[i])
+            for i, (link, header) in enumerate(zip(self._links, headers))
+        ]
+        pending = dict(zip(range(len(self._links)), seqs))
+
+        def waiting() -> list:
+            return [self._links[i] for i, seq in pending.items() if seq not in self._links[i].results]
+
+        deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout + 5.0
+        wait(self._links, waiting, deadline, what)
+        out = []
+        for i, seq in pending.items():
+            link = self._links[i]
+            header, data = link.results.pop(seq)
+            if header["cmd"] == "error":
+                raise _error(link, header)
+            out.append((link, header, data))
+        return out
+
+    def _split_actions(self, actions: Any, count_of: Any, rows_of: Any) -> list:
+        """Per host: (header fields, arrays) of its envs' actions."""
+        if not self._act_fixed:
+            values = list(actions)
+            return [({"actions": values[rows_of(i)]}, []) for i in range(len(self._links))]
+        leaves_ = (
+            [actions]
+            if len(self._act_specs) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple")
+            else trees.flatten(actions, self._act_schema)
+        )
+        arrays = []
+        for value, (shape, dtype) in zip(leaves_, self._act_specs):
+            array = np.asarray(value)
+            expected = (count_of(),) + shape
+            if array.shape != expected:
+                if array.ndim == 0 < len(expected):
+                    raise TypeError(
+                        f"actions must hold one action per env (shape {expected}), got the scalar {value!r}"
+                    )
+                raise ValueError(
+                    f"actions of shape {array.shape} do not match the batched action space "
+                    f"{self.action_space} (expected shape {expected})"
+                )
+            arrays.append(array.astype(dtype, copy=False) if array.dtype != dtype else array)
+        return [({}, [a[rows_of(i)] for a in arrays]) for i in range(len(self._links))]
+
+    def _observations(self, replies: list, counts: list) -> Any:
+        if not self._obs_fixed:
+            parts = [header.get("obs") for _, header, _ in replies]
+            if len(parts) == 1:
+                return parts[0]
+            raise E.PortalError("observation spaces without a fixed layout are served by one host at a time")
+        per_host = []
+        for (link, header, data), count in zip(replies, counts):
+            if len(data) < len(self._obs_specs):
+                raise E.ServerProtocolError(
+                    f"host {link.address} sent {len(data)} arrays for {len(self._obs_specs)} observation leaves"
+                )
+            per_host.append(
+                [
+                    frames.expect(a, dtype, (count,) + shape, f"host {link.address}'s observation")
+                    for a, (shape, dtype) in zip(data, self._obs_specs)
+                ]
+            )
+        if len(per_host) == 1 and not self.copy:
+            columns = per_host[0]
+        else:
+            columns = [np.concatenate(parts) for parts in zip(*per_host)]
+        return trees.unflatten(columns, self._obs_schema)
+
+    def _flags(self, replies: list, counts: list) -> tuple:
+        n = len(self._obs_specs) if self._obs_fixed else 0
+        out = []
+        for position, dtype in ((0, np.float64), (1, np.bool_), (2, np.bool_)):
+            parts = []
+            for (link, _, data), count in zip(replies, counts):
+                if len(data) != n + 3:
+                    raise E.ServerProtocolError(f"host {link.address} sent {len(data)} arrays, expected {n + 3}")
+                parts.append(frames.expect(data[n + position], dtype, (count,), f"host {link.address}'s flags"))
+            out.append(parts[0] if len(parts) == 1 and not self.copy else np.concatenate(parts))
+        return tuple(out)
+
+    def _infos(self, replies: list, offsets: list, total: int) -> dict:
+        """All hosts' infos batched in env order, as one SyncVectorEnv would batch them."""
+        infos: dict = {}
+        for (link, header, _), offset in zip(replies, offsets):
+            infos = batch_infos(
+                header.get("infos", []), np.arange(offset, offset + link.num_envs), total, f"host {link.address}", infos
+            )
+        return infos
+
+    def _seeds(self, seed: Any) -> list:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, (int, np.integer)):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"seeds must have length num_envs={self.num_envs}, got {len(seeds)}")
+        return [None if s is None else int(s) for s in seeds]
+
+    # -- the gymnasium API --------------------------------------------------------------------------
+    def reset(self, *, seed: Any = None, options: Optional[dict] = None) -> tuple[Any, dict]:
+        self._check_open()
+        seeds = self._seeds(seed)
+        headers = []
+        for link in self._links:
+            part = dict(options) if options else None
+            if part and "reset_mask" in part:
+                part["reset_mask"] = np.asarray(part["reset_mask"])[link.offset : link.offset + link.num_envs]
+            headers.append({"cmd": "reset", "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
+        replies = self._request_all(headers, what="reset")
+        if self._batched:
+            obs, _, _, _, infos = self._recv_batch()
+            return obs, infos
+        counts = [link.num_envs for link in self._links]
+        return self._observations(replies, counts), self._infos(
+            replies, [lk.offset for lk in self._links], self.num_envs
+        )
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        self._check_open()
+        if self._batched:
+            self.send(actions)
+            return self.recv()
+        parts = self._split_actions(
+            actions,
+            lambda: self.num_envs,
+            lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
+        )
+        replies = self._request_all([{"cmd": "step", **fields} for fields, _ in parts], [a for _, a in parts], "step")
+        counts = [link.num_envs for link in self._links]
+        obs = self._observations(replies, counts)
+        reward, terminated, truncated = self._flags(replies, counts)
+        return (
+            obs,
+            reward,
+            terminated,
+            truncated,
+            self._infos(replies, [lk.offset for lk in self._links], self.num_envs),
+        )
+
+    # -- async batches ------------------------------------------------------------------------------
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the last ``recv``'s) with ``actions``; they live on one host."""
+        self._check_open()
+        if not self._batched:
+            raise E.PortalError("send()/recv() are for async batches: pass vector_kwargs={'batch_size': B}")
+        ids = self._last_ids if env_ids is None else np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
+        link = self._link_of(ids)
+        local = ids - link.offset
+        ((fields, arrays),) = self._split_actions(actions, lambda: ids.size, lambda i: slice(None))[:1]
+        link.send({"cmd": "send", "env_ids": local.tolist(), **fields}, arrays)
+
+    def _link_of(self, ids: np.ndarray) -> HostLink:
+        for link in self._links:
+            if link.offset <= ids.min() and ids.max() < link.offset + link.num_envs:
+                return link
+        raise ValueError(f"env_ids {ids.tolist()} span several hosts; send each host's envs on their own")
+
+    def recv(self, timeout: Optional[float] = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """The next sub-batch any host finished: ``infos["env_id"]`` says which envs it holds."""
+        self._check_open()
+        if not self._batched:
+            raise E.PortalError("send()/recv() are for async batches: pass vector_kwargs={'batch_size': B}")
+        return self._recv_batch(timeout)
+
+    def _recv_batch(self, timeout: Optional[float] = None) -> tuple:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait(self._links, lambda: [] if any(lk.batches for lk in self._links) else self._links, deadline, "recv")
+        link = min((lk for lk in self._links if lk.batches), key=lambda lk: lk.batches[0][2])
+        header, data, _ = link.batches.popleft()
+        if header["cmd"] == "error":
+            raise _error(link, header)
+        ids = header.get("env_ids")
+        if not (isinstance(ids, list) and ids and all(isinstance(i, int) and 0 <= i < link.num_envs for i in ids)):
+            raise E.ServerProtocolError(f"host {link.address} sent a batch with invalid env_ids {ids!r:.80}")
+        count = len(ids)
+        replies = [(link, header, data)]
+        obs = self._observations(replies, [count])
+        reward, terminated, truncated = self._flags(replies, [count])
+        global_ids = np.asarray(ids, dtype=np.int64) + link.offset
+        infos = batch_infos(header.get("infos", []), np.arange(count), count, f"host {link.address}")
+        infos["env_id"] = global_ids.astype(np.int32)
+        infos["_env_id"] = np.ones(count, dtype=np.bool_)
+        self._last_ids = global_ids
+        return obs, reward, terminated, truncated, infos
+
+    # -- calls --------------------------------------------------------------------------------------
+    def _values(self, header: dict, what: str) -> tuple:
+        replies = self._request_all([dict(header) for _ in self._links], what=what)
+        values: list = []
+        for link, reply, _ in replies:
+            part = reply.get("values")
+            if not isinstance(part, list) or len(part) != link.num_envs:
+                raise E.ServerProtocolError(f"host {link.address} sent {what} values for another number of envs")
+            values.extend(part)
+        return tuple(values)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        self._check_open()
+        return self._values({"cmd": "call", "name": name, "args": list(args), "kwargs": kwargs}, f"call({name!r})")
+
+    def get_attr(self, name: str) -> tuple:
+        self._check_open()
+        return self._values({"cmd": "get_attr", "name": name}, f"get_attr({name!r})")
+
+    def set_attr(self, name: str, values: Any) -> None:
+        self._check_open()
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"values must have length num_envs={self.num_envs}, got {len(values)}")
+        headers = [
+            {"cmd": "set_attr", "name": name, "values": list(values[lk.offset : lk.offset + lk.num_envs])}
+            for lk in self._links
+        ]
+        self._request_all(headers, what=f"set_attr({name!r})")
+
+    def render(self) -> Optional[tuple]:
+        self._check_open()
+        if self.render_mode is None:
+            return None
+        return self._values({"cmd": "render"}, "render")
+
+    # -- status and shutdown ------------------------------------------------------------------------
+    def wire_stats(self) -> dict:
+        """Per host: the codec and the bytes of observations before and after compression."""
+        return {link.address: link.stats.as_dict(link.codec) for link in self._links}
+
+    @property
+    def hosts(self) -> list[dict]:
+        return [
+            {"address": lk.address, "envs": lk.env_indices, "servers": getattr(lk, "servers", []), "codec": lk.codec}
+            for lk in self._links
+        ]
+
+    def close_extras(self, **kwargs: Any) -> None:
+        live = [link for link in self._links if link.handshake == "ok"]
+        try:
+            seqs = {id(link): link.send({"cmd": "close"}) for link in live}
+            wait(live, lambda: [lk for lk in live if seqs[id(lk)] not in lk.results], time.monotonic() + 5.0, "close")
+        except Exception:
+            pass  # the hosts free the envs of a vanished agent on their own
+        for link in self._links:
+            link.close()
+        self._links = []
+        self._context.term()
+
+    def close(self, **kwargs: Any) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.close_extras(**kwargs)
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self.close()
+            except Exception:
+                pass
