@@ -249,7 +249,8 @@ class Link:
     def stall(self, seconds: float) -> None:
         """A blip: keep connections open but deliver nothing for ``seconds``; what arrives meanwhile
         is held (up to ``max_queued`` per direction, then TCP back-pressure) and released in order
-        afterwards. Nothing is lost. Calls extend, never shorten, a stall in progress."""
+        afterwards, at once for what was already due (held bytes do not pay the rate cap twice).
+        Nothing is lost. Calls extend, never shorten, a stall in progress."""
         self._call(self._stall(float(seconds)))
 
     def _call(self, coro: Coroutine[Any, Any, None]) -> None:

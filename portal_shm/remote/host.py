@@ -227,7 +227,9 @@ class Host:
         problem = self._hello_problem(header, frame)
         if problem:
             log.warning("refused %s: %s", client, problem)
-            self._reply(identity, {"cmd": "error", "kind": "PortalError", "message": problem, "seq": 1, "ack": 1})
+            self._reply(
+                identity, {"cmd": "error", "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
+            )
             return
         session = HostSession(self, identity, client, header)
         session.fd = self._fd(frame)

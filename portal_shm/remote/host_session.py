@@ -21,6 +21,7 @@ from .. import errors as E
 from ..agent.spec import EnvSpec
 from ..agent.vector import VectorPortal
 from ..runtimes.registry import resolve_backend
+from ..wire import protocol as P
 from ..wire.schema import space_to_schema
 from . import codecs, frames, trees
 from .infos import unbatch
@@ -47,6 +48,7 @@ def error_message(exc: BaseException, offset: int = 0) -> dict:
     """An exception of the local portal as data the agent turns back into the same error."""
     out = {"cmd": "error", "kind": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, E.EnvError):
+        out["kind"] = "EnvNotFoundError" if isinstance(exc, E.EnvNotFoundError) else "EnvError"
         out.update(
             env_index=exc.env_index,
             phase=exc.phase,
@@ -57,6 +59,18 @@ def error_message(exc: BaseException, offset: int = 0) -> dict:
         )
     elif not isinstance(exc, E.PortalError):
         out["remote_traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return out
+
+
+def _packable(mapping: dict) -> dict:
+    """The entries of an env's metadata that can cross the wire (the rest stays on the host)."""
+    out = {}
+    for key, value in mapping.items():
+        try:
+            P.packb(value)
+        except Exception:
+            continue
+        out[str(key)] = value
     return out
 
 
@@ -147,6 +161,7 @@ class HostSession(threading.Thread):
                 "obs_schema": obs_schema,
                 "act_schema": self._act_schema,
                 "render_mode": portal.render_mode,
+                "metadata": _packable({k: v for k, v in portal.metadata.items() if k != "autoreset_mode"}),
                 "codec": self.codec,
                 "batched": self._batched,
                 "servers": [s["runtime"] for s in portal.servers],

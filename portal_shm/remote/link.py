@@ -59,6 +59,9 @@ class HostLink:
         self.batches: deque = deque()
         self.handshake: Optional[str] = None  # "ok", or why the last handshake failed
         self.codec = "none"
+        self.established = False  # the host welcomed this link's session
+        self.last_obs: list = []  # observation leaves of this host's envs as the last lockstep call left them
+        self.last_obs_value: Any = None  # the same for spaces without a fixed layout
         self.socket = context.socket(zmq.DEALER)
         s = self.socket
         s.setsockopt(zmq.ROUTING_ID, secrets.token_bytes(12))
@@ -138,7 +141,9 @@ class HostLink:
             self._pong(header)
             return
         if cmd == "unknown_session":
-            raise self.lost("the host no longer knows this agent's session (was it restarted?)")
+            if self.established:  # before the welcome it only means a refused hello, whose reason follows
+                raise self.lost("the host no longer knows this agent's session (was it restarted?)")
+            return
         if "seq" not in header:  # the host's router answered (a refusal), outside the session
             self.results[("router",)] = (header, arrays)
             return

@@ -14,6 +14,7 @@ envs in order (``infos.py``). Everything a host sends is checked against the spa
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -24,6 +25,7 @@ from gymnasium.vector.utils import batch_space
 from .. import errors as E
 from ..agent.spaces import schema_to_space
 from ..agent.validate import check_schema
+from ..wire import protocol as P
 from . import codecs, frames, keys, trees
 from .backend import RemoteBackend, is_loopback
 from .infos import batch as batch_infos
@@ -99,7 +101,7 @@ class RemoteVectorPortal(VectorEnv):
         except BaseException:
             self.close()
             raise
-        self.metadata = {"autoreset_mode": self.autoreset_mode}
+        self.metadata = {**self._host_metadata, "autoreset_mode": self.autoreset_mode}
         self._last_link: Optional[HostLink] = None
         self._last_ids = np.arange(0)
 
@@ -107,6 +109,12 @@ class RemoteVectorPortal(VectorEnv):
     def _curve(self, index: int) -> Optional[tuple]:
         b = self.backend
         if b.insecure:
+            if index == 0:
+                warnings.warn(
+                    "insecure=True: env traffic to the hosts is plain text and unauthenticated; use it only on a "
+                    "network you trust (the hosts must run --insecure too)",
+                    stacklevel=4,
+                )
             return None
         if b.host_key is None:
             raise E.PortalError(
@@ -173,24 +181,28 @@ class RemoteVectorPortal(VectorEnv):
             header, _ = link.results.pop(1, None) or link.results.pop(("router",))
             if header["cmd"] != "welcome":
                 raise _error(link, header)
+            link.established = True
             obs, act = header.get("obs_schema"), header.get("act_schema")
             check_schema(obs, f"host {link.address}'s observation space")
             check_schema(act, f"host {link.address}'s action space")
             if schemas is None:
                 schemas = (obs, act)
-            elif (obs, act) != schemas:
+            elif P.packb([obs, act]) != P.packb(list(schemas)):
                 raise E.PortalError(
                     f"host {link.address} has other spaces than host {self._links[0].address}: is "
                     "the env of another version there?"
                 )
             link.codec = header.get("codec") if header.get("codec") in codecs.PREFERENCE else codecs.NONE
             link.servers = [str(s) for s in header.get("servers") or []]
+            metadata = header.get("metadata")
+            self._host_metadata = metadata if isinstance(metadata, dict) else {}
             self.render_mode = header.get("render_mode") if isinstance(header.get("render_mode"), str) else None
         self._obs_schema, self._act_schema = schemas
         self.single_observation_space = schema_to_space(self._obs_schema)
         self.single_action_space = schema_to_space(self._act_schema)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        size = self.batch_size if self._batched else self.num_envs  # async batches: spaces of one batch
+        self.observation_space = batch_space(self.single_observation_space, size)
+        self.action_space = batch_space(self.single_action_space, size)
         self._obs_fixed, self._act_fixed = trees.fixed(self._obs_schema), trees.fixed(self._act_schema)
         self._obs_specs = trees.leaf_specs(self._obs_schema) if self._obs_fixed else []
         self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
@@ -211,12 +223,16 @@ class RemoteVectorPortal(VectorEnv):
             raise ClosedEnvironmentError("this RemoteVectorPortal is closed")
 
     def _request_all(self, headers: list, arrays: Optional[list] = None, what: str = "") -> list:
-        """Send one request per host and wait for all replies: [(link, header, arrays)] in host order."""
-        seqs = [
-            link.send(header, (arrays or [()] * len(self._links))[i])
+        """Send one request per host and wait for all replies: [(link, header, arrays)] in host order.
+
+        A host whose header is None is not asked (a masked reset): its last observation stands in.
+        """
+        arrays = arrays or [()] * len(self._links)
+        pending = {
+            i: link.send(header, arrays[i])
             for i, (link, header) in enumerate(zip(self._links, headers))
-        ]
-        pending = dict(zip(range(len(self._links)), seqs))
+            if header is not None
+        }
 
         def waiting() -> list:
             return [self._links[i] for i, seq in pending.items() if seq not in self._links[i].results]
@@ -224,9 +240,11 @@ class RemoteVectorPortal(VectorEnv):
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout + 5.0
         wait(self._links, waiting, deadline, what)
         out = []
-        for i, seq in pending.items():
-            link = self._links[i]
-            header, data = link.results.pop(seq)
+        for i, link in enumerate(self._links):
+            if i not in pending:
+                out.append((link, {"infos": [], "obs": link.last_obs_value}, list(link.last_obs)))
+                continue
+            header, data = link.results.pop(pending[i])
             if header["cmd"] == "error":
                 raise _error(link, header)
             out.append((link, header, data))
@@ -262,6 +280,7 @@ class RemoteVectorPortal(VectorEnv):
         if not self._obs_fixed:
             parts = [header.get("obs") for _, header, _ in replies]
             if len(parts) == 1:
+                replies[0][0].last_obs_value = parts[0]
                 return parts[0]
             raise E.PortalError("observation spaces without a fixed layout are served by one host at a time")
         per_host = []
@@ -276,6 +295,8 @@ class RemoteVectorPortal(VectorEnv):
                     for a, (shape, dtype) in zip(data, self._obs_specs)
                 ]
             )
+            if len(replies) == len(self._links):  # lockstep: what a masked reset of this host shows
+                link.last_obs = per_host[-1]
         if len(per_host) == 1 and not self.copy:
             columns = per_host[0]
         else:
@@ -322,6 +343,9 @@ class RemoteVectorPortal(VectorEnv):
             part = dict(options) if options else None
             if part and "reset_mask" in part:
                 part["reset_mask"] = np.asarray(part["reset_mask"])[link.offset : link.offset + link.num_envs]
+            if part and "reset_mask" in part and not part["reset_mask"].any():
+                headers.append(None)  # none of this host's envs: it keeps its observation, as gymnasium's do
+                continue
             headers.append({"cmd": "reset", "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
         replies = self._request_all(headers, what="reset")
         if self._batched:
@@ -440,9 +464,10 @@ class RemoteVectorPortal(VectorEnv):
         return self._values({"cmd": "render"}, "render")
 
     # -- status and shutdown ------------------------------------------------------------------------
-    def wire_stats(self) -> dict:
-        """Per host: the codec and the bytes of observations before and after compression."""
-        return {link.address: link.stats.as_dict(link.codec) for link in self._links}
+    def wire_stats(self) -> list[dict]:
+        """Per host, in order: its address, the codec, and the bytes of observations before and after
+        compression (``ratio``), as received so far."""
+        return [{"address": link.address, **link.stats.as_dict(link.codec)} for link in self._links]
 
     @property
     def hosts(self) -> list[dict]:

@@ -1,0 +1,288 @@
+"""Envs on env hosts (``portal-shm host``) through ``backend="remote"``, over real sockets on 127.0.0.1.
+
+The hosts are real daemon processes with real CURVE keys; results are compared with gymnasium's
+SyncVectorEnv (lockstep) and with each env's own gymnasium env (async batches).
+"""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import portal_shm
+from portal_shm.remote import frames
+from portal_shm.server.example_envs import NestedEnv
+from tests.compare import assert_same, check_batch, rollout
+from tests.integration.remote_hosts import HostProcess, Keys
+
+MODES = ["NextStep", "SameStep", "Disabled"]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    return Keys(str(tmp_path_factory.mktemp("keys")))
+
+
+@pytest.fixture(scope="module")
+def host(keys):
+    process = HostProcess(keys)
+    yield process
+    process.stop()
+    assert process.process.returncode == 0, process.log
+
+
+@pytest.fixture(scope="module")
+def second_host(keys):
+    process = HostProcess(keys)
+    yield process
+    process.stop()
+
+
+def remote(envs_id, n, hosts, keys, **kwargs):
+    return portal_shm.make_vec(
+        envs_id, n, backend="remote", hosts=[h.address for h in hosts], **keys.options(), **kwargs
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cartpole_through_a_host_matches_sync_vector_env(host, keys, mode):
+    expected_envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=30)] * 3, autoreset_mode=mode
+    )
+    envs = remote("CartPole-v1", 3, [host], keys, max_episode_steps=30, vector_kwargs={"autoreset_mode": mode})
+    try:
+        assert envs.single_observation_space == expected_envs.single_observation_space
+        assert envs.action_space == expected_envs.action_space
+        assert envs.metadata == expected_envs.metadata
+        assert_same(rollout(envs, 120, seed=11, mode=mode), rollout(expected_envs, 120, seed=11, mode=mode))
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nested_spaces_and_sparse_infos_over_two_hosts_match(host, second_host, keys, mode):
+    expected_envs = gym.vector.SyncVectorEnv([NestedEnv] * 4, autoreset_mode=mode)
+    envs = remote(
+        "portal_shm.server.example_envs:NestedEnv",
+        4,
+        [host, second_host],
+        keys,
+        counts=[1, 3],
+        vector_kwargs={"autoreset_mode": mode},
+    )
+    try:
+        assert [h["envs"] for h in envs.hosts] == [[0], [1, 2, 3]]
+        assert envs.observation_space == expected_envs.observation_space
+        assert_same(rollout(envs, 60, seed=3, mode=mode), rollout(expected_envs, 60, seed=3, mode=mode))
+        for kwargs in ({"seed": [4, 7, 9, 1], "options": {"note": "hi"}}, {"seed": 2}):
+            assert_same(envs.reset(**kwargs), expected_envs.reset(**kwargs))
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4", "none"])
+def test_pong_frames_round_trip_exactly_with_each_codec(host, keys, codec):
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5")] * 2)
+    envs = remote("ALE/Pong-v5", 2, [host], keys, compression=codec)
+    try:
+        assert_same(rollout(envs, 40, seed=5, mode="NextStep"), rollout(expected_envs, 40, seed=5, mode="NextStep"))
+        [stats] = envs.wire_stats()
+        assert stats["codec"] == codec and stats["address"] == host.address
+        if codec == "none":
+            assert stats["wire_bytes"] == stats["raw_bytes"]
+        else:
+            assert stats["ratio"] > 10, stats  # Pong frames compress 15-1,000x
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+def test_auto_compression_is_off_on_loopback(host, keys):
+    envs = remote("portal_shm.server.example_envs:NullEnv", 1, [host], keys, shape=(64, 64, 3))
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(1, np.int64))
+        assert envs.wire_stats()[0]["codec"] == "none"
+    finally:
+        envs.close()
+
+
+def test_async_batches_over_two_hosts_follow_each_env(host, second_host, keys):
+    kwargs, seed, n = {"max_episode_steps": 12}, 9, 8
+    envs = remote("CartPole-v1", n, [host, second_host], keys, **kwargs, vector_kwargs={"batch_size": 2})
+    expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs)]) for _ in range(n)]
+    try:
+        assert envs.action_space == gym.vector.utils.batch_space(envs.single_action_space, 2)
+        expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
+        obs, infos = envs.reset(seed=seed)
+        check_batch((obs, None, None, None, infos), expected)
+        envs.action_space.seed(seed)
+        ids = infos["env_id"]
+        seen = set(ids.tolist())
+        for _ in range(200):
+            actions = envs.action_space.sample()
+            envs.send(actions, ids)
+            for j, env_id in enumerate(ids.tolist()):
+                expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
+            result = envs.recv()
+            check_batch(result, expected)
+            ids = result[4]["env_id"]
+            seen.update(ids.tolist())
+            if len(expected) < n - 2:  # keep every env either stepping or expected
+                pass
+        assert seen == set(range(n))
+    finally:
+        envs.close()
+        for env in expected_envs:
+            env.close()
+
+
+def test_call_get_attr_set_attr_and_render_span_hosts(host, second_host, keys):
+    envs = remote(
+        "portal_shm.server.example_envs:NullEnv", 3, [host, second_host], keys, shape=(4, 4, 3), render_mode="rgb_array"
+    )
+    try:
+        envs.reset(seed=0)
+        assert envs.get_attr("np_random_seed") == (0, 1, 2)
+        envs.set_attr("label", ["a", "b", "c"])
+        assert envs.get_attr("label") == ("a", "b", "c")
+        frames_ = envs.render()
+        assert len(frames_) == 3 and all(f.shape == (4, 4, 3) for f in frames_)
+        assert len(envs.call("render")) == 3
+    finally:
+        envs.close()
+
+
+def test_env_error_names_the_global_env_and_carries_the_remote_traceback(host, second_host, keys):
+    envs = remote(
+        "portal_shm.server.example_envs:FaultyEnv",
+        4,
+        [host, second_host],
+        keys,
+        counts=[2, 2],
+        fault="raise",
+        phase="step",
+        after=100,
+    )
+    try:
+        envs.reset(seed=0)
+        envs.set_attr("after", [100, 100, 100, 2])  # only env 3, the second host's second env, fails
+        with pytest.raises(ValueError) as info:
+            for _ in range(5):
+                envs.step(np.zeros(4, np.int64))
+        error = info.value
+        assert isinstance(error, portal_shm.EnvError) and error.env_index == 3
+        assert "FaultyEnv failed in step on purpose" in error.remote_traceback
+        assert second_host.address in str(error)
+    finally:
+        envs.close()
+
+
+def test_a_key_the_host_does_not_know_is_refused_clearly_and_logged(host, keys):
+    started = time.monotonic()
+    with pytest.raises(portal_shm.PortalError, match="refused this agent's key"):
+        portal_shm.make_vec(
+            "CartPole-v1", 1, backend="remote", hosts=[host.address], host_key=keys.host_key, client_key=keys.stranger
+        )
+    assert time.monotonic() - started < 5
+    assert host.wait_for_log("refused a client", 5), host.log
+
+
+def test_wrong_host_key_and_plain_text_never_connect(host, keys, tmp_path):
+    with pytest.raises(portal_shm.PortalError, match="pinned host_key is not this host's key"):
+        portal_shm.make_vec(
+            "CartPole-v1",
+            1,
+            backend="remote",
+            hosts=[host.address],
+            host_key=keys.agent.replace(".key_secret", ".key"),
+            client_key=keys.agent,
+        )
+    with pytest.warns(UserWarning, match="insecure=True"):
+        with pytest.raises(portal_shm.PortalError, match="host expects encryption"):
+            portal_shm.make_vec("CartPole-v1", 1, backend="remote", hosts=[host.address], insecure=True)
+    with pytest.raises(portal_shm.PortalError, match="pin the hosts' public key"):
+        portal_shm.make_vec("CartPole-v1", 1, backend="remote", hosts=[host.address], client_key=keys.agent)
+
+
+def test_insecure_needs_both_sides_and_both_warn():
+    host = HostProcess(None)
+    try:
+        assert "INSECURE" in host.log
+        with pytest.warns(UserWarning, match="plain text"):
+            envs = portal_shm.make_vec("CartPole-v1", 2, backend="remote", hosts=[host.address], insecure=True)
+        try:
+            envs.reset(seed=0)
+            envs.step(np.zeros(2, np.int64))
+        finally:
+            envs.close()
+    finally:
+        host.stop()
+
+
+def test_limits_and_code_shipping_are_refused(keys):
+    host = HostProcess(keys, "--max-envs", "4", "--max-envs-per-agent", "3")
+    try:
+        with pytest.raises(portal_shm.PortalError, match="per-agent limit 3"):
+            remote("CartPole-v1", 4, [host], keys)
+        with pytest.raises(portal_shm.PortalError, match="does not run envs on the 'venv' runtime"):
+            remote("CartPole-v1", 1, [host], keys, runtime="venv")
+        envs = remote("CartPole-v1", 3, [host], keys)
+        envs.close()
+    finally:
+        host.stop()
+
+
+def test_garbage_clients_leave_the_host_serving(host, keys):
+    import zmq.auth
+
+    public, secret = zmq.auth.load_certificate(keys.agent)
+    server, _ = zmq.auth.load_certificate(keys.host_key)
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.CURVE_PUBLICKEY, public)
+    socket.setsockopt(zmq.CURVE_SECRETKEY, secret)
+    socket.setsockopt(zmq.CURVE_SERVERKEY, server)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(host.address)
+    try:
+        for message in (
+            [b"\xc1\xff garbage"],
+            [frames.pack({"cmd": "hello"})[0]],
+            [b"x" * 10, b"y"],
+            frames.pack({"cmd": "step", "seq": 2}, [np.zeros(3)]),
+            [
+                frames.pack(
+                    {
+                        "cmd": "hello",
+                        "protocol": 1,
+                        "seq": 1,
+                        "env_id": "CartPole-v1",
+                        "runtime": "process",
+                        "num_envs": 1,
+                        "factory": True,
+                    }
+                )[0]
+            ],
+        ):
+            socket.send_multipart(message)
+            assert socket.poll(5000), "the host answers every malformed message"
+            header, _ = frames.unpack(socket.recv_multipart())
+            assert header["cmd"] in ("error", "unknown_session"), header
+        socket.send_multipart([b"z" * (65 * 1024 * 1024)])  # past the host's message size cap
+    finally:
+        socket.close()
+        context.term()
+    assert host.wait_for_log("dropped a malformed message", 5)
+    assert host.process.poll() is None
+    envs = remote("CartPole-v1", 2, [host], keys)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, np.int64))
+    finally:
+        envs.close()
