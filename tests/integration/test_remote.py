@@ -4,6 +4,11 @@ The hosts are real daemon processes with real CURVE keys; results are compared w
 SyncVectorEnv (lockstep) and with each env's own gymnasium env (async batches).
 """
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import gymnasium as gym
@@ -286,3 +291,95 @@ def test_garbage_clients_leave_the_host_serving(host, keys):
         envs.step(np.zeros(2, np.int64))
     finally:
         envs.close()
+
+
+# -- faults ------------------------------------------------------------------------------------------
+
+AGENT = textwrap.dedent("""
+    import sys, numpy as np, portal_shm
+    envs = portal_shm.make_vec("CartPole-v1", 2, backend="remote", hosts=[sys.argv[1]], host_key=sys.argv[2],
+                               client_key=sys.argv[3], heartbeat_timeout=4.0)
+    envs.reset(seed=0)
+    print(" ".join(s.split()[2].rstrip(",") for s in envs.hosts[0]["servers"]), flush=True)
+    while True:
+        envs.step(np.zeros(2, np.int64))
+""")
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as handle:  # a zombie of its host counts as gone
+        return handle.read().split(")")[-1].split()[0] == "Z"
+
+
+def test_a_killed_host_is_host_lost_error_within_the_timeout(keys):
+    host = HostProcess(keys)
+    envs = remote("CartPole-v1", 2, [host], keys, heartbeat_timeout=3.0)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, np.int64))
+        host.kill()
+        started = time.monotonic()
+        with pytest.raises(portal_shm.HostLostError) as info:
+            envs.step(np.zeros(2, np.int64))
+        took = time.monotonic() - started
+        assert host.address in str(info.value) and info.value.env_indices == [0, 1]
+        assert 2.5 < took < 10, took
+    finally:
+        envs.close()
+
+
+def test_a_killed_agent_has_its_envs_freed_within_the_heartbeat_timeout(keys):
+    host = HostProcess(keys, "--heartbeat-timeout", "4")
+    try:
+        agent = subprocess.Popen(
+            [sys.executable, "-c", AGENT, host.address, keys.host_key, keys.agent], stdout=subprocess.PIPE, text=True
+        )
+        pids = [int(p) for p in agent.stdout.readline().split()]
+        assert pids and not any(_pid_gone(p) for p in pids)
+        time.sleep(0.5)
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        started = time.monotonic()
+        while not all(_pid_gone(p) for p in pids) and time.monotonic() - started < 15:
+            time.sleep(0.1)
+        took = time.monotonic() - started
+        assert all(_pid_gone(p) for p in pids), host.log
+        assert took < 8, took
+        assert host.wait_for_log("freeing its 2 envs", 5), host.log
+    finally:
+        host.stop()
+    assert host.process.returncode == 0
+
+
+@pytest.mark.parametrize("fault", ["stall", "cut"])
+def test_a_blip_loses_and_repeats_no_step(host, keys, fault):
+    from portal_shm.bench.link import Link
+
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=40)] * 3)
+    with Link(host.address, delay=0.002) as link:
+        envs = portal_shm.make_vec(
+            "CartPole-v1",
+            3,
+            backend="remote",
+            hosts=[link.address],
+            **keys.options(),
+            max_episode_steps=40,
+            heartbeat_interval=0.5,
+            heartbeat_timeout=8.0,
+        )
+        try:
+            rng = np.random.default_rng(1)
+            assert_same(envs.reset(seed=4), expected_envs.reset(seed=4))
+            for step in range(150):
+                if step in (30, 90):
+                    getattr(link, fault)(1.5)
+                actions = rng.integers(0, 2, 3)
+                assert_same(envs.step(actions), expected_envs.step(actions), f"step {step}")
+            assert envs.get_attr("np_random_seed") == (4, 5, 6)
+        finally:
+            envs.close()
+            expected_envs.close()
