@@ -41,8 +41,10 @@ def pack(
     specs, out = [], []
     limit = len(arrays) if compressible is None else compressible
     for index, array in enumerate(arrays):
-        array = np.ascontiguousarray(array)
-        raw = memoryview(array).cast("B") if array.size else memoryview(b"")
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:
+            array = array.copy(order="C")  # (not ascontiguousarray: it turns 0-d arrays into 1-d)
+        raw = memoryview(array.reshape(-1)).cast("B") if array.size else memoryview(b"")
         used, data = codecs.NONE, None
         if codec != codecs.NONE and index < limit and array.nbytes >= codecs.MIN_BYTES:
             packed = codecs.compress(codec, raw)

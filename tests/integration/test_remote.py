@@ -383,3 +383,66 @@ def test_a_blip_loses_and_repeats_no_step(host, keys, fault):
         finally:
             envs.close()
             expected_envs.close()
+
+
+# -- integrations ------------------------------------------------------------------------------------
+
+
+def test_sb3_adapter_over_two_hosts_matches_sb3s_own_vec_env(host, second_host, keys):
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from portal_shm.sb3 import SB3VecEnv
+
+    make = [lambda: gym.make("CartPole-v1", max_episode_steps=20) for _ in range(4)]
+    envs = SB3VecEnv(
+        remote(
+            "CartPole-v1",
+            4,
+            [host, second_host],
+            keys,
+            max_episode_steps=20,
+            vector_kwargs={"autoreset_mode": "SameStep"},
+        )
+    )
+    reference = DummyVecEnv(make)
+    try:
+        envs.seed(7)
+        reference.seed(7)
+        np.testing.assert_array_equal(envs.reset(), reference.reset())
+        ended = 0
+        for step in range(45):
+            actions = np.array([0, 1, step % 2, (step + 1) % 2])
+            obs, rewards, dones, infos = envs.step(actions)
+            e_obs, e_rewards, e_dones, e_infos = reference.step(actions)
+            np.testing.assert_array_equal(obs, e_obs)
+            np.testing.assert_array_equal(rewards, e_rewards)
+            np.testing.assert_array_equal(dones, e_dones)
+            for info, e_info in zip(infos, e_infos):
+                assert info.keys() == e_info.keys()
+                if "terminal_observation" in e_info:
+                    np.testing.assert_array_equal(info["terminal_observation"], e_info["terminal_observation"])
+                    ended += 1
+        assert ended >= 6
+    finally:
+        envs.close()
+        reference.close()
+
+
+def test_docker_envs_behind_a_host_match_sync_vector_env(host, keys):
+    from tests.integration.test_docker import _docker_or_skip, ensure_image
+
+    client = _docker_or_skip()
+    image = ensure_image(client, "ale", "portal-shm/ale")
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", max_episode_steps=30)] * 2)
+    envs = remote("ALE/Pong-v5", 2, [host], keys, runtime="docker", image=image, max_episode_steps=30)
+    try:
+        assert all(server.startswith("docker") for server in envs.hosts[0]["servers"]), envs.hosts
+        assert_same(rollout(envs, 40, seed=2, mode="NextStep"), rollout(expected_envs, 40, seed=2, mode="NextStep"))
+    finally:
+        envs.close()
+        expected_envs.close()
+    with pytest.raises(portal_shm.PortalError, match="is not on host .* never pull"):
+        remote("ALE/Pong-v5", 1, [host], keys, runtime="docker", image="portal-shm/no-such-image")

@@ -1,0 +1,112 @@
+"""The host link's message format: exact round trips under every codec, and garbage only ever FrameError."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from portal_shm.remote import codecs, frames
+from portal_shm.remote.infos import batch, unbatch
+from portal_shm.remote.reliable import Sequencer
+from portal_shm.wire import protocol as P
+
+CODECS = ["none"] + codecs.available()
+DTYPES = st.sampled_from([np.uint8, np.int8, np.int32, np.int64, np.float32, np.float64, np.bool_])
+
+
+def test_both_codecs_are_installed_in_dev():
+    assert set(codecs.available()) == {"lz4", "zstd"}
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@settings(max_examples=300)
+@given(
+    arrays=st.lists(
+        DTYPES.flatmap(lambda d: hnp.arrays(d, hnp.array_shapes(min_dims=0, max_dims=4, max_side=40))), max_size=4
+    )
+)
+def test_arrays_round_trip_exactly(codec, arrays):
+    stats = frames.WireStats()
+    header, out = frames.unpack(frames.pack({"cmd": "x", "n": 1}, arrays, codec), stats)
+    assert header == {"cmd": "x", "n": 1}
+    assert len(out) == len(arrays)
+    for a, b in zip(arrays, out):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    assert stats.raw_bytes == sum(a.nbytes for a in arrays)
+
+
+@pytest.mark.parametrize("codec", codecs.available())
+def test_image_frames_compress_and_noise_goes_raw(codec):
+    frame = np.zeros((8, 210, 160, 3), np.uint8)
+    frame[:, 30:50, 40:60] = 200
+    noise = np.random.default_rng(0).integers(0, 256, (4, 84, 84), dtype=np.uint8)
+    stats = frames.WireStats()
+    message = frames.pack({"cmd": "batch"}, [frame, noise, np.ones(8)], codec, stats, compressible=2)
+    specs = P.unpackb(message[0])["arrays"]
+    assert [spec[2] for spec in specs] == [codec, "none", "none"]  # noise does not pay; flags never try
+    assert len(message[1]) < frame.nbytes / 50
+    _, out = frames.unpack(message)
+    np.testing.assert_array_equal(out[0], frame)
+    assert stats.as_dict()["ratio"] > 2
+
+
+@given(data=st.lists(st.binary(max_size=200), min_size=1, max_size=4))
+def test_garbage_only_raises_frame_error(data):
+    try:
+        frames.unpack(data)
+    except frames.FrameError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "spec, frame",
+    [
+        (["|O", [1], "none"], b"\0" * 8),  # objects never cross
+        (["<f8", [2], "none"], b"\0" * 8),  # size does not match the shape
+        (["<f8", [-1], "none"], b""),
+        (["|u1", [10**6], "lz4"], b"\x00\x01"),  # a bomb that does not decompress to its size
+        (["|u1", [4], "zip"], b"abcd"),  # a codec nobody offered
+    ],
+)
+def test_lying_specs_are_refused(spec, frame):
+    with pytest.raises(frames.FrameError):
+        frames.unpack([P.packb({"cmd": "x", "arrays": [spec]}), frame])
+
+
+def test_infos_cross_hosts_as_one_process_batches_them():
+    from portal_shm.agent.infos import add_info
+
+    per_env = [{"a": 1, "flag": True}, {}, {"a": 2.5, "nested": {"x": np.float32(3)}}, {"obj": [1, 2]}]
+    total: dict = {}
+    for i, info in enumerate(per_env):
+        total = add_info(total, info, i, 4)
+    host_a = {}
+    for i, info in enumerate(per_env[:2]):
+        host_a = add_info(host_a, info, i, 2)
+    host_b = {}
+    for i, info in enumerate(per_env[2:]):
+        host_b = add_info(host_b, info, i, 2)
+    wire = [P.unpackb(P.packb(unbatch(part, 2))) for part in (host_a, host_b)]
+    rebuilt = batch(wire[0], np.arange(0, 2), 4, "a")
+    rebuilt = batch(wire[1], np.arange(2, 4), 4, "b", rebuilt)
+    from tests.compare import assert_same
+
+    assert_same(rebuilt, total)
+
+
+def test_sequencer_drops_duplicates_and_keeps_what_is_unacknowledged():
+    sender, receiver = Sequencer(), Sequencer()
+    headers = [sender.stamp({"cmd": "step"}) for _ in range(3)]
+    for header in headers:
+        sender.keep(header["seq"], [header])
+    assert [receiver.accept(h["seq"]) for h in headers + headers[:1]] == [True, True, True, False]
+    assert not receiver.accept(9)
+    sender.acknowledged(receiver.received - 1)
+    assert sender.behind and [f[0]["seq"] for f in sender.unacknowledged()] == [3]
+    sender.acknowledged(3)
+    assert not sender.behind and sender.unacknowledged() == []
+    sender.acknowledged("junk")
+    sender.acknowledged(99)
+    assert sender.peer_ack == 3
