@@ -62,6 +62,7 @@ class HostLink:
         self.established = False  # the host welcomed this link's session
         self.last_obs: list = []  # observation leaves of this host's envs as the last lockstep call left them
         self.last_obs_value: Any = None  # the same for spaces without a fixed layout
+        self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)
         self.socket = context.socket(zmq.DEALER)
         s = self.socket
         s.setsockopt(zmq.ROUTING_ID, secrets.token_bytes(12))

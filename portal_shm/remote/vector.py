@@ -30,6 +30,7 @@ from . import codecs, frames, keys, trees
 from .backend import RemoteBackend, is_loopback
 from .infos import batch as batch_infos
 from .link import HostLink, wait
+from .recovery import HostRecovery
 
 PROTOCOL = 1
 _ERRORS = {
@@ -102,6 +103,9 @@ class RemoteVectorPortal(VectorEnv):
             self.close()
             raise
         self.metadata = {**self._host_metadata, "autoreset_mode": self.autoreset_mode}
+        self._recovery = HostRecovery(
+            self, vector_kwargs.get("on_env_failure", "raise"), int(vector_kwargs.get("max_restarts", 3)), startup
+        )
         self._last_link: Optional[HostLink] = None
         self._last_ids = np.arange(0)
 
@@ -138,38 +142,19 @@ class RemoteVectorPortal(VectorEnv):
     def _connect(self, env_id: str, env_kwargs: dict, vector_kwargs: dict, startup: float) -> None:
         b = self.backend
         hosts, counts = b.host_list(), b.split(self.num_envs)
-        runtime_options = dict(b.runtime_options)
+        self._hello = {
+            "cmd": "hello",
+            "protocol": PROTOCOL,
+            "env_id": env_id,
+            "env_kwargs": env_kwargs,
+            "runtime": b.runtime,
+            "runtime_options": dict(b.runtime_options),
+            "vector": vector_kwargs,
+        }
         offset = 0
         for index, (address, count) in enumerate(zip(hosts, counts)):
-            curve = self._curve(index)
-            link = HostLink(
-                self._context,
-                address,
-                offset,
-                count,
-                curve,
-                b.heartbeat_interval,
-                b.heartbeat_timeout,
-                max_message=1 << 31,
-            )
-            self._links.append(link)
+            self._links.append(self._open_link(index, address, offset, count))
             offset += count
-        for link in self._links:
-            # the offer is refined once the spaces are known: image observations and the address decide "auto"
-            offer = codecs.agent_offer(b.compression, True, is_loopback(link.address))
-            link.send(
-                {
-                    "cmd": "hello",
-                    "protocol": PROTOCOL,
-                    "env_id": env_id,
-                    "env_kwargs": env_kwargs,
-                    "num_envs": link.num_envs,
-                    "runtime": b.runtime,
-                    "runtime_options": runtime_options,
-                    "vector": vector_kwargs,
-                    "codecs": offer,
-                }
-            )
         wait(
             self._links,
             lambda: [link for link in self._links if 1 not in self.results_of(link)],
@@ -178,10 +163,7 @@ class RemoteVectorPortal(VectorEnv):
         )
         schemas = None
         for link in self._links:
-            header, _ = link.results.pop(1, None) or link.results.pop(("router",))
-            if header["cmd"] != "welcome":
-                raise _error(link, header)
-            link.established = True
+            header = self._welcome(link)
             obs, act = header.get("obs_schema"), header.get("act_schema")
             check_schema(obs, f"host {link.address}'s observation space")
             check_schema(act, f"host {link.address}'s action space")
@@ -192,8 +174,6 @@ class RemoteVectorPortal(VectorEnv):
                     f"host {link.address} has other spaces than host {self._links[0].address}: is "
                     "the env of another version there?"
                 )
-            link.codec = header.get("codec") if header.get("codec") in codecs.PREFERENCE else codecs.NONE
-            link.servers = [str(s) for s in header.get("servers") or []]
             metadata = header.get("metadata")
             self._host_metadata = metadata if isinstance(metadata, dict) else {}
             self.render_mode = header.get("render_mode") if isinstance(header.get("render_mode"), str) else None
@@ -208,6 +188,33 @@ class RemoteVectorPortal(VectorEnv):
         self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
         if self._batched and not self._obs_fixed:
             raise E.PortalError("async batches over hosts need an observation space with a fixed layout")
+
+    def _open_link(self, index: int, address: str, offset: int, count: int) -> HostLink:
+        """A connection to host ``index`` that has sent its hello (a fresh session each time)."""
+        b = self.backend
+        link = HostLink(
+            self._context,
+            address,
+            offset,
+            count,
+            self._curve(index),
+            b.heartbeat_interval,
+            b.heartbeat_timeout,
+            max_message=1 << 31,
+        )
+        offer = codecs.agent_offer(b.compression, True, is_loopback(address))
+        link.send({**self._hello, "num_envs": count, "codecs": offer})
+        return link
+
+    def _welcome(self, link: HostLink) -> dict:
+        """The host's welcome of ``link``'s session (its spaces), or the host's refusal raised."""
+        header, _ = link.results.pop(1, None) or link.results.pop(("router",))
+        if header["cmd"] != "welcome":
+            raise _error(link, header)
+        link.established = True
+        link.codec = header.get("codec") if header.get("codec") in codecs.PREFERENCE else codecs.NONE
+        link.servers = [str(s) for s in header.get("servers") or []]
+        return header
 
     @staticmethod
     def results_of(link: HostLink) -> dict:
@@ -225,7 +232,9 @@ class RemoteVectorPortal(VectorEnv):
     def _request_all(self, headers: list, arrays: Optional[list] = None, what: str = "") -> list:
         """Send one request per host and wait for all replies: [(link, header, arrays)] in host order.
 
-        A host whose header is None is not asked (a masked reset): its last observation stands in.
+        A host whose header is None is not asked: its stand-in answers (a restarted host's reset
+        in NextStep mode), or for a masked reset its last observation. With the restart policy a
+        lost host is reconnected (``recovery.py``) while the others' replies are kept.
         """
         arrays = arrays or [()] * len(self._links)
         pending = {
@@ -233,22 +242,49 @@ class RemoteVectorPortal(VectorEnv):
             for i, (link, header) in enumerate(zip(self._links, headers))
             if header is not None
         }
+        lost: dict = {}
 
         def waiting() -> list:
-            return [self._links[i] for i, seq in pending.items() if seq not in self._links[i].results]
+            return [self._links[i] for i, seq in pending.items() if i not in lost and seq not in self._links[i].results]
 
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout + 5.0
-        wait(self._links, waiting, deadline, what)
+        while True:
+            try:
+                wait(self._links, waiting, deadline, what)
+                break
+            except E.HostLostError as exc:
+                if not self._recovery.enabled or self._batched:
+                    raise
+                lost[next(i for i, link in enumerate(self._links) if link.offset == exc.env_indices[0])] = exc
         out = []
         for i, link in enumerate(self._links):
-            if i not in pending:
-                out.append((link, {"infos": [], "obs": link.last_obs_value}, list(link.last_obs)))
-                continue
-            header, data = link.results.pop(pending[i])
-            if header["cmd"] == "error":
-                raise _error(link, header)
-            out.append((link, header, data))
+            if i in lost:
+                out.append(self._recover(i, lost[i], headers[i], arrays[i], what))
+            elif i not in pending:
+                stand_in, link.stand_in = link.stand_in, None
+                if stand_in is not None and what == "step":
+                    out.append((link, *stand_in))
+                else:
+                    out.append((link, {"infos": [], "obs": link.last_obs_value}, list(link.last_obs)))
+            else:
+                header, data = link.results.pop(pending[i])
+                if header["cmd"] == "error":
+                    raise _error(link, header)
+                out.append((link, header, data))
         return out
+
+    def _recover(self, index: int, cause: E.HostLostError, header: dict, arrays: Any, what: str) -> tuple:
+        """Host ``index`` was lost during ``what``: a step ends its envs' episodes, anything else is asked again."""
+        if what == "step":
+            return self._recovery.end_step(index, cause, self._links[index].last_obs)
+        self._recovery.reconnect(index, cause)
+        link = self._links[index]
+        seq = link.send(header, arrays)
+        wait([link], lambda: [] if seq in link.results else [link], None, what)
+        reply, data = link.results.pop(seq)
+        if reply["cmd"] == "error":
+            raise _error(link, reply)
+        return link, reply, data
 
     def _split_actions(self, actions: Any, count_of: Any, rows_of: Any) -> list:
         """Per host: (header fields, arrays) of its envs' actions."""
@@ -284,17 +320,8 @@ class RemoteVectorPortal(VectorEnv):
                 return parts[0]
             raise E.PortalError("observation spaces without a fixed layout are served by one host at a time")
         per_host = []
-        for (link, header, data), count in zip(replies, counts):
-            if len(data) < len(self._obs_specs):
-                raise E.ServerProtocolError(
-                    f"host {link.address} sent {len(data)} arrays for {len(self._obs_specs)} observation leaves"
-                )
-            per_host.append(
-                [
-                    frames.expect(a, dtype, (count,) + shape, f"host {link.address}'s observation")
-                    for a, (shape, dtype) in zip(data, self._obs_specs)
-                ]
-            )
+        for (link, _, data), count in zip(replies, counts):
+            per_host.append(self._checked_obs(link, data, count))
             if len(replies) == len(self._links):  # lockstep: what a masked reset of this host shows
                 link.last_obs = per_host[-1]
         if len(per_host) == 1 and not self.copy:
@@ -302,6 +329,17 @@ class RemoteVectorPortal(VectorEnv):
         else:
             columns = [np.concatenate(parts) for parts in zip(*per_host)]
         return trees.unflatten(columns, self._obs_schema)
+
+    def _checked_obs(self, link: HostLink, data: list, count: int) -> list:
+        """The observation leaves of a host's reply, each checked against the announced space."""
+        if len(data) < len(self._obs_specs):
+            raise E.ServerProtocolError(
+                f"host {link.address} sent {len(data)} arrays for {len(self._obs_specs)} observation leaves"
+            )
+        return [
+            frames.expect(a, dtype, (count,) + shape, f"host {link.address}'s observation")
+            for a, (shape, dtype) in zip(data, self._obs_specs)
+        ]
 
     def _flags(self, replies: list, counts: list) -> tuple:
         n = len(self._obs_specs) if self._obs_fixed else 0
@@ -338,6 +376,7 @@ class RemoteVectorPortal(VectorEnv):
     def reset(self, *, seed: Any = None, options: Optional[dict] = None) -> tuple[Any, dict]:
         self._check_open()
         seeds = self._seeds(seed)
+        self._recovery.note_reset(seeds, options)
         headers = []
         for link in self._links:
             part = dict(options) if options else None
@@ -346,6 +385,7 @@ class RemoteVectorPortal(VectorEnv):
             if part and "reset_mask" in part and not part["reset_mask"].any():
                 headers.append(None)  # none of this host's envs: it keeps its observation, as gymnasium's do
                 continue
+            link.stand_in = None
             headers.append({"cmd": "reset", "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
         replies = self._request_all(headers, what="reset")
         if self._batched:
@@ -366,7 +406,11 @@ class RemoteVectorPortal(VectorEnv):
             lambda: self.num_envs,
             lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
         )
-        replies = self._request_all([{"cmd": "step", **fields} for fields, _ in parts], [a for _, a in parts], "step")
+        headers = [
+            None if link.stand_in is not None else {"cmd": "step", **fields}
+            for link, (fields, _) in zip(self._links, parts)
+        ]
+        replies = self._request_all(headers, [a for _, a in parts], "step")
         counts = [link.num_envs for link in self._links]
         obs = self._observations(replies, counts)
         reward, terminated, truncated = self._flags(replies, counts)

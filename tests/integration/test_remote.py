@@ -446,3 +446,69 @@ def test_docker_envs_behind_a_host_match_sync_vector_env(host, keys):
         expected_envs.close()
     with pytest.raises(portal_shm.PortalError, match="is not on host .* never pull"):
         remote("ALE/Pong-v5", 1, [host], keys, runtime="docker", image="portal-shm/no-such-image")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_restart_policy_reconnects_a_restarted_host_and_ends_its_envs_episodes(keys, second_host):
+    port = _free_port()
+    first = HostProcess(keys, port=port)
+    envs = remote(
+        "CartPole-v1",
+        4,
+        [first, second_host],
+        keys,
+        counts=[2, 2],
+        heartbeat_timeout=3.0,
+        vector_kwargs={"on_env_failure": "restart", "startup_timeout": 30},
+    )
+    others = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    try:
+        rng = np.random.default_rng(0)
+        obs, _ = envs.reset(seed=[10, 11, 12, 13])
+        expected_obs, _ = others.reset(seed=[12, 13])
+        for _ in range(5):
+            actions = rng.integers(0, 2, 4)
+            obs, reward, terminated, truncated, infos = envs.step(actions)
+            expected = others.step(actions[2:])
+            np.testing.assert_array_equal(obs[2:], expected[0])
+        last = obs[:2].copy()
+        first.kill()
+        restarted = HostProcess(keys, port=port)
+        try:
+            actions = rng.integers(0, 2, 4)
+            started = time.monotonic()
+            obs, reward, terminated, truncated, infos = envs.step(actions)
+            recovered_in = time.monotonic() - started
+            expected = others.step(actions[2:])
+            np.testing.assert_array_equal(obs[:2], last)  # the lost envs' last observation, truncated
+            assert reward[:2].tolist() == [0, 0] and truncated[:2].all() and not terminated[:2].any()
+            assert infos["env_restarted"].tolist() == [True, True, False, False]
+            assert "lost env host" in infos["env_failure"][0]
+            for got, want in zip((obs[2:], reward[2:], terminated[2:], truncated[2:]), expected[:4]):
+                np.testing.assert_array_equal(got, want)  # the other host's envs are undisturbed
+            assert recovered_in < 3.0 + 10, recovered_in
+            actions = rng.integers(0, 2, 4)
+            obs, reward, terminated, truncated, infos = envs.step(actions)  # NextStep: the fresh envs' reset
+            expected = others.step(actions[2:])
+            for i in range(2):
+                fresh, _ = gym.make("CartPole-v1").reset(seed=portal_shm.restart_seed(10 + i, 1))
+                np.testing.assert_array_equal(obs[i], fresh)
+            assert reward[:2].tolist() == [0, 0] and not truncated[:2].any()
+            np.testing.assert_array_equal(obs[2:], expected[0])
+            for _ in range(5):
+                actions = rng.integers(0, 2, 4)
+                obs, *_ = envs.step(actions)
+                np.testing.assert_array_equal(obs[2:], others.step(actions[2:])[0])
+        finally:
+            envs.close()
+            restarted.stop()
+    finally:
+        others.close()
+        first.stop()
