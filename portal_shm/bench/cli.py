@@ -97,6 +97,24 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--envs-per-server", type=int, default=None, help="portal's envs_per_server (default: its own)")
     p.add_argument("--image", default=None, help="docker image for scenarios with no known image")
     p.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=0.0,
+        help="remote systems: emulate a link of this round trip in front of the host (default none)",
+    )
+    p.add_argument(
+        "--rate-mbit",
+        type=float,
+        default=None,
+        help="remote systems: the emulated link's bandwidth each way, Mbit/s (default unlimited)",
+    )
+    p.add_argument(
+        "--compression",
+        default="auto",
+        choices=("auto", "none", "lz4", "zstd"),
+        help="remote systems: compression of observations (default auto: off on loopback)",
+    )
+    p.add_argument(
         "--limit",
         type=_limit,
         action="append",
@@ -142,6 +160,9 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         batch_size=args.batch_size,
         references=not args.no_references,
         limits=dict(args.limit),
+        rtt_ms=args.rtt_ms,
+        rate_mbit=args.rate_mbit,
+        compression=args.compression,
     )
 
 

@@ -8,7 +8,20 @@ from typing import Optional
 from .scenarios import Scenario
 
 BACKENDS = ("process", "docker")
-AGAINST = ("sync", "async", "portal-fns", "envpool", "portal-env", "portal-lockstep", "envpool-lockstep")
+AGAINST = (
+    "sync",
+    "async",
+    "portal-fns",
+    "envpool",
+    "portal-env",
+    "portal-lockstep",
+    "envpool-lockstep",
+    "remote",
+    "remote-lockstep",
+    "remote-x0",
+    "remote-insecure",
+    "remote-rpc",
+)
 REFERENCES = ("raw", "ceiling")
 
 
@@ -39,6 +52,9 @@ class BenchOptions:
     batch_size: Optional[int] = None  # async batches (send/recv); None: lockstep
     references: bool = True  # raw single-process speed and the N-core ceiling for game scenarios
     limits: dict = field(default_factory=dict)  # scenario or system name -> the N it runs at
+    rtt_ms: float = 0.0  # remote systems: the emulated link's round trip (0: straight to the host)
+    rate_mbit: Optional[float] = None  # remote systems: the emulated link's bandwidth each way
+    compression: str = "auto"  # remote systems: the codec of observations ("auto", "none", "lz4", "zstd")
 
     def systems(self) -> list:
         """Every system of the run in rotation order: portal backends first, then the alternatives."""

@@ -241,9 +241,10 @@ def run_one(
             "procs": pool.workers,
             "mode": "raw",
         }
+    notes = envs.bench_notes if callable(getattr(envs, "bench_notes", None)) else dict  # e.g. compression ratio
     if options.batch_size is not None and supports_batches(envs):
         first = not getattr(envs, "_bench_pipeline_started", False)
         result = measure.batched_run(envs, actions, options.seconds, options.warmup, lat, first)
         envs._bench_pipeline_started = True
-        return {**result, "mode": "batch"}
-    return {**measure.timed_run(envs, actions, options.seconds, options.warmup, lat), "mode": "lockstep"}
+        return {**result, "mode": "batch", **notes()}
+    return {**measure.timed_run(envs, actions, options.seconds, options.warmup, lat), "mode": "lockstep", **notes()}

@@ -129,6 +129,21 @@ def _note_portal_env(sc: Scenario) -> Optional[str]:
     return DIFFERENCES
 
 
+def _build_remote(**kinds: bool) -> Callable[[Scenario, int, BenchOptions], Any]:
+    def build(sc: Scenario, n: int, options: BenchOptions) -> Any:
+        from .remote_systems import RemoteSystem
+
+        return RemoteSystem(sc, n, options, **kinds)
+
+    return build
+
+
+def _build_rpc(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    from .remote_systems import RpcVector
+
+    return RpcVector(sc, n, options)
+
+
 def _lockstep(build: Callable[[Scenario, int, BenchOptions], Any]) -> Callable[[Scenario, int, BenchOptions], Any]:
     """The same system stepped in lockstep, to set beside its async batches in one run."""
     return lambda sc, n, options: build(sc, n, replace(options, batch_size=None))
@@ -208,6 +223,51 @@ SYSTEMS: dict = {
             _lockstep(_build_envpool),
             check=_check_envpool,
             note=_note_envpool,
+        ),
+        System(
+            "remote",
+            "portal_shm remote backend: one env host over --rtt-ms/--rate-mbit",
+            "zmq",
+            "portal-shm",
+            "pip install portal-shm",
+            _build_remote(),
+            per_run=True,
+        ),
+        System(
+            "remote-lockstep",
+            "portal_shm remote backend, lockstep over the same link",
+            "zmq",
+            "portal-shm",
+            "pip install portal-shm",
+            _build_remote(lockstep=True),
+            per_run=True,
+        ),
+        System(
+            "remote-x0",
+            "portal_shm remote backend through a zero-delay proxy (X0)",
+            "zmq",
+            "portal-shm",
+            "pip install portal-shm",
+            _build_remote(zero_link=True),
+            per_run=True,
+        ),
+        System(
+            "remote-insecure",
+            "portal_shm remote backend, --insecure (no CURVE)",
+            "zmq",
+            "portal-shm",
+            "pip install portal-shm",
+            _build_remote(insecure=True),
+            per_run=True,
+        ),
+        System(
+            "remote-rpc",
+            "per-env RPC: one connection per env, stepped from threads, same link",
+            "zmq",
+            "portal-shm",
+            "pip install portal-shm",
+            _build_rpc,
+            per_run=True,
         ),
     )
 }

@@ -25,6 +25,11 @@ class FrameError(Exception):
     """A message of the host link that does not follow the format (corrupt, oversized, unsafe)."""
 
 
+# Arrays below this travel inside the header (msgpack's numpy encoding): a frame of its own costs
+# more than copying a few bytes, and a null env's step then crosses as one frame each way.
+INLINE_BYTES = 4096
+
+
 def pack(
     header: dict,
     arrays: Sequence[np.ndarray] = (),
@@ -42,9 +47,14 @@ def pack(
     limit = len(arrays) if compressible is None else compressible
     for index, array in enumerate(arrays):
         array = np.asarray(array)
+        if array.nbytes < INLINE_BYTES:
+            specs.append(array)
+            if stats is not None and index < limit:
+                stats.count(array.nbytes, array.nbytes)
+            continue
         if not array.flags.c_contiguous:
             array = array.copy(order="C")  # (not ascontiguousarray: it turns 0-d arrays into 1-d)
-        raw = memoryview(array.reshape(-1)).cast("B") if array.size else memoryview(b"")
+        raw = memoryview(array.reshape(-1)).cast("B")
         used, data = codecs.NONE, None
         if codec != codecs.NONE and index < limit and array.nbytes >= codecs.MIN_BYTES:
             packed = codecs.compress(codec, raw)
@@ -59,7 +69,13 @@ def pack(
     return [P.packb({**header, "arrays": specs})] + out
 
 
+_DTYPES: dict = {}
+
+
 def _dtype(descr: Any) -> np.dtype:
+    dtype = _DTYPES.get(descr) if isinstance(descr, str) else None
+    if dtype is not None:
+        return dtype
     if not isinstance(descr, str) or len(descr) > 8:
         raise FrameError(f"invalid dtype {descr!r:.40}")
     try:
@@ -68,14 +84,17 @@ def _dtype(descr: Any) -> np.dtype:
         raise FrameError(f"invalid dtype {descr!r:.40}") from None
     if dtype.kind not in _SAFE_KINDS or dtype.hasobject:
         raise FrameError(f"dtype {dtype} is not allowed in a frame")
+    if len(_DTYPES) < 64:
+        _DTYPES[descr] = dtype
     return dtype
 
 
 def _shape(shape: Any) -> tuple:
     if not isinstance(shape, list) or len(shape) > MAX_DIMS:
         raise FrameError(f"invalid shape {shape!r:.80}")
-    if not all(isinstance(n, int) and 0 <= n < 2**31 for n in shape):
-        raise FrameError(f"invalid shape {shape!r:.80}")
+    for n in shape:
+        if type(n) is not int or not 0 <= n < 2**31:
+            raise FrameError(f"invalid shape {shape!r:.80}")
     return tuple(shape)
 
 
@@ -84,23 +103,35 @@ def unpack(frames: Sequence[Any], stats: Any = None) -> tuple[dict, list]:
     if not frames:
         raise FrameError("empty message")
     try:
-        header = P.unpackb(bytes(frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]))
+        header = P.unpackb(frames[0].bytes if hasattr(frames[0], "bytes") else bytes(frames[0]))
     except P.ProtocolError as exc:
         raise FrameError(f"header does not decode: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("cmd"), str):
         raise FrameError(f"header is not a message: {header!r:.120}")
     specs = header.pop("arrays", [])
-    if not isinstance(specs, list) or len(specs) != len(frames) - 1 or len(specs) > MAX_ARRAYS:
-        raise FrameError(
-            f"header lists {len(specs) if isinstance(specs, list) else specs!r:.40} arrays, "
-            f"the message has {len(frames) - 1}"
-        )
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise FrameError(f"invalid array list {specs!r:.80}")
     arrays = []
-    for spec, frame in zip(specs, frames[1:]):
+    rest = iter(frames[1:])
+    count = 0
+    for spec in specs:
+        if isinstance(spec, np.ndarray):  # inline: msgpack's numpy decoding checked it already
+            if spec.dtype.kind not in _SAFE_KINDS:
+                raise FrameError(f"dtype {spec.dtype} is not allowed in a message")
+            if stats is not None:
+                stats.count(spec.nbytes, spec.nbytes)
+            arrays.append(spec)
+            continue
         if not isinstance(spec, list) or len(spec) != 3:
             raise FrameError(f"invalid array spec {spec!r:.80}")
+        frame = next(rest, None)
+        if frame is None:
+            raise FrameError(f"the header lists more array frames than the message has ({len(frames) - 1})")
+        count += 1
         dtype, shape, codec = _dtype(spec[0]), _shape(spec[1]), spec[2]
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = dtype.itemsize
+        for n in shape:
+            size *= n
         data = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         wire = len(data)
         if codec != codecs.NONE:
@@ -113,6 +144,8 @@ def unpack(frames: Sequence[Any], stats: Any = None) -> tuple[dict, list]:
         if stats is not None:
             stats.count(size, wire)
         arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape))
+    if count != len(frames) - 1:
+        raise FrameError(f"the header lists {count} array frames, the message has {len(frames) - 1}")
     return header, arrays
 
 

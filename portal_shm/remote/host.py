@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import select
 import signal
 import threading
 import time
@@ -29,7 +30,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ..errors import PortalError
 from . import frames, keys
-from .host_session import HostSession
+from .host_session import HostSession, error_message
 
 log = logging.getLogger("portal_shm.host")
 
@@ -95,6 +96,7 @@ class Host:
         self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
         self.sessions: dict[bytes, HostSession] = {}
         self.last_sent = 0.0
+        self._inline: dict = {}  # session -> the done fds of the lockstep step the router drives
         self._stop = threading.Event()
         self._auth: Optional[ThreadAuthenticator] = None
         self.public_key: Optional[str] = None
@@ -156,12 +158,14 @@ class Host:
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self) -> None:
-        poller = zmq.Poller()
+        poller = self._poller = zmq.Poller()
         for socket in (self.socket, self._outbox, self._monitor):
             poller.register(socket, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(250))
+                events = dict(poller.poll(5 if self._inline else 250))
+                if self._inline:
+                    self._inline_steps(events)
                 if self._outbox in events:
                     for _ in range(256):
                         try:
@@ -206,8 +210,42 @@ class Host:
             self._reply(identity, {"cmd": "unknown_session"})
         else:
             session.seq.acknowledged(header.get("ack"))
-            if session.seq.accept(header.get("seq")):
+            if not session.seq.accept(header.get("seq")):
+                return
+            if cmd == "step" and session.can_step_inline():
+                self._begin_step(identity, session, header, arrays)
+            else:
                 session.deliver(header, arrays)
+
+    def _begin_step(self, identity: bytes, session: HostSession, header: dict, arrays: list) -> None:
+        try:
+            fds = session.begin_inline(header, arrays)
+        except Exception as exc:
+            session.inline = None
+            self.socket.send_multipart([identity] + session._frames({**error_message(exc), "re": header["seq"]}))
+            return
+        for fd in fds:
+            self._poller.register(fd, zmq.POLLIN)
+        self._inline[session] = fds
+
+    def _inline_steps(self, events: dict) -> None:
+        """Finish the router-driven steps whose servers are all done; hand slow ones to their thread."""
+        now = time.monotonic()
+        for session, fds in list(self._inline.items()):
+            if any(fd in events for fd in fds):
+                done = set(select.select(fds, [], [], 0)[0])
+                if len(done) == len(fds):
+                    self._end_inline(session, fds)
+                    self.socket.send_multipart([session.identity] + session.finish_inline(), copy=False)
+                    continue
+            if now - session.inline["since"] > session.HANDOVER_SECONDS:
+                self._end_inline(session, fds)
+                session.hand_over()
+
+    def _end_inline(self, session: HostSession, fds: list) -> None:
+        for fd in fds:
+            self._poller.unregister(fd)
+        del self._inline[session]
 
     def _pong(self, identity: bytes, session: Optional[HostSession], header: dict) -> None:
         if session is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import traceback
 from typing import Any, Optional
 
@@ -97,10 +98,49 @@ class HostSession(threading.Thread):
         self._out: Optional[zmq.Socket] = None
         self._in_flight = 0
         self._batched = False
+        self.started = False  # the envs run and the welcome went out
+        self.busy = False  # the thread has a request of the router's in hand
+        self.inline: Optional[dict] = None  # a lockstep step the router thread drives (see begin_inline)
 
     # -- router side ------------------------------------------------------------------------
     def deliver(self, header: dict, arrays: list) -> None:
+        self.busy = True
         self.inbox.put((header, arrays))
+
+    # -- the router's fast path ---------------------------------------------------------------
+    # A lockstep step is started and finished by the router thread itself: the servers' done
+    # pipes join its poller, and the reply leaves without passing through this thread (a thread
+    # hop each way costs more than a null env's whole step). A step still running after
+    # ``HANDOVER_SECONDS`` (a slow env, a hung or restarting server) is finished by this thread,
+    # with step_timeout and recovery as the local portal applies them.
+    HANDOVER_SECONDS = 0.02
+
+    def can_step_inline(self) -> bool:
+        if not self.started or self.busy or self._batched or self.inline is not None:
+            return False
+        recovery = self.portal._recovery
+        return not (recovery.resetting or recovery.ended or recovery.failed_early)
+
+    def begin_inline(self, header: dict, arrays: list) -> list:
+        """Start the step (actions into the ring, servers rung); the done fds the router polls."""
+        self.portal.step_async(self._actions(header, arrays, self.num_envs))
+        self.inline = {"seq": header["seq"], "since": time.monotonic()}
+        return [server.done.fd for server in self.portal._session.servers]
+
+    def finish_inline(self) -> list:
+        """The reply's frames, once every server is done (the router saw all done fds readable)."""
+        seq, self.inline = self.inline["seq"], None
+        try:
+            obs, reward, terminated, truncated, infos = self.portal.step_wait()
+        except Exception as exc:
+            return self._frames({**error_message(exc), "re": seq})
+        return self._result_frames(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
+
+    def hand_over(self) -> None:
+        """The step is taking long: this thread waits for it instead of the router."""
+        self.busy = True
+        self.inbox.put(({"cmd": "_finish", "seq": self.inline["seq"]}, []))
+        self.inline = None
 
     def stop(self) -> None:
         self.inbox.put(_STOP)
@@ -168,6 +208,7 @@ class HostSession(threading.Thread):
                 "host": self.host.name,
             }
         )
+        self.started = True
         return True
 
     def _serve(self) -> None:
@@ -190,6 +231,8 @@ class HostSession(threading.Thread):
                 ):
                     log.warning("session %s: bad %s request: %s", self.client, cmd, exc)
                 self._emit({**error_message(exc), "re": header.get("seq")})
+            finally:
+                self.busy = False
 
     def _next(self) -> Any:
         """The agent's next request; while envs of async batches step, the next finished batch first."""
@@ -216,6 +259,9 @@ class HostSession(threading.Thread):
             self._emit_result(seq, obs, None, infos, self.num_envs)
         elif cmd == "step":
             obs, reward, terminated, truncated, infos = portal.step(self._actions(header, arrays, self.num_envs))
+            self._emit_result(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
+        elif cmd == "_finish":  # a step the router started (begin_inline) and handed over
+            obs, reward, terminated, truncated, infos = portal.step_wait()
             self._emit_result(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
         elif cmd == "send":
             ids = np.asarray(header["env_ids"], dtype=np.int64)
@@ -259,6 +305,11 @@ class HostSession(threading.Thread):
     def _emit_result(
         self, seq: Optional[int], obs: Any, flags: Any, infos: dict, count: int, env_ids: Any = None
     ) -> None:
+        self._send(self._result_frames(seq, obs, flags, infos, count, env_ids))
+
+    def _result_frames(
+        self, seq: Optional[int], obs: Any, flags: Any, infos: dict, count: int, env_ids: Any = None
+    ) -> list:
         header: dict = {"cmd": "result" if env_ids is None else "batch", "infos": unbatch(infos, count)}
         if seq is not None:
             header["re"] = seq
@@ -270,10 +321,13 @@ class HostSession(threading.Thread):
         compressible = len(arrays)
         if flags is not None:
             arrays += [np.asarray(flags[0], np.float64), np.asarray(flags[1], np.bool_), np.asarray(flags[2], np.bool_)]
-        self._emit(header, arrays, compressible)
+        return self._frames(header, arrays, compressible)
 
     def _emit(self, header: dict, arrays: Any = (), compressible: int = 0) -> None:
-        """Number, frame and hand a message to the router; kept until the agent acknowledges it."""
+        self._send(self._frames(header, arrays, compressible))
+
+    def _frames(self, header: dict, arrays: Any = (), compressible: int = 0) -> list:
+        """A numbered, framed message, kept until the agent acknowledges it."""
         header = self.seq.stamp(header)
         try:
             data = frames.pack(header, arrays, self.codec, self.stats, compressible)
@@ -282,4 +336,8 @@ class HostSession(threading.Thread):
                 {**error_message(exc), "re": header.get("re"), "seq": header["seq"], "ack": header["ack"]}
             )
         self.seq.keep(header["seq"], data)
+        return data
+
+    def _send(self, data: list) -> None:
+        """To the agent through the router (only the router thread may use the host's socket)."""
         self._out.send_multipart([self.identity] + data, copy=False)

@@ -80,7 +80,7 @@ class HostLink:
             s.setsockopt(zmq.CURVE_SERVERKEY, server_public)
         self.monitor = s.get_monitor_socket(_EVENTS)
         s.connect(address)
-        self.last_heard = time.monotonic()
+        self.last_heard = self.asked = time.monotonic()
         self.last_ping = 0.0
         self._last_pong_ack = -1
 
@@ -89,6 +89,7 @@ class HostLink:
         return list(range(self.offset, self.offset + self.num_envs))
 
     def send(self, header: dict, arrays: Any = ()) -> int:
+        self.asked = time.monotonic()  # silence counts from the later of this and the last word
         header = self.seq.stamp(header)
         data = frames.pack(header, arrays)
         self.seq.keep(header["seq"], data)
@@ -101,18 +102,11 @@ class HostLink:
     # -- receiving ----------------------------------------------------------------------------
     def drain(self) -> None:
         """Take every message and monitor event that has arrived, without waiting."""
-        while True:
-            try:
-                event = parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                break
-            self._handshake_event(event["event"])
-        while True:
-            try:
-                data = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            self._take(data)
+        while self.monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._handshake_event(parse_monitor_message(self.monitor.recv_multipart())["event"])
+        socket = self.socket
+        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # (no exceptions on the hot path)
+            self._take(socket.recv_multipart(copy=False))
 
     def _handshake_event(self, event: int) -> None:
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
@@ -168,8 +162,9 @@ class HostLink:
         """Heartbeat while the agent waits on this host; raise when it has been silent too long."""
         if not waiting:
             return
-        if now - self.last_heard > self.timeout:
-            detail = f"no word from it for {now - self.last_heard:.1f} s (heartbeat_timeout={self.timeout:g})"
+        silent = now - max(self.last_heard, self.asked)
+        if silent > self.timeout:
+            detail = f"no word from it for {silent:.1f} s (heartbeat_timeout={self.timeout:g})"
             if self.handshake not in (None, "ok"):
                 detail = self.handshake
             elif self.handshake is None:
@@ -185,12 +180,17 @@ class HostLink:
         self.socket.close(0)
 
 
-def wait(links: list, ready: Any, deadline: Optional[float], what: str) -> None:
-    """Poll ``links`` until ``ready()``; heartbeats and loss checks on the links ``ready`` waits on."""
+def poller_of(links: list) -> zmq.Poller:
     poller = zmq.Poller()
     for link in links:
         poller.register(link.socket, zmq.POLLIN)
         poller.register(link.monitor, zmq.POLLIN)
+    return poller
+
+
+def wait(links: list, ready: Any, deadline: Optional[float], what: str, poller: Optional[zmq.Poller] = None) -> None:
+    """Poll ``links`` until ``ready()``; heartbeats and loss checks on the links ``ready`` waits on."""
+    poller = poller or poller_of(links)
     while True:
         for link in links:
             link.drain()

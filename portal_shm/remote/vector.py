@@ -29,7 +29,7 @@ from ..wire import protocol as P
 from . import codecs, frames, keys, trees
 from .backend import RemoteBackend, is_loopback
 from .infos import batch as batch_infos
-from .link import HostLink, wait
+from .link import HostLink, poller_of, wait
 from .recovery import HostRecovery
 
 PROTOCOL = 1
@@ -92,8 +92,8 @@ class RemoteVectorPortal(VectorEnv):
         self._links: list[HostLink] = []
         self.autoreset_mode = AutoresetMode(vector_kwargs.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         vector_kwargs["autoreset_mode"] = self.autoreset_mode.value
-        self.batch_size = vector_kwargs.get("batch_size")
-        self._batched = self.batch_size is not None and self.batch_size < num_envs
+        self.batch_size = vector_kwargs.get("batch_size") or num_envs
+        self._batched = self.batch_size < num_envs
         self.step_timeout = vector_kwargs.get("step_timeout")
         startup = float(vector_kwargs.get("startup_timeout", 120.0))
         self._context = zmq.Context()
@@ -189,6 +189,13 @@ class RemoteVectorPortal(VectorEnv):
         if self._batched and not self._obs_fixed:
             raise E.PortalError("async batches over hosts need an observation space with a fixed layout")
 
+    def _poller(self) -> zmq.Poller:
+        """One poller over every link, made again when a link was replaced (a reconnect)."""
+        key = [id(link) for link in self._links]
+        if getattr(self, "_poller_key", None) != key:
+            self._poller_key, self._poller_cache = key, poller_of(self._links)
+        return self._poller_cache
+
     def _open_link(self, index: int, address: str, offset: int, count: int) -> HostLink:
         """A connection to host ``index`` that has sent its hello (a fresh session each time)."""
         b = self.backend
@@ -250,7 +257,7 @@ class RemoteVectorPortal(VectorEnv):
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout + 5.0
         while True:
             try:
-                wait(self._links, waiting, deadline, what)
+                wait(self._links, waiting, deadline, what, self._poller())
                 break
             except E.HostLostError as exc:
                 if not self._recovery.enabled or self._batched:
@@ -451,7 +458,13 @@ class RemoteVectorPortal(VectorEnv):
 
     def _recv_batch(self, timeout: Optional[float] = None) -> tuple:
         deadline = None if timeout is None else time.monotonic() + timeout
-        wait(self._links, lambda: [] if any(lk.batches for lk in self._links) else self._links, deadline, "recv")
+        wait(
+            self._links,
+            lambda: [] if any(lk.batches for lk in self._links) else self._links,
+            deadline,
+            "recv",
+            self._poller(),
+        )
         link = min((lk for lk in self._links if lk.batches), key=lambda lk: lk.batches[0][2])
         header, data, _ = link.batches.popleft()
         if header["cmd"] == "error":

@@ -1,0 +1,212 @@
+"""Env hosts in the benchmark: portal_shm's remote backend against a host on this machine.
+
+Each system starts a real ``portal-shm host`` process on 127.0.0.1 (with fresh CURVE keys, or
+``--insecure``) and, for ``--rtt-ms``/``--rate-mbit``, puts the emulated link of ``link.py`` in
+front of it, so a 30 ms cloud round trip and a 100 Mbit/s pipe are measured on one machine:
+
+- ``remote``: async batches (``--batch-size``) or lockstep over the link;
+- ``remote-lockstep``: the same link, lockstep (its ceiling is N / (RTT + N / X0));
+- ``remote-x0``: the same host and batches through a zero-delay proxy: X0, the rate no link beats;
+- ``remote-insecure``: no keys, for the cost of encryption;
+- ``remote-rpc``: one connection and one session per env, stepped from a thread per env: the
+  per-env RPC every remote-env anchor uses, on the same link.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
+
+import numpy as np
+
+from .options import BenchOptions
+from .scenarios import Scenario
+
+
+class _Host:
+    """A ``portal-shm host`` process on a free loopback port, with keys in a temporary directory."""
+
+    def __init__(self, insecure: bool) -> None:
+        from ..remote.keys import create_key_pair
+
+        self.dir = tempfile.mkdtemp(prefix="portal-shm-bench-")
+        command = [
+            sys.executable,
+            "-m",
+            "portal_shm",
+            "host",
+            "--bind",
+            "tcp://127.0.0.1:0",
+            "--max-envs",
+            "4096",
+            "--max-envs-per-agent",
+            "4096",
+        ]
+        self.options: dict = {"insecure": True} if insecure else {}
+        if insecure:
+            command.append("--insecure")
+        else:
+            public, secret = create_key_pair(os.path.join(self.dir, "agent"), "agent")
+            clients = os.path.join(self.dir, "host", "clients")
+            os.makedirs(clients)
+            shutil.copy(public, clients)
+            command += ["--keys", os.path.join(self.dir, "host"), "--clients", clients]
+            self.options = {"client_key": secret, "host_key": os.path.join(self.dir, "host", "host.key")}
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        self.address = ""
+        for line in self.process.stdout:
+            found = re.search(r" at (tcp://127\.0\.0\.1:\d+)", line)
+            if found:
+                self.address = found.group(1)
+                break
+        if not self.address:
+            self.close()
+            raise RuntimeError("portal-shm host did not start")
+        threading.Thread(target=lambda: [None for _ in self.process.stdout], daemon=True).start()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RemoteSystem:
+    """A RemoteVectorPortal with the host (and link) it was built with; closing closes all three."""
+
+    def __init__(
+        self,
+        sc: Scenario,
+        n: int,
+        options: BenchOptions,
+        *,
+        insecure: bool = False,
+        link: bool = True,
+        zero_link: bool = False,
+        lockstep: bool = False,
+    ) -> None:
+        import portal_shm
+
+        self._host = _Host(insecure)
+        self._link = None
+        try:
+            address = self._host.address
+            if zero_link or (link and (options.rtt_ms or options.rate_mbit)):
+                from .link import Link
+
+                delay = 0.0 if zero_link else options.rtt_ms / 2000.0
+                rate = None if zero_link or not options.rate_mbit else options.rate_mbit * 1e6 / 8
+                self._link = Link(address, delay=delay, rate=rate).start()
+                address = self._link.address
+            vector_kwargs: dict = {}
+            if options.batch_size is not None and not lockstep:
+                vector_kwargs["batch_size"] = options.batch_size
+            if options.envs_per_server is not None:
+                vector_kwargs["envs_per_server"] = options.envs_per_server
+            self.portal = portal_shm.make_vec(
+                sc.target,
+                n,
+                backend="remote",
+                hosts=[address],
+                compression=options.compression,
+                vector_kwargs=vector_kwargs,
+                env_kwargs=sc.kwargs,
+                **self._host.options,
+            )
+        except BaseException:
+            self._close_rest()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.portal, name)
+
+    def bench_notes(self) -> dict:
+        """The compression ratio and link of this run, for the report."""
+        stats = self.portal.wire_stats()[0]
+        return {"codec": stats["codec"], "compression_ratio": stats["ratio"]}
+
+    def _close_rest(self) -> None:
+        if self._link is not None:
+            self._link.close()
+        self._host.close()
+
+    def close(self) -> None:
+        try:
+            self.portal.close()
+        finally:
+            self._close_rest()
+
+
+class RpcVector:
+    """Per-env RPC: a one-env remote portal (its own connection and session) per env, stepped from
+    a thread each, batched here; what a notebook stepping envs on a cloud box by hand looks like."""
+
+    def __init__(self, sc: Scenario, n: int, options: BenchOptions) -> None:
+        import portal_shm
+
+        self._host = _Host(insecure=False)
+        self._link = None
+        self.envs: list = []
+        try:
+            address = self._host.address
+            if options.rtt_ms or options.rate_mbit:
+                from .link import Link
+
+                rate = options.rate_mbit * 1e6 / 8 if options.rate_mbit else None
+                self._link = Link(address, delay=options.rtt_ms / 2000.0, rate=rate).start()
+                address = self._link.address
+            self._pool = ThreadPoolExecutor(max_workers=n)
+            make = lambda _: portal_shm.make_vec(  # noqa: E731
+                sc.target,
+                1,
+                backend="remote",
+                hosts=[address],
+                compression=options.compression,
+                env_kwargs=sc.kwargs,
+                **self._host.options,
+            )
+            self.envs = list(self._pool.map(make, range(n)))
+        except BaseException:
+            self.close()
+            raise
+        first = self.envs[0]
+        self.num_envs = n
+        self.single_observation_space = first.single_observation_space
+        self.single_action_space = first.single_action_space
+        from gymnasium.vector.utils import batch_space
+
+        self.action_space = batch_space(self.single_action_space, n)
+
+    def reset(self, seed: Optional[int] = None, **kwargs: Any) -> Any:
+        results = list(
+            self._pool.map(lambda i: self.envs[i].reset(seed=None if seed is None else seed + i), range(self.num_envs))
+        )
+        return np.concatenate([r[0] for r in results]), {}
+
+    def step(self, actions: Any) -> Any:
+        actions = np.asarray(actions)
+        results = list(self._pool.map(lambda i: self.envs[i].step(actions[i : i + 1]), range(self.num_envs)))
+        return tuple(np.concatenate([r[k] for r in results]) for k in range(4)) + ({},)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown()
+        if self._link is not None:
+            self._link.close()
+        self._host.close()
