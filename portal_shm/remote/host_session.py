@@ -98,6 +98,7 @@ class HostSession(threading.Thread):
         self._out: Optional[zmq.Socket] = None
         self._in_flight = 0
         self._batched = False
+        self._whole = False  # async batches of the agent, each all of this host's envs
         self.started = False  # the envs run and the welcome went out
         self.busy = False  # the thread has a request of the router's in hand
         self.inline: Optional[dict] = None  # a lockstep step the router thread drives (see begin_inline)
@@ -116,7 +117,7 @@ class HostSession(threading.Thread):
     HANDOVER_SECONDS = 0.02
 
     def can_step_inline(self) -> bool:
-        if not self.started or self.busy or self._batched or self.inline is not None:
+        if not self.started or self.busy or self._batched or self._whole or self.inline is not None:
             return False
         recovery = self.portal._recovery
         return not (recovery.resetting or recovery.ended or recovery.failed_early)
@@ -172,6 +173,11 @@ class HostSession(threading.Thread):
             backend = resolve_backend(hello["runtime"], **options)
             self.host.check_runtime(backend)
             vector = {key: value for key, value in (hello.get("vector") or {}).items() if key in VECTOR_OPTIONS}
+            # The agent's batches come from one host each: a host with no more envs than a batch
+            # steps them all at once (lockstep here) and hands each step out as one batch.
+            self._whole = bool(vector.get("batch_size")) and vector["batch_size"] >= self.num_envs
+            if self._whole:
+                vector.pop("batch_size")
             spec = EnvSpec(hello["env_id"], dict(hello.get("env_kwargs") or {}), backend)
             self.portal = VectorPortal([spec] * self.num_envs, copy=False, **vector)
         except Exception as exc:
@@ -234,20 +240,44 @@ class HostSession(threading.Thread):
             finally:
                 self.busy = False
 
+    # While async batches step, the thread looks for finished servers and for the agent's requests
+    # in turn, every POLL_SECONDS: blocking in the local recv() would leave envs the agent just
+    # sent waiting in the inbox, and the servers idle, until some other batch finished.
+    POLL_SECONDS = 0.0005
+    STALL_SECONDS = 0.05  # then recv() itself waits, checking for dead and hung servers as it does
+
     def _next(self) -> Any:
-        """The agent's next request; while envs of async batches step, the next finished batch first."""
-        if self._batched and self._in_flight >= self.portal.batch_size:
+        """The agent's next request; while envs of async batches step, finished batches first."""
+        if not (self._batched and self._in_flight >= self.portal.batch_size):
+            return self.inbox.get()
+        portal = self.portal
+        wanted = portal.batch_size // portal._server_size
+        since = time.monotonic()
+        while True:
+            portal._queue._collect()
+            if len(portal._queue.ready) >= wanted or time.monotonic() - since > self.STALL_SECONDS:
+                self._ship_batch()
+                return None
             try:
-                return self.inbox.get_nowait()
+                return self.inbox.get(timeout=self.POLL_SECONDS)
             except queue.Empty:
                 pass
-            self._ship_batch()
-            return None
-        return self.inbox.get()
 
     def _handle(self, cmd: str, header: dict, arrays: list) -> None:
         portal = self.portal
         seq = header["seq"]
+        if self._whole and cmd in ("reset", "send"):  # the agent's batch is all of this host's envs
+            if cmd == "reset":
+                obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
+                self._emit({"cmd": "result", "re": seq})
+                flags = (np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool))
+            else:
+                ids = np.asarray(header["env_ids"], dtype=np.int64)
+                if ids.tolist() != list(range(self.num_envs)):
+                    raise ValueError(f"env_ids {ids.tolist()} must be all {self.num_envs} envs of this host")
+                obs, *flags, infos = portal.step(self._actions(header, arrays, self.num_envs))
+            self._emit_result(None, obs, flags, infos, self.num_envs, env_ids=range(self.num_envs))
+            return
         if cmd == "reset":
             seeds, options = header.get("seed"), header.get("options")
             if self._batched:

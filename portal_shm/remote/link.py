@@ -57,12 +57,15 @@ class HostLink:
         self.seq = Sequencer()
         self.results: dict = {}  # request number -> (header, arrays)
         self.batches: deque = deque()
+        self.in_flight = 0  # async batches: envs sent to this host and not yet back
+        self.resets: dict = {}  # numbers of reset requests whose reply voids the batches before it
         self.handshake: Optional[str] = None  # "ok", or why the last handshake failed
         self.codec = "none"
         self.established = False  # the host welcomed this link's session
         self.last_obs: list = []  # observation leaves of this host's envs as the last lockstep call left them
         self.last_obs_value: Any = None  # the same for spaces without a fixed layout
         self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)
+        self.restarted: dict = {}  # async batches: env -> why it restarted, until its first batch is out
         self.socket = context.socket(zmq.DEALER)
         s = self.socket
         s.setsockopt(zmq.ROUTING_ID, secrets.token_bytes(12))
@@ -91,6 +94,8 @@ class HostLink:
     def send(self, header: dict, arrays: Any = ()) -> int:
         self.asked = time.monotonic()  # silence counts from the later of this and the last word
         header = self.seq.stamp(header)
+        if header["cmd"] == "reset":
+            self.resets[header["seq"]] = True
         data = frames.pack(header, arrays)
         self.seq.keep(header["seq"], data)
         self.socket.send_multipart(data, copy=False)
@@ -148,6 +153,8 @@ class HostLink:
         if cmd == "batch" or ("re" not in header and cmd == "error"):
             self.batches.append((header, arrays, next(_ARRIVAL)))
         else:
+            if self.resets.pop(header.get("re"), False):
+                self.batches.clear()  # batches of before a reset came before its reply: void
             self.results[header.get("re")] = (header, arrays)
 
     def _pong(self, header: dict) -> None:

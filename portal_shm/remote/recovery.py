@@ -7,8 +7,10 @@ last seeds, as a local portal restarts a failed server. In lockstep the step tha
 returns, for the lost envs, their last observation, reward 0, truncated, and
 ``info["env_restarted"]`` (the cause in ``info["env_failure"]``); in NextStep mode the next step
 returns the fresh envs' reset observation, in SameStep mode this step does (with ``final_obs``).
-The other hosts' results of the step are kept: their envs are undisturbed. Failures inside a host
-(an env server dying) are the host's local portal's to restart, under the same policy.
+The other hosts' results of the step are kept: their envs are undisturbed. With async batches the
+fresh envs' reset comes in their next batch, marked truncated (reward 0, ``env_restarted``): the
+episode the host took with it ends there, and the next ``send`` steps the new one. Failures inside
+a host (an env server dying) are the host's local portal's to restart, under the same policy.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ class HostRecovery:
         self.restarts = [0] * portal.num_envs
         self.seeds: list = [None] * portal.num_envs
 
-    def reconnect(self, index: int, cause: BaseException) -> tuple[HostLink, list, list]:
-        """A fresh session on host ``index`` with its envs reset: (link, obs columns, sparse infos)."""
+    def reconnect(self, index: int, cause: BaseException, batched: bool = False) -> tuple[HostLink, list, list]:
+        """A fresh session on host ``index`` with its envs reset: (link, obs columns, sparse infos).
+
+        With async batches the reset's observations come as batches instead: ([], []) then.
+        """
         portal = self.portal
         old: HostLink = portal._links[index]
         envs = old.env_indices
@@ -77,6 +82,8 @@ class HostRecovery:
         header, data = link.results.pop(seq)
         if header["cmd"] == "error":
             raise E.PortalError(f"host {link.address} could not reset the restarted envs: {header.get('message')}")
+        if batched:
+            return link, [], []
         columns = portal._checked_obs(link, data, link.num_envs)
         return link, columns, header.get("infos", [])
 
@@ -110,3 +117,25 @@ class HostRecovery:
         for i, seed in enumerate(seeds):
             if mask is None or mask[i]:
                 self.seeds[i] = seed
+
+    def restart_batched(self, index: int, cause: BaseException) -> None:
+        """Async batches: host ``index`` is back with its envs reset; mark them for their next batch."""
+        link, _, _ = self.reconnect(index, cause, batched=True)
+        link.in_flight = link.num_envs
+        line = str(cause).splitlines()[0][:500]
+        link.restarted = {j: line for j in range(link.num_envs)}
+
+    @staticmethod
+    def mark_restarted(link: HostLink, ids: list, reward: np.ndarray, truncated: np.ndarray, infos: dict) -> tuple:
+        """The batch that brings restarted envs' resets: truncated, reward 0, ``env_restarted``."""
+        from ..agent.infos import add_info
+
+        rows = [row for row, j in enumerate(ids) if j in link.restarted]
+        if not rows:
+            return reward, truncated, infos
+        reward, truncated = np.array(reward), np.array(truncated)
+        for row in rows:
+            line = link.restarted.pop(ids[row])
+            reward[row], truncated[row] = 0.0, True
+            infos = add_info(infos, {"env_restarted": True, "env_failure": line}, row, len(ids))
+        return reward, truncated, infos

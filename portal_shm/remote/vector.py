@@ -380,7 +380,24 @@ class RemoteVectorPortal(VectorEnv):
         return [None if s is None else int(s) for s in seeds]
 
     # -- the gymnasium API --------------------------------------------------------------------------
+    def async_reset(self, seed: Any = None, options: Optional[dict] = None) -> None:
+        """Reset every env; ``recv()`` then hands out the reset batches (envpool's ``async_reset``)."""
+        if not self._batched:
+            raise E.PortalError("async_reset() is for async batches: pass vector_kwargs={'batch_size': B}")
+        self._reset_request(seed, options)
+
     def reset(self, *, seed: Any = None, options: Optional[dict] = None) -> tuple[Any, dict]:
+        """Reset all envs (lockstep), or start over and return the first batch (async batches)."""
+        replies = self._reset_request(seed, options)
+        if self._batched:
+            obs, _, _, _, infos = self._recv_batch()
+            return obs, infos
+        counts = [link.num_envs for link in self._links]
+        return self._observations(replies, counts), self._infos(
+            replies, [lk.offset for lk in self._links], self.num_envs
+        )
+
+    def _reset_request(self, seed: Any, options: Optional[dict]) -> list:
         self._check_open()
         seeds = self._seeds(seed)
         self._recovery.note_reset(seeds, options)
@@ -395,13 +412,10 @@ class RemoteVectorPortal(VectorEnv):
             link.stand_in = None
             headers.append({"cmd": "reset", "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
         replies = self._request_all(headers, what="reset")
-        if self._batched:
-            obs, _, _, _, infos = self._recv_batch()
-            return obs, infos
-        counts = [link.num_envs for link in self._links]
-        return self._observations(replies, counts), self._infos(
-            replies, [lk.offset for lk in self._links], self.num_envs
-        )
+        for link, header in zip(self._links, headers):
+            if header is not None and self._batched:
+                link.in_flight = link.num_envs
+        return replies
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         self._check_open()
@@ -439,6 +453,7 @@ class RemoteVectorPortal(VectorEnv):
         if ids.size == 0:
             raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
         link = self._link_of(ids)
+        link.in_flight += ids.size
         local = ids - link.offset
         ((fields, arrays),) = self._split_actions(actions, lambda: ids.size, lambda i: slice(None))[:1]
         link.send({"cmd": "send", "env_ids": local.tolist(), **fields}, arrays)
@@ -458,13 +473,24 @@ class RemoteVectorPortal(VectorEnv):
 
     def _recv_batch(self, timeout: Optional[float] = None) -> tuple:
         deadline = None if timeout is None else time.monotonic() + timeout
-        wait(
-            self._links,
-            lambda: [] if any(lk.batches for lk in self._links) else self._links,
-            deadline,
-            "recv",
-            self._poller(),
-        )
+        while True:
+            try:
+                wait(
+                    self._links,
+                    lambda: [] if any(lk.batches for lk in self._links) else self._links,
+                    deadline,
+                    "recv",
+                    self._poller(),
+                )
+                now = time.monotonic()
+                for link in self._links:  # a host with envs in flight is watched while others deliver
+                    link.tick(now, link.in_flight > 0 and not link.batches)
+                break
+            except E.HostLostError as exc:
+                if not self._recovery.enabled:
+                    raise
+                index = next(i for i, link in enumerate(self._links) if link.offset == exc.env_indices[0])
+                self._recovery.restart_batched(index, exc)
         link = min((lk for lk in self._links if lk.batches), key=lambda lk: lk.batches[0][2])
         header, data, _ = link.batches.popleft()
         if header["cmd"] == "error":
@@ -478,6 +504,9 @@ class RemoteVectorPortal(VectorEnv):
         reward, terminated, truncated = self._flags(replies, [count])
         global_ids = np.asarray(ids, dtype=np.int64) + link.offset
         infos = batch_infos(header.get("infos", []), np.arange(count), count, f"host {link.address}")
+        link.in_flight = max(0, link.in_flight - count)
+        if link.restarted:
+            reward, truncated, infos = self._recovery.mark_restarted(link, ids, reward, truncated, infos)
         infos["env_id"] = global_ids.astype(np.int32)
         infos["_env_id"] = np.ones(count, dtype=np.bool_)
         self._last_ids = global_ids

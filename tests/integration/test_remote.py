@@ -512,3 +512,53 @@ def test_restart_policy_reconnects_a_restarted_host_and_ends_its_envs_episodes(k
     finally:
         others.close()
         first.stop()
+
+
+def test_restart_policy_with_async_batches_hands_out_the_restarted_envs_truncated(keys, second_host):
+    port = _free_port()
+    first = HostProcess(keys, port=port)
+    envs = remote(
+        "CartPole-v1",
+        4,
+        [first, second_host],
+        keys,
+        counts=[2, 2],
+        heartbeat_timeout=3.0,
+        vector_kwargs={"on_env_failure": "restart", "startup_timeout": 30, "batch_size": 2},
+    )
+    replicas = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")]) for _ in range(4)]
+    restarted = None
+    try:
+        expected = {i: replicas[i].reset(seed=20 + i) for i in range(4)}
+        obs, infos = envs.reset(seed=20)
+        check_batch((obs, None, None, None, infos), {i: expected[i] for i in infos["env_id"].tolist()})
+        for i in infos["env_id"].tolist():
+            del expected[i]
+        rng = np.random.default_rng(3)
+        ids, seen_restart, step, deadline = infos["env_id"], set(), 0, time.monotonic() + 60
+        while (seen_restart != {0, 1} or step < 100) and time.monotonic() < deadline:
+            step += 1
+            if step == 20:
+                first.kill()
+                restarted = HostProcess(keys, port=port)
+            actions = rng.integers(0, 2, 2)
+            envs.send(actions, ids)
+            for j, env_id in enumerate(ids.tolist()):
+                if env_id >= 2:  # the second host's envs: exactly their own gymnasium env
+                    expected[env_id] = replicas[env_id].step(actions[j : j + 1])
+            result = envs.recv()
+            ids = result[4]["env_id"]
+            if ids[0] >= 2:
+                check_batch(result, expected)
+            elif result[4].get("env_restarted", np.zeros(2, bool)).any():
+                assert result[3].all() and (result[1] == 0).all()
+                assert "lost env host" in result[4]["env_failure"][0]
+                seen_restart.update(ids.tolist())
+        assert seen_restart == {0, 1}
+    finally:
+        envs.close()
+        for replica in replicas:
+            replica.close()
+        first.stop()
+        if restarted is not None:
+            restarted.stop()
