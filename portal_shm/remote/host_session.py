@@ -187,7 +187,9 @@ class HostSession(threading.Thread):
         portal = self.portal
         self._batched = portal.batch_size is not None and portal.batch_size < portal.num_envs
         obs_schema = space_to_schema(portal.single_observation_space)
-        self.codec = codecs.host_choice(hello.get("codecs") or [])
+        self.codec = codecs.host_choice(
+            hello.get("codecs") or [], hello.get("compression"), codecs.is_image(obs_schema)
+        )
         self._obs_schema = obs_schema
         self._obs_fixed = trees.fixed(obs_schema)
         self._act_schema = space_to_schema(portal.single_action_space)

@@ -209,8 +209,8 @@ class RemoteVectorPortal(VectorEnv):
             b.heartbeat_timeout,
             max_message=1 << 31,
         )
-        offer = codecs.agent_offer(b.compression, True, is_loopback(address))
-        link.send({**self._hello, "num_envs": count, "codecs": offer})
+        offer = codecs.agent_offer(b.compression, is_loopback(address))
+        link.send({**self._hello, "num_envs": count, "codecs": offer, "compression": b.compression})
         return link
 
     def _welcome(self, link: HostLink) -> dict:
