@@ -29,7 +29,7 @@ from .recovery import RESTARTABLE, StandIn
 from .session import group_envs
 from .validate import check_blobs
 
-_CMD, _SLOT, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "status", "extra"))
+_STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
 
 
 class AsyncBatches:
@@ -93,7 +93,6 @@ class AsyncBatches:
                     k = (self._server_slot[server.index] + 1) % self.ring_depth
                     first, last = server.env_indices[0], server.env_indices[-1] + 1
                     np.copyto(leaf[k, first:last], value[rows], casting="unsafe")
-            mailbox = self._mailbox
             recovery = self._recovery
             for server, _ in servers:
                 k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
@@ -105,10 +104,8 @@ class AsyncBatches:
                         self._stand_ins[server.index] = stand_in
                         self._queue.finished(server.index)
                         continue
-                mailbox[server.index, _CMD] = P.CMD_STEP
-                mailbox[server.index, _SLOT] = k
                 self._queue.started(server.index)
-                server.go.ring()
+                server.post(P.CMD_STEP, k)
         except BaseException as exc:
             self._fail(exc)
             raise
