@@ -54,7 +54,9 @@ class AsyncBatches:
             )
         servers = self._session.servers
         self._server_size = len(servers[0].env_indices)
-        self._queue = ServerQueue(len(servers), self._mailbox, AnyDone(lambda: [s.done for s in servers]))
+        self._queue = ServerQueue(
+            len(servers), self._mailbox, AnyDone(lambda: [s.done for s in servers]), self.spin_wait
+        )
         self._server_slot = [0] * len(servers)
         self._stash: dict = {}
         self._stand_ins: dict[int, StandIn] = {}  # ready servers whose result the agent made

@@ -39,8 +39,8 @@ from .infos import add_info
 from .pending import AsyncState
 from .recovery import RESTARTABLE, Recovery, fixed_obs_views
 from .session import PortalSession, ServerLink
-from .spin import default_spin_wait
 from .spec import EnvSpec
+from .spin import default_spin_wait, server_spin
 from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 
 _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
@@ -276,7 +276,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 "autoreset_mode": self.autoreset_mode.value,
                 "observation_schema": self._obs_schema,
                 "action_schema": self._act_schema,
-                "spin": self.spin_wait,
+                "spin": server_spin(self.spin_wait, len(session.servers)),
             },
             timeout,
         )
@@ -682,9 +682,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
         recovery = self._recovery
         failed: list = []
         try:
+            servers = self._session.servers
             # Servers own ascending env ranges: batching each one's infos as soon as it is done
             # keeps env order (as gymnasium's) and hides the work behind the slower servers.
-            for server in self._session.servers:
+            for server in servers:
                 try:
                     if recovery.failed_early and server.index in recovery.failed_early:
                         failed.append((server, recovery.failed_early.pop(server.index)))
@@ -851,9 +852,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
 
     @property
     def servers(self) -> list[dict]:
-        """Where each env lives: server index, env indices, runtime description."""
+        """Where each env lives: server index, env indices, runtime description, and the server's
+        process id on this host (a container's init process; None where unknown, e.g. remote)."""
         return [
-            {"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe()}
+            {"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe(), "pid": s.handle.host_pid()}
             for s in self._session.servers
             if s.handle is not None
         ]

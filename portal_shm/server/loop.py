@@ -225,7 +225,7 @@ class EnvServer:
         if self.spin is None:
             return self.go.wait(IDLE_CHECK_SECONDS)
         words, seq = self._words, self._seq
-        if self.spin > 0 and spin_until(lambda: words[_SEQ] != seq, self.spin):
+        if self.spin > 0 and spin_until(lambda: words[_SEQ] != seq, self.spin, only_idle=False):
             self.go.skipped()
         else:
             while words[_SEQ] == seq:

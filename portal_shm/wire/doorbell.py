@@ -37,6 +37,9 @@ from typing import Callable, Optional, Sequence
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 _CHUNK = 4096  # rings left while the waiter spun pile up: read them into one reused buffer
+_TURNS = 8  # spin turns (a yield and a look, ~1 us) between looks at the running count
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_loadavg: Optional[int] = None
 
 
 def bell_pipe() -> tuple[int, int]:
@@ -149,21 +152,43 @@ class AnyDone:
                 return rung
 
 
-def spin_until(changed: Callable[[], bool], seconds: float) -> bool:
-    """Call ``changed`` until it is true (returns True) or ``seconds`` have passed (False).
+def spin_until(changed: Callable[[], bool], seconds: float, only_idle: bool = True) -> bool:
+    """Call ``changed`` until it is true (True) or ``seconds`` have passed (False), yielding the
+    core (``sched_yield``) at every turn.
 
-    Every turn yields the core (``sched_yield``): a task that has work on it runs at once, so the
-    spin costs a busy machine a context switch now and then, and an idle core its idle time.
+    A spinner does not hand its core to a task that needs it: the scheduler keeps the two fair,
+    so the spinner takes about half of that core however often it yields. ``only_idle`` therefore
+    spins only while some core is idle (``cores_idle``): the agent, waiting for servers that step,
+    then sleeps and leaves them the cores. Servers spin regardless, within their short budget and
+    only when they are no more than the cores (the agent decides): the agent they wait for has
+    just woken, and the scheduler favours it over a spinner.
     """
     if changed():
         return True
+    if seconds <= 0:
+        return False
     clock = time.perf_counter
     end = clock() + seconds
-    while clock() < end:
-        _yield()
-        if changed():
-            return True
+    while not only_idle or cores_idle():
+        for _ in range(_TURNS):
+            _yield()
+            if changed():
+                return True
+        if clock() > end:
+            return False
     return False
+
+
+def cores_idle() -> bool:
+    """True while no more tasks are runnable on this machine than this process has cores for,
+    itself included (the running count of /proc/loadavg, read in ~2 us); False where unknown."""
+    global _loadavg
+    try:
+        if _loadavg is None:
+            _loadavg = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(_loadavg, 128, 0).split()[3].split(b"/")[0]) <= _CORES
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def close_all(ends: Sequence[Optional[object]]) -> None:
