@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from .cpu import CpuMeter
 from .scenarios import Scenario, parse_scenario
 
 ACTION_BATCHES = 256  # distinct precomputed action batches every system cycles through
@@ -27,9 +28,10 @@ def sample_actions(space: Any, seed: int, count: int = ACTION_BATCHES) -> list:
 
 def raw_run(env: Any, actions: list, seconds: float, min_steps: int = 0) -> dict:
     """One env stepped in a plain loop, resetting when an episode ends: ``{steps, seconds, cpu_s}``
-    (``cpu_s``: CPU seconds this process spent meanwhile)."""
+    (``cpu_s``: CPU seconds of this process and its children meanwhile, such as ViZDoom's engine)."""
     k, n = len(actions), 0
-    cpu0 = time.process_time()
+    meter = CpuMeter()
+    cpu0 = meter.read()
     start = now = time.perf_counter()
     while now - start < seconds or n < min_steps:
         _, _, terminated, truncated, _ = env.step(actions[n % k])
@@ -37,7 +39,7 @@ def raw_run(env: Any, actions: list, seconds: float, min_steps: int = 0) -> dict
             env.reset()
         n += 1
         now = time.perf_counter()
-    return {"steps": n, "seconds": max(now - start, 1e-9), "cpu_s": time.process_time() - cpu0}
+    return {"steps": n, "seconds": max(now - start, 1e-9), "cpu_s": meter.read() - cpu0}
 
 
 def raw_loop(env: Any, actions: list, seconds: float, min_steps: int = 0) -> float:
