@@ -29,7 +29,7 @@ from .recovery import RESTARTABLE, StandIn
 from .session import group_envs
 from .validate import check_blobs
 
-_CMD, _SLOT, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "status", "extra"))
+_STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
 
 
 class AsyncBatches:
@@ -54,7 +54,9 @@ class AsyncBatches:
             )
         servers = self._session.servers
         self._server_size = len(servers[0].env_indices)
-        self._queue = ServerQueue(len(servers), self._mailbox, AnyDone(lambda: [s.done for s in servers]))
+        self._queue = ServerQueue(
+            len(servers), self._mailbox, AnyDone(lambda: [s.done for s in servers]), self.spin_wait
+        )
         self._server_slot = [0] * len(servers)
         self._stash: dict = {}
         self._stand_ins: dict[int, StandIn] = {}  # ready servers whose result the agent made
@@ -93,7 +95,6 @@ class AsyncBatches:
                     k = (self._server_slot[server.index] + 1) % self.ring_depth
                     first, last = server.env_indices[0], server.env_indices[-1] + 1
                     np.copyto(leaf[k, first:last], value[rows], casting="unsafe")
-            mailbox = self._mailbox
             recovery = self._recovery
             for server, _ in servers:
                 k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
@@ -105,10 +106,8 @@ class AsyncBatches:
                         self._stand_ins[server.index] = stand_in
                         self._queue.finished(server.index)
                         continue
-                mailbox[server.index, _CMD] = P.CMD_STEP
-                mailbox[server.index, _SLOT] = k
                 self._queue.started(server.index)
-                server.go.ring()
+                server.post(P.CMD_STEP, k)
         except BaseException as exc:
             self._fail(exc)
             raise

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..wire.doorbell import AnyDone
+from ..wire.doorbell import AnyDone, spin_until
 from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
 
 _STATUS = MAILBOX_FIELDS.index("status")
@@ -47,9 +47,10 @@ def default_envs_per_server(num_envs: int, batch_size: int, cores: int) -> int:
 class ServerQueue:
     """Which servers are stepping, which have results waiting, and in what order they finished."""
 
-    def __init__(self, num_servers: int, mailbox: np.ndarray, done: AnyDone) -> None:
+    def __init__(self, num_servers: int, mailbox: np.ndarray, done: AnyDone, spin: float = 0.0) -> None:
         self.status = mailbox[:, _STATUS]
         self.done = done
+        self.spin = spin  # seconds to watch the status words (while a core is idle) before sleeping
         self.pending: list[int] = []
         self.ready: deque[int] = deque()
         self.idle: set[int] = set(range(num_servers))
@@ -110,10 +111,16 @@ class ServerQueue:
                 self._check_pending(check)
             if len(self.ready) >= servers_needed:
                 return
+            if self.spin and spin_until(self._any_finished, self.spin):
+                continue
             if not self.done.wait(_WAIT_SLICE) and deadline is not None and time.monotonic() > deadline:
                 self._check_pending(check)
                 if len(self.ready) < servers_needed:
                     raise on_timeout(list(self.pending))
+
+    def _any_finished(self) -> bool:
+        status = self.status
+        return any(status[server] != STATUS_PENDING for server in self.pending)
 
     def _check_pending(self, check: Callable[[int], None]) -> None:
         for server in list(self.pending):

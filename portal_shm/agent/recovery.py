@@ -49,7 +49,6 @@ import numpy as np
 
 from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
 from ..wire import protocol as P
-from ..wire.layout import MAILBOX_FIELDS
 from ..wire.schema import is_fixed, leaves
 from .infos import add_info
 from .session import ServerLink
@@ -57,7 +56,6 @@ from .validate import check_reply
 
 POLICIES = ("raise", "restart")
 RESTARTABLE = (ServerDiedError, PortalTimeoutError, ServerProtocolError, EnvError)
-_CMD = MAILBOX_FIELDS.index("cmd")
 
 
 class StandIn(NamedTuple):
@@ -145,8 +143,7 @@ class Recovery:
             self.resetting.discard(server.index)
             self.failed_early[server.index] = exc
             return True
-        portal._mailbox[server.index, _CMD] = P.CMD_CONTROL
-        server.go.ring()
+        server.post(P.CMD_CONTROL)
         return True
 
     def finish_reset(self, server: ServerLink, timeout: Optional[float]) -> dict:
@@ -265,8 +262,7 @@ class Recovery:
         while True:
             try:
                 server.channel.send(self._reset_message(server, k, prev), server.check_alive)
-                self.portal._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
+                server.post(P.CMD_CONTROL)
                 self.resetting.add(server.index)
                 return self.finish_reset(server, self.portal.step_timeout)
             except RESTARTABLE as exc:
@@ -309,8 +305,7 @@ class Recovery:
             self.ended.discard(server.index)
             try:
                 server.channel.send(message, server.check_alive)
-                self.portal._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
+                server.post(P.CMD_CONTROL)
                 return self.finish_reset(server, self.portal.step_timeout)
             except RESTARTABLE as exc:
                 cause = exc

@@ -28,13 +28,13 @@ from ..runtimes.resources import PortalResources
 from ..wire import protocol as P
 from ..wire.doorbell import Bell, Waiter, bell_pipe, close_all
 from ..wire.handoff import SegmentOffer
-from ..wire.layout import MAILBOX_FIELDS
+from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
 from ..wire.ring import Ring
 from .control import ControlChannel
 from .spec import EnvSpec
 from .validate import check_error, check_hello
 
-_CMD = MAILBOX_FIELDS.index("cmd")
+_CMD, _SLOT, _STATUS, _SEQ = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "status", "seq"))
 
 
 class ServerLink:
@@ -52,6 +52,24 @@ class ServerLink:
         self.hello: dict = {}
         self.launch: Optional[ServerLaunch] = None
         self.generation = 0
+        self.mailbox: Optional[memoryview] = None  # its row of the ring's mailboxes, once attached
+        self.seq = 0  # commands posted to the current server
+
+    def post(self, cmd: int, slot: int = 0, pending: bool = False) -> None:
+        """Post ``cmd`` in the server's mailbox and ring it awake; ``pending`` first marks its
+        status PENDING, which the server overwrites once its results are in the ring.
+
+        ``seq`` goes last: a server spinning on it sees the command's other words (x86 stores
+        are seen in program order; elsewhere the agent does not ask servers to spin).
+        """
+        box = self.mailbox
+        box[_CMD] = cmd
+        box[_SLOT] = slot
+        if pending:
+            box[_STATUS] = STATUS_PENDING
+        self.seq += 1
+        box[_SEQ] = self.seq
+        self.go.ring()
 
     def describe(self) -> str:
         """'env server 1 (envs [2, 3]) [runtime: ...]': what every error about this server names."""
@@ -223,6 +241,8 @@ class PortalSession:
         go_read, go_write = bell_pipe()
         done_read, done_write = bell_pipe()
         server.go, server.done = Bell(go_write), Waiter(done_read)
+        server.mailbox = memoryview(self.ring.views["mailbox"][server.index])
+        server.seq = server.mailbox[_SEQ]
         self._offer.expect(server.token, [go_read, done_write])
 
     def _attach_message(self) -> dict:
@@ -240,8 +260,7 @@ class PortalSession:
                         continue
                     try:
                         server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
-                        self.ring.views["mailbox"][server.index, _CMD] = P.CMD_CONTROL
-                        server.go.ring()
+                        server.post(P.CMD_CONTROL)
                     except Exception:
                         pass
                 deadline = time.monotonic() + timeout

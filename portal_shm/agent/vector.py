@@ -29,7 +29,8 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
 from ..runtimes.backend import Backend
 from ..wire import protocol as P
-from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, ring_layout
+from ..wire.doorbell import spin_until
+from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_PENDING, ring_layout
 from ..wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, space_to_schema
 from . import env_fns as F
 from .batched import AsyncBatches
@@ -40,9 +41,10 @@ from .recovery import RESTARTABLE, Recovery, fixed_obs_views
 from .session import PortalSession, ServerLink
 from .spaces import schema_to_space
 from .spec import EnvSpec
+from .spin import default_spin_wait, server_spin
 from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 
-_CMD, _SLOT, _PREV, _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "prev_slot", "status", "extra"))
+_STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
 
 
 def _layout_of(schema: dict) -> list:
@@ -120,6 +122,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
             get, are in ``portal_shm.agent.recovery``.
         max_restarts: restarts allowed per env over the portal's life with ``"restart"``; the
             next failure raises ``RestartLimitError``.
+        spin_wait: seconds the agent and each server watch the ring for the other side before they
+            sleep on their doorbell pipe (the core is yielded at every turn); 0 never spins. Default:
+            ``portal_shm.agent.spin.default_spin_wait()``.
     """
 
     def __init__(
@@ -143,6 +148,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         batch_size: Optional[int] = None,
         on_env_failure: str = "raise",
         max_restarts: int = 3,
+        spin_wait: Optional[float] = None,
     ) -> None:
         F.check_options(context, worker, max_concurrency)
         specs, self._gymnasium_form = F.to_specs(env_fns, backend)
@@ -181,6 +187,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self.copy = self._gymnasium_form if copy is None else copy
         self.ring_depth = ring_depth
         self.step_timeout = step_timeout
+        self.spin_wait = default_spin_wait() if spin_wait is None else max(0.0, float(spin_wait))
         self.closed = False
         self._state = AsyncState.DEFAULT
         self._broken: Optional[BaseException] = None
@@ -270,6 +277,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 "autoreset_mode": self.autoreset_mode.value,
                 "observation_schema": self._obs_schema,
                 "action_schema": self._act_schema,
+                "spin": server_spin(self.spin_wait, len(session.servers), self._async),
             },
             timeout,
         )
@@ -321,18 +329,26 @@ class VectorPortal(AsyncBatches, VectorEnv):
 
     # -- waiting on servers --------------------------------------------------------------
     def _wait_done(self, server: ServerLink, deadline: Optional[float]) -> None:
-        done = server.done
-        if done.wait(POLL_SLICE):
+        """Wait until ``server`` replaced its PENDING status: spin a while, then sleep on its pipe
+        (whose rings may be left from steps seen while spinning: the status word is the truth)."""
+        words = server.mailbox
+        if spin_until(lambda: words[_STATUS] != STATUS_PENDING, self.spin_wait):
+            server.done.skipped()
             return
+        done = server.done
+        check_at = time.monotonic() + POLL_SLICE
         while True:
-            server.check_alive()
-            if deadline is not None and time.monotonic() > deadline:
-                raise PortalTimeoutError(
-                    f"{server.describe()} did not finish its step within "
-                    f"{self.step_timeout} s (step_timeout): hung or too slow"
-                )
-            if done.wait(POLL_SLICE):
+            if done.wait(POLL_SLICE) and words[_STATUS] != STATUS_PENDING:
                 return
+            now = time.monotonic()
+            if now >= check_at:
+                server.check_alive()
+                if deadline is not None and now > deadline:
+                    raise PortalTimeoutError(
+                        f"{server.describe()} did not finish its step within "
+                        f"{self.step_timeout} s (step_timeout): hung or too slow"
+                    )
+                check_at = now + POLL_SLICE
 
     def _check_usable(self) -> None:
         if self.closed:
@@ -522,8 +538,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         for server, message in zip(self._session.servers, messages):
             try:
                 server.channel.send(message, server.check_alive)
-                self._mailbox[server.index, _CMD] = P.CMD_CONTROL
-                server.go.ring()
+                server.post(P.CMD_CONTROL)
                 sent.append(server)
             except RESTARTABLE as exc:
                 if not self._recovery.enabled:
@@ -593,14 +608,11 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 self._send_actions(actions)
                 cmd = P.CMD_STEP_ACTIONS
         self._slot = k
-        mailbox = self._mailbox
         recovery = self._recovery
         for server in self._session.servers:
             if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
                 continue  # a restarted server's envs: reset instead of step, or end the episode
-            mailbox[server.index, _CMD] = cmd
-            mailbox[server.index, _SLOT] = k
-            server.go.ring()
+            server.post(cmd, k, pending=True)
         self._state = AsyncState.WAITING_STEP
 
     def _send_actions(self, actions: Any) -> None:
@@ -671,9 +683,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
         recovery = self._recovery
         failed: list = []
         try:
+            servers = self._session.servers
             # Servers own ascending env ranges: batching each one's infos as soon as it is done
             # keeps env order (as gymnasium's) and hides the work behind the slower servers.
-            for server in self._session.servers:
+            for server in servers:
                 try:
                     if recovery.failed_early and server.index in recovery.failed_early:
                         failed.append((server, recovery.failed_early.pop(server.index)))
@@ -840,9 +853,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
 
     @property
     def servers(self) -> list[dict]:
-        """Where each env lives: server index, env indices, runtime description."""
+        """Where each env lives: server index, env indices, runtime description, and the server's
+        process id on this host (a container's init process; None where unknown, e.g. remote)."""
         return [
-            {"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe()}
+            {"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe(), "pid": s.handle.host_pid()}
             for s in self._session.servers
             if s.handle is not None
         ]

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from .cpu import CpuMeter
 from .scenarios import Scenario, parse_scenario
 
 ACTION_BATCHES = 256  # distinct precomputed action batches every system cycles through
@@ -25,9 +26,12 @@ def sample_actions(space: Any, seed: int, count: int = ACTION_BATCHES) -> list:
     return [space.sample() for _ in range(count)]
 
 
-def raw_loop(env: Any, actions: list, seconds: float, min_steps: int = 0) -> float:
-    """One env stepped in a plain loop, resetting when an episode ends; returns env-steps/s."""
+def raw_run(env: Any, actions: list, seconds: float, min_steps: int = 0) -> dict:
+    """One env stepped in a plain loop, resetting when an episode ends: ``{steps, seconds, cpu_s}``
+    (``cpu_s``: CPU seconds of this process and its children meanwhile, such as ViZDoom's engine)."""
     k, n = len(actions), 0
+    meter = CpuMeter()
+    cpu0 = meter.read()
     start = now = time.perf_counter()
     while now - start < seconds or n < min_steps:
         _, _, terminated, truncated, _ = env.step(actions[n % k])
@@ -35,7 +39,13 @@ def raw_loop(env: Any, actions: list, seconds: float, min_steps: int = 0) -> flo
             env.reset()
         n += 1
         now = time.perf_counter()
-    return n / max(now - start, 1e-9)
+    return {"steps": n, "seconds": max(now - start, 1e-9), "cpu_s": meter.read() - cpu0}
+
+
+def raw_loop(env: Any, actions: list, seconds: float, min_steps: int = 0) -> float:
+    """``raw_run``'s env-steps/s."""
+    run = raw_run(env, actions, seconds, min_steps)
+    return run["steps"] / run["seconds"]
 
 
 def single_env(sc: Scenario, seed: int, warmup: int) -> tuple:
@@ -54,7 +64,7 @@ def _worker(name: str, seconds: float, seed: int, warmup: int, go: Any, stop: An
             go.wait(timeout=900)  # a broken barrier (the agent gave up or died) ends the worker
             if stop.is_set():
                 return
-            queue.put(raw_loop(env, actions, seconds))
+            queue.put(raw_run(env, actions, seconds))
     except (KeyboardInterrupt, threading.BrokenBarrierError):  # Ctrl-C reaches the whole process group
         pass
     finally:
@@ -77,10 +87,12 @@ class CeilingPool:
         for p in self.procs:
             p.start()
 
-    def run(self) -> float:
-        """Summed env-steps/s of one simultaneous round of raw loops."""
+    def run(self) -> tuple:
+        """One simultaneous round of raw loops: (summed env-steps/s, CPU seconds per 1,000 steps)."""
         self.go.wait(timeout=300)  # the first round also waits for the workers to build their envs
-        return sum(self.queue.get(timeout=60 + 2 * self.seconds) for _ in range(self.workers))
+        runs = [self.queue.get(timeout=60 + 2 * self.seconds) for _ in range(self.workers)]
+        steps = sum(r["steps"] for r in runs)
+        return sum(r["steps"] / r["seconds"] for r in runs), 1000 * sum(r["cpu_s"] for r in runs) / max(steps, 1)
 
     def close(self, failed: bool = False) -> None:
         self.stop.set()

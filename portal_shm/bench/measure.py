@@ -1,11 +1,12 @@
-"""Timed runs of one system: env-steps/s, per-step latency, the agent process's CPU share, and
-the agent-side allocation check.
+"""Timed runs of one system: env-steps/s, per-step latency, the agent process's CPU share, the
+CPU the whole system spent per 1,000 env steps, and the agent-side allocation check.
 
 A run is a warm-up (``warmup`` untimed batched steps, at most ``seconds / 4`` long), then ``seconds`` of
 steps with precomputed actions; each call is timed with ``perf_counter_ns`` into a preallocated
 array, so the timing itself allocates nothing. The agent's CPU share is ``process_time`` (CPU
 seconds of every thread of this process) over wall time: 1.0 is one core busy in the agent, and
 threads an alternative runs inside the agent (envpool) count too; child processes do not.
+``cpu_s_per_1k_steps`` counts them, and the env servers, too (``cpu.CpuMeter``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import tracemalloc
 from typing import Any
 
 import numpy as np
+
+from .cpu import CpuMeter
 
 LATENCY_CAPACITY = 1 << 21  # batched steps one timed run may record
 
@@ -28,7 +31,7 @@ def _warm_up(step: Any, count: int, seconds: float) -> None:
             break
 
 
-def _result(n: int, env_steps: int, wall_ns: int, cpu_s: float, lat: np.ndarray) -> dict:
+def _result(n: int, env_steps: int, wall_ns: int, cpu_s: float, system_cpu_s: float, lat: np.ndarray) -> dict:
     elapsed = max(wall_ns / 1e9, 1e-9)
     p50, p99 = (np.percentile(lat[:n], [50, 99]) / 1e3) if n else (np.nan, np.nan)
     return {
@@ -40,6 +43,7 @@ def _result(n: int, env_steps: int, wall_ns: int, cpu_s: float, lat: np.ndarray)
         "p99_us": float(p99),
         "mean_us": float(lat[:n].mean() / 1e3) if n else None,
         "agent_cpu": cpu_s / elapsed,
+        "cpu_s_per_1k_steps": 1000 * system_cpu_s / env_steps if env_steps else None,
     }
 
 
@@ -48,6 +52,8 @@ def timed_run(envs: Any, actions: list, seconds: float, warmup: int, lat: np.nda
     k = len(actions)
     _warm_up(lambda i: envs.step(actions[i % k]), warmup, seconds)
     n, cap, num_envs = 0, len(lat), envs.num_envs
+    meter = CpuMeter(envs)
+    system0 = meter.read()
     cpu0 = time.process_time()
     start = now = time.perf_counter_ns()
     end = start + int(seconds * 1e9)
@@ -57,7 +63,8 @@ def timed_run(envs: Any, actions: list, seconds: float, warmup: int, lat: np.nda
         now = time.perf_counter_ns()
         lat[n] = now - before
         n += 1
-    return _result(n, n * num_envs, now - start, time.process_time() - cpu0, lat)
+    cpu1 = time.process_time()
+    return _result(n, n * num_envs, now - start, cpu1 - cpu0, meter.read() - system0, lat)
 
 
 def batched_run(envs: Any, actions: list, seconds: float, warmup: int, lat: np.ndarray, first: bool) -> dict:
@@ -77,6 +84,8 @@ def batched_run(envs: Any, actions: list, seconds: float, warmup: int, lat: np.n
     _warm_up(cycle, warmup, seconds)
     n = env_steps = 0
     cap = len(lat)
+    meter = CpuMeter(envs)
+    system0 = meter.read()
     cpu0 = time.process_time()
     start = now = time.perf_counter_ns()
     end = start + int(seconds * 1e9)
@@ -86,7 +95,8 @@ def batched_run(envs: Any, actions: list, seconds: float, warmup: int, lat: np.n
         now = time.perf_counter_ns()
         lat[n] = now - before
         n += 1
-    return _result(n, env_steps, now - start, time.process_time() - cpu0, lat)
+    cpu1 = time.process_time()
+    return _result(n, env_steps, now - start, cpu1 - cpu0, meter.read() - system0, lat)
 
 
 def obs_bytes(space: Any) -> int:

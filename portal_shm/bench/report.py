@@ -21,10 +21,13 @@ changing its meaning, bumps it. Readers should ignore fields they do not know.
 - ``samples``: one per timed run: ``{scenario, num_envs, system, repeat (round index), mode
   ("lockstep", "batch" or "raw"), steps_per_s (float: env-steps per second), p50_us, p99_us
   (float or null: per batched step, or per recv in batch mode), agent_cpu (float or null: CPU
-  seconds of the agent process per wall second)}``, plus ``batched_steps``, ``env_steps``,
+  seconds of the agent process per wall second), cpu_s_per_1k_steps (float or null: CPU seconds
+  of the agent process and every process working for it, env servers and containers included,
+  per 1,000 env steps; for references, of their loops)}``, plus ``batched_steps``, ``env_steps``,
   ``seconds``, ``mean_us`` for vector systems and ``procs`` for references.
 - ``summary``: one per (scenario, num_envs, system): ``{scenario, num_envs, system, repeats,
-  steps_per_s: spread, p50_us, p99_us, agent_cpu (medians or null), x_baseline: spread or null,
+  steps_per_s: spread, p50_us, p99_us, agent_cpu, cpu_s_per_1k_steps (medians or null),
+  x_baseline: spread or null,
   x_ceiling: spread or null, alloc: allocation or null, startup_s: float or null (from ``startup``;
   for ``raw``: the single env and the ceiling processes)}``; a spread is ``{median, min, max, n}``.
   Ratios are pair by pair: the median over rounds i of ``system[i] / baseline[i]``.

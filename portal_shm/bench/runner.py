@@ -10,7 +10,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import measure
-from .ceiling import CeilingPool, raw_loop, sample_actions, single_env
+from .ceiling import CeilingPool, raw_run, sample_actions, single_env
 from .options import REFERENCES, BenchOptions, is_portal
 from .report import build_report, read_cpu_times
 from .scenarios import Scenario
@@ -230,14 +230,24 @@ def run_one(
     name: str, envs: Any, actions: Optional[list], single: Any, pool: Any, options: BenchOptions, lat: np.ndarray
 ) -> dict:
     if name == "raw":
-        rate = raw_loop(*single, options.seconds)
-        return {"steps_per_s": rate, "p50_us": None, "p99_us": None, "agent_cpu": None, "procs": 1, "mode": "raw"}
-    if name == "ceiling":
+        run = raw_run(*single, options.seconds)
         return {
-            "steps_per_s": pool.run(),
+            "steps_per_s": run["steps"] / run["seconds"],
             "p50_us": None,
             "p99_us": None,
             "agent_cpu": None,
+            "cpu_s_per_1k_steps": 1000 * run["cpu_s"] / max(run["steps"], 1),
+            "procs": 1,
+            "mode": "raw",
+        }
+    if name == "ceiling":
+        rate, cpu_per_1k = pool.run()
+        return {
+            "steps_per_s": rate,
+            "p50_us": None,
+            "p99_us": None,
+            "agent_cpu": None,
+            "cpu_s_per_1k_steps": cpu_per_1k,
             "procs": pool.workers,
             "mode": "raw",
         }

@@ -71,6 +71,7 @@ def summarize(
                 "p50_us": _median(s.get("p50_us") for s in group),
                 "p99_us": _median(s.get("p99_us") for s in group),
                 "agent_cpu": _median(s.get("agent_cpu") for s in group),
+                "cpu_s_per_1k_steps": _median(s.get("cpu_s_per_1k_steps") for s in group),
                 "x_baseline": spread(paired_ratios(rounds, by_round(base))) if base else None,
                 "x_ceiling": spread(paired_ratios(rounds, by_round(ceiling))) if ceiling else None,
                 "alloc": alloc_of.get((name, n, system)),

@@ -21,6 +21,7 @@ COLUMNS = (
     "p50 us",
     "p99 us",
     "agent CPU",
+    "CPU s/1k steps",
     "obs allocs",
     "start s",
 )
@@ -51,6 +52,7 @@ def _cells(row: dict) -> list:
         _num(row["p50_us"], ",.0f"),
         _num(row["p99_us"], ",.0f"),
         _num(row["agent_cpu"], ".2f"),
+        _num(row.get("cpu_s_per_1k_steps"), ".3g"),
         "-" if not alloc else f"{alloc['steps_with_obs_sized_alloc']}/{alloc['steps']}",
         _num(row.get("startup_s"), ".1f"),
     ]
@@ -82,7 +84,8 @@ def footer_lines(report: dict) -> list:
         "runs interleaved round by round; x ceiling: the same against the ceiling.",
         f"raw: one env in a plain loop in this process; ceiling: {machine['cpu_count']} such loops in parallel "
         "processes, summed (game scenarios only). p50/p99: per batched step. agent CPU: CPU seconds of the "
-        "agent process (all its threads) per wall second. obs allocs: portal steps that allocated >= one "
+        "agent process (all its threads) per wall second. CPU s/1k steps: CPU seconds of the agent and every "
+        "process working for it (env servers, workers, containers) per 1,000 env steps. obs allocs: portal steps that allocated >= one "
         "observation (tracemalloc). start s: seconds to build and reset the system (raw: the single env "
         "and the ceiling processes).",
         f"machine: {machine['cpu_model']}, {machine['cpu_count']} cores, "

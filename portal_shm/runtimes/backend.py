@@ -42,6 +42,11 @@ class ServerHandle(ABC):
     def describe(self) -> str:
         """Short text naming the runtime, for error messages."""
 
+    def host_pid(self) -> Optional[int]:
+        """The server's process (a container's init) as this host numbers it, where known: what
+        CPU accounting (``portal-shm bench``) and ``top`` find it by."""
+        return None
+
 
 class Backend(ABC):
     """A kind of runtime (process, venv, docker) in which env servers run."""

@@ -96,6 +96,16 @@ class DockerHandle(ServerHandle):
     def describe(self) -> str:
         return f"docker container {self.container.short_id} of image {self.image}"
 
+    def host_pid(self) -> Optional[int]:
+        pid = self.container.attrs.get("State", {}).get("Pid")
+        if not pid:
+            try:
+                self.container.reload()
+            except Exception:
+                return None
+            pid = self.container.attrs.get("State", {}).get("Pid")
+        return int(pid) if pid else None
+
 
 @dataclass(frozen=True)
 class DockerBackend(Backend):

@@ -46,6 +46,9 @@ class ProcessHandle(ServerHandle):
     def describe(self) -> str:
         return f"process pid {self.process.pid}, python {self.python}"
 
+    def host_pid(self) -> Optional[int]:
+        return self.process.pid
+
 
 @dataclass(frozen=True)
 class ProcessBackend(Backend):

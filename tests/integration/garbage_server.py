@@ -143,6 +143,13 @@ while True:
         continue
     k = int(mailbox[SLOT])
     i = config["env_indices"][0]
+    if mode == "step-ring-pending":
+        # rings nonstop and never replaces its PENDING status: the agent must still time out
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            done.ring()
+            time.sleep(0.0001)
+        continue
     views["obs.0"][k, i] = np.nan  # wrong observations are the worst a server may cause
     mailbox[STATUS] = 0
     mailbox[EXTRA] = 0

@@ -9,6 +9,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,6 +121,21 @@ def test_a_flooding_server_gives_wrong_observations_at_worst():
             assert obs.shape == (1, 3) and obs.dtype == np.float32  # the ring's layout is the agent's
     finally:
         envs.close()
+
+
+def test_a_server_that_rings_without_finishing_cannot_block_the_agent():
+    """Rings are only wake-ups: the status word says when a step is done. A server that rings
+    nonstop but never finishes gets the step timeout, while the agent spins or sleeps."""
+    for spin_wait in (0.0, 200e-6):
+        envs = _portal("step-ring-pending", step_timeout=1, spin_wait=spin_wait)
+        try:
+            envs.reset(seed=0)
+            begin = time.monotonic()
+            with pytest.raises(portal_shm.PortalTimeoutError, match="step_timeout"):
+                envs.step(np.zeros(1, np.int64))
+            assert time.monotonic() - begin < 5
+        finally:
+            envs.close()
 
 
 def test_a_server_cannot_resize_or_reseal_the_ring():

@@ -185,6 +185,7 @@ SAMPLE = {
     "p50_us": float,
     "p99_us": float,
     "agent_cpu": float,
+    "cpu_s_per_1k_steps": float,
     "batched_steps": int,
     "env_steps": int,
     "seconds": float,
@@ -198,6 +199,7 @@ SUMMARY = {
     "p50_us": float,
     "p99_us": float,
     "agent_cpu": float,
+    "cpu_s_per_1k_steps": float,
 }
 
 
@@ -258,6 +260,13 @@ def test_report_follows_the_schema(tiny_report, tmp_path):
         check(s, SAMPLE)
         assert s["steps_per_s"] > 0 and s["mode"] == "lockstep" and s["p99_us"] >= s["p50_us"]
     assert [s["system"] for s in report["samples"]] == ["portal-process", "sync"] * 2  # interleaved rounds
+    for s in report["samples"]:
+        # CPU per 1,000 steps covers the agent process and its env servers: never less than the
+        # agent's own share, and for portal more (the servers step the envs)
+        system_cpu_s = s["cpu_s_per_1k_steps"] * s["env_steps"] / 1000
+        assert system_cpu_s >= 0.95 * s["agent_cpu"] * s["seconds"] > 0
+        if s["system"] == "portal-process":
+            assert system_cpu_s > s["agent_cpu"] * s["seconds"]
     assert [(r["system"], r["repeats"]) for r in report["summary"]] == [("portal-process", 2), ("sync", 2)]
     for row in report["summary"]:
         check(row, SUMMARY)
@@ -317,7 +326,7 @@ def test_cli_runs_and_writes_json_and_table(tmp_path, capsys):
     assert "portal-process" in printed and "sync" in printed
     report = json.loads(out.read_text())
     assert report["command"][:3] == ["python", "-m", "portal_shm.bench"] and len(report["samples"]) == 2
-    assert "x portal-process" in table.read_text()
+    assert "x portal-process" in table.read_text() and "CPU s/1k steps" in table.read_text()
 
 
 def test_schema_doc_names_every_top_level_field(tiny_report):

@@ -1,0 +1,49 @@
+"""How long the agent and its servers spin on the ring before they sleep on a doorbell pipe.
+
+A sleeping process on an idle core of a VM takes 20-40 us to wake (the hypervisor halts and
+resumes the vCPU, and the waker pays an interrupt): more than a whole step of a cheap env. A
+waiter that watches the ring for a little while, yielding the core at every turn, hides that
+cost when the other side answers quickly. Spinning is not free, though: on a core that another
+task needs, the scheduler shares the core fairly, so a spinner takes up to half of it. Hence:
+
+- the agent spins only while a core is idle (``doorbell.cores_idle``), so that servers that step
+  keep their cores, and it sleeps otherwise;
+- servers spin for the agent's next command only in lockstep and when they are no more than the
+  cores, within a short budget: an agent that thinks for milliseconds between steps finds them
+  asleep, many servers on few cores never spin, and neither do servers of async batches (while
+  one waits for the agent, others step and need the cores).
+
+Spinning relies on stores being seen in program order (the other side writes its words, then
+the one the waiter watches): x86 guarantees it, weaker memory models do not, so other machines
+never spin and only use the pipes (whose system calls order memory).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+SPIN_WAIT_SECONDS = 200e-6
+_ORDERED = ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def cores() -> int:
+    """Cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def default_spin_wait() -> float:
+    """``SPIN_WAIT_SECONDS`` on x86 machines with more than one core, else 0 (spinning on the only
+    core would only delay the other side); ``PORTAL_SHM_SPIN_WAIT`` (seconds) overrides it."""
+    override = os.environ.get("PORTAL_SHM_SPIN_WAIT")
+    if override:
+        return max(0.0, float(override))
+    if platform.machine().lower() not in _ORDERED or cores() < 2:
+        return 0.0
+    return SPIN_WAIT_SECONDS
+
+
+def server_spin(spin_wait: float, num_servers: int, batches: bool = False) -> float:
+    """What servers spin for: ``spin_wait`` in lockstep while they fit on the cores, else 0 (a
+    spinning server would take time from those that step)."""
+    return spin_wait if num_servers <= cores() and not batches else 0.0

@@ -1,0 +1,131 @@
+"""Doorbells with spin-then-sleep: words of the ring say what happened, pipes only wake.
+
+The agent numbers its commands (``seq``) and marks steps PENDING; a waiter that saw the word while
+spinning leaves the ring in the pipe, and later takes it for what it is: a spurious wake-up.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from portal_shm.agent.spin import default_spin_wait, server_spin
+from portal_shm.bench.cpu import CpuMeter, descendants
+from portal_shm.server.loop import EnvServer
+from portal_shm.wire.doorbell import _CHUNK, Bell, Waiter, bell_pipe, spin_until
+from portal_shm.wire.layout import MAILBOX_FIELDS, STATUS_PENDING
+
+SEQ, CMD, SLOT, STATUS = (MAILBOX_FIELDS.index(n) for n in ("seq", "cmd", "slot", "status"))
+
+
+def test_spin_until_sees_a_change_made_meanwhile_and_gives_up_after_its_budget():
+    word = np.zeros(1, np.int64)
+    assert not spin_until(lambda: word[0] != 0, 0.0)  # no budget: one look only
+    begin = time.perf_counter()
+    assert not spin_until(lambda: word[0] != 0, 0.002, only_idle=False)
+    assert 0.002 <= time.perf_counter() - begin < 0.5
+    threading.Timer(0.01, lambda: word.__setitem__(0, 1)).start()
+    assert spin_until(lambda: word[0] != 0, 5.0, only_idle=False)
+
+
+def test_rings_left_by_spinning_are_read_in_bulk_and_never_fill_the_pipe():
+    read, write = bell_pipe()
+    bell, waiter = Bell(write), Waiter(read)
+    for _ in range(70_000):  # more than a pipe holds (64 KiB), each seen while spinning
+        bell.ring()
+        waiter.skipped()
+    assert len(os.read(read, 1 << 17)) == 70_000 % (_CHUNK // 2)  # only those since the last bulk read
+    bell.ring()
+    assert waiter.wait(0.0)  # a ring left over wakes once; the status word then says it was nothing
+    assert not waiter.wait(0.0)
+    bell.close()
+    waiter.wait(0.0)
+    assert waiter.closed
+    waiter.close()
+
+
+def _server(spin):
+    """An EnvServer with only what ``wait_command`` needs: a mailbox and its go pipe."""
+    server = EnvServer.__new__(EnvServer)
+    server.mailbox = np.zeros(len(MAILBOX_FIELDS), np.int64)
+    server._words = memoryview(server.mailbox)
+    server._seq = 0
+    server.spin = spin
+    read, write = bell_pipe()
+    server.go = Waiter(read)
+    return server, Bell(write)
+
+
+def test_a_server_takes_a_numbered_command_once_whether_it_spins_or_sleeps():
+    for spin in (0.0, 0.05):
+        server, bell = _server(spin)
+        server.mailbox[SEQ] = 1
+        bell.ring()
+        assert server.wait_command()
+        # the ring of command 1 may still be in the pipe: it is not a second command
+        begin = time.monotonic()
+        assert not server.wait_command()
+        assert time.monotonic() - begin >= 0.4  # slept for IDLE_CHECK_SECONDS, found nothing
+        server.mailbox[SEQ] = 2
+        bell.ring()
+        assert server.wait_command() and server._seq == 2
+        bell.close()
+        server.go.close()
+
+
+def test_an_agent_that_does_not_number_its_commands_still_drives_a_server():
+    server, bell = _server(None)
+    bell.ring()
+    assert server.wait_command()
+    bell.close()
+    server.go.close()
+
+
+def test_post_writes_the_command_then_its_number_then_rings():
+    from portal_shm.agent.session import ServerLink
+
+    link = ServerLink(0, [0], None)
+    box = np.zeros(len(MAILBOX_FIELDS), np.int64)
+    link.mailbox = memoryview(box)
+    read, write = bell_pipe()
+    link.go, waiter = Bell(write), Waiter(read)
+    link.post(7, 3, pending=True)
+    link.post(7, 0)
+    assert (box[CMD], box[SLOT], box[STATUS], box[SEQ]) == (7, 0, STATUS_PENDING, 2)
+    assert waiter.wait(0.0)
+    link.go.close()
+    waiter.close()
+
+
+def test_spin_policy(monkeypatch):
+    monkeypatch.setenv("PORTAL_SHM_SPIN_WAIT", "0.001")
+    assert default_spin_wait() == 0.001
+    monkeypatch.setenv("PORTAL_SHM_SPIN_WAIT", "0")
+    assert default_spin_wait() == 0.0
+    cores = len(os.sched_getaffinity(0))
+    assert server_spin(0.001, cores) == 0.001 and server_spin(0.001, cores + 1) == 0.0
+    assert server_spin(0.001, 1, batches=True) == 0.0
+
+
+def test_cpu_meter_counts_the_processes_working_for_the_agent():
+    burn = (
+        "import sys, time\nsys.stdin.readline()\nend = time.process_time() + 0.3\n"
+        "while time.process_time() < end: pass\nprint('done', flush=True)\nsys.stdin.readline()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.pid in descendants([os.getpid()])
+        meter = CpuMeter()
+        before = meter.read()
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == b"done\n"
+        assert meter.read() - before >= 0.25  # the child's CPU, though this process only waited
+    finally:
+        child.kill()
+        child.wait()
