@@ -179,7 +179,9 @@ class HostSession(threading.Thread):
             if self._whole:
                 vector.pop("batch_size")
             spec = EnvSpec(hello["env_id"], dict(hello.get("env_kwargs") or {}), backend)
-            self.portal = VectorPortal([spec] * self.num_envs, copy=False, **vector)
+            # No spinning: the router thread, the zmq I/O thread and the agent's traffic need the
+            # cores a spinning agent or server would take, and a step here waits for a network anyway.
+            self.portal = VectorPortal([spec] * self.num_envs, copy=False, spin_wait=0.0, **vector)
         except Exception as exc:
             log.warning("session %s: cannot start %d x %s: %s", self.client, self.num_envs, hello.get("env_id"), exc)
             self._emit({**error_message(exc), "re": 1})

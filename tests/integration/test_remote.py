@@ -107,14 +107,15 @@ def test_pong_frames_round_trip_exactly_with_each_codec(host, keys, codec):
         expected_envs.close()
 
 
-def test_auto_compression_is_off_on_loopback(host, keys):
-    envs = remote("portal_shm.server.example_envs:NullEnv", 1, [host], keys, shape=(64, 64, 3))
-    try:
-        envs.reset(seed=0)
-        envs.step(np.zeros(1, np.int64))
-        assert envs.wire_stats()[0]["codec"] == "none"
-    finally:
-        envs.close()
+def test_auto_compression_is_lz4_for_images_on_loopback_and_off_for_vectors(host, keys):
+    for kwargs, codec in (({"shape": (64, 64, 3)}, "lz4"), ({"shape": (4,)}, "none")):
+        envs = remote("portal_shm.server.example_envs:NullEnv", 1, [host], keys, **kwargs)
+        try:
+            envs.reset(seed=0)
+            envs.step(np.zeros(1, np.int64))
+            assert envs.wire_stats()[0]["codec"] == codec
+        finally:
+            envs.close()
 
 
 def test_async_batches_over_two_hosts_follow_each_env(host, second_host, keys):

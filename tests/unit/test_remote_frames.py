@@ -113,7 +113,7 @@ def test_sequencer_drops_duplicates_and_keeps_what_is_unacknowledged():
     assert sender.peer_ack == 3
 
 
-def test_auto_compresses_images_off_loopback_only():
+def test_auto_compresses_images_with_zstd_off_loopback_and_lz4_on_it():
     import gymnasium as gym
 
     from portal_shm.wire.schema import space_to_schema
@@ -121,7 +121,7 @@ def test_auto_compresses_images_off_loopback_only():
     frame = space_to_schema(gym.spaces.Dict({"screen": gym.spaces.Box(0, 255, (60, 80, 3), np.uint8)}))
     vector = space_to_schema(gym.spaces.Box(-1, 1, (4,), np.float32))
     assert codecs.is_image(frame) and not codecs.is_image(vector)
-    assert codecs.agent_offer("auto", loopback=True) == [] and codecs.agent_offer("none", loopback=False) == []
+    assert codecs.agent_offer("auto", loopback=True) == ["lz4"] and codecs.agent_offer("none", loopback=False) == []
     offer = codecs.agent_offer("auto", loopback=False)
     assert codecs.host_choice(offer, "auto", image_obs=True) == "zstd"
     assert codecs.host_choice(offer, "auto", image_obs=False) == "none"
