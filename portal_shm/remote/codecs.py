@@ -12,6 +12,7 @@ it can decode; the host picks, and sends a frame raw whenever compressing it doe
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Optional
 
 import numpy as np
@@ -47,12 +48,18 @@ def _zstd() -> Optional[tuple]:
         import zstandard
     except ImportError:
         return None
-    compressor, decompressor = zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()
+    local = threading.local()  # zstandard's (de)compressors must not be shared between threads
 
     def compress(data: memoryview) -> bytes:
+        compressor = getattr(local, "compressor", None)
+        if compressor is None:
+            compressor = local.compressor = zstandard.ZstdCompressor(level=1)
         return compressor.compress(data)
 
     def decompress(data: bytes, size: int) -> bytes:
+        decompressor = getattr(local, "decompressor", None)
+        if decompressor is None:
+            decompressor = local.decompressor = zstandard.ZstdDecompressor()
         return decompressor.decompress(data, max_output_size=size)
 
     return compress, decompress

@@ -127,3 +127,20 @@ def test_auto_compresses_images_with_zstd_off_loopback_and_lz4_on_it():
     assert codecs.host_choice(offer, "auto", image_obs=False) == "none"
     assert codecs.host_choice(["lz4"], "lz4", image_obs=False) == "lz4"  # forced: even for vectors
     assert codecs.host_choice(["brotli"], "brotli", image_obs=True) == "none"
+
+
+@pytest.mark.parametrize("codec", codecs.available())
+def test_codecs_can_be_used_from_many_threads_at_once(codec):
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(0)
+    frames_ = [np.repeat(rng.integers(0, 256, (1, 160, 3), dtype=np.uint8), 210, axis=0) for _ in range(16)]
+
+    def round_trip(frame):
+        for _ in range(50):
+            _, [out] = frames.unpack(frames.pack({"cmd": "x"}, [frame], codec))
+            assert np.array_equal(out, frame)
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(round_trip, frames_))
