@@ -349,12 +349,14 @@ class Host:
                 session.stop()
             if session.finished.is_set():
                 del self.sessions[identity]
+                session.close_pipes()
 
     def close(self) -> None:
         for session in self.sessions.values():
             session.stop()
         for session in self.sessions.values():
-            session.finished.wait(30)
+            if session.finished.wait(30):
+                session.close_pipes()
         self.sessions.clear()
         if self._auth is not None:
             self._auth.stop()

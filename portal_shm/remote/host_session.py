@@ -9,7 +9,9 @@ compressed out of the ring (the ring slot is reused while the bytes may still wa
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import select
 import threading
 import time
 import traceback
@@ -102,11 +104,18 @@ class HostSession(threading.Thread):
         self.started = False  # the envs run and the welcome went out
         self.busy = False  # the thread has a request of the router's in hand
         self.inline: Optional[dict] = None  # a lockstep step the router thread drives (see begin_inline)
+        self._wake_r, self._wake_w = os.pipe()  # rung with each request: the thread may sleep on servers
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
 
     # -- router side ------------------------------------------------------------------------
     def deliver(self, header: dict, arrays: list) -> None:
         self.busy = True
         self.inbox.put((header, arrays))
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass  # full: the thread wakes anyway
 
     # -- the router's fast path ---------------------------------------------------------------
     # A lockstep step is started and finished by the router thread itself: the servers' done
@@ -143,8 +152,19 @@ class HostSession(threading.Thread):
         self.inbox.put(({"cmd": "_finish", "seq": self.inline["seq"]}, []))
         self.inline = None
 
+    def close_pipes(self) -> None:
+        """After the thread finished and the router dropped the session (only the router writes)."""
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
     def stop(self) -> None:
         self.inbox.put(_STOP)
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
 
     # -- session thread ---------------------------------------------------------------------
     def run(self) -> None:
@@ -245,9 +265,9 @@ class HostSession(threading.Thread):
                 self.busy = False
 
     # While async batches step, the thread looks for finished servers and for the agent's requests
-    # in turn, every POLL_SECONDS: blocking in the local recv() would leave envs the agent just
-    # sent waiting in the inbox, and the servers idle, until some other batch finished.
-    POLL_SECONDS = 0.0005
+    # in turn, sleeping on both at once (the servers' done pipes and the inbox's wake pipe): blocking
+    # in the local recv() would leave envs the agent just sent waiting in the inbox, and the servers
+    # idle, until some other batch finished; polling would take the cores the envs need.
     STALL_SECONDS = 0.05  # then recv() itself waits, checking for dead and hung servers as it does
 
     def _next(self) -> Any:
@@ -256,16 +276,30 @@ class HostSession(threading.Thread):
             return self.inbox.get()
         portal = self.portal
         wanted = portal.batch_size // portal._server_size
-        since = time.monotonic()
+        deadline = time.monotonic() + self.STALL_SECONDS
         while True:
             portal._queue._collect()
-            if len(portal._queue.ready) >= wanted or time.monotonic() - since > self.STALL_SECONDS:
+            if len(portal._queue.ready) >= wanted:
                 self._ship_batch()
                 return None
             try:
-                return self.inbox.get(timeout=self.POLL_SECONDS)
+                return self.inbox.get_nowait()
             except queue.Empty:
                 pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._ship_batch()
+                return None
+            done = [server.done for server in portal._session.servers if not server.done.closed]
+            readable = select.select([self._wake_r] + [w.fd for w in done], [], [], remaining)[0]
+            for waiter in done:
+                if waiter.fd in readable:
+                    waiter._take()  # the status words say who finished; the rings only wake us
+            if self._wake_r in readable:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
 
     def _handle(self, cmd: str, header: dict, arrays: list) -> None:
         portal = self.portal
