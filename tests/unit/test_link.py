@@ -6,6 +6,7 @@ Times are checked from below only: noise on a shared machine can only make thing
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -295,6 +296,8 @@ def test_command_line_forwards_until_interrupted(echo):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGINT as a terminal leaves it: a CI runner or nohup leave it ignored, and Ctrl-C never arrives
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         line = proc.stdout.readline().strip()
@@ -302,7 +305,7 @@ def test_command_line_forwards_until_interrupted(echo):
         with socket.create_connection(parse_address(line), timeout=5) as sock:
             sock.sendall(b"cli")
             assert recv_exactly(sock, 3) == b"cli"
-        proc.send_signal(2)  # SIGINT, as Ctrl-C
+        proc.send_signal(signal.SIGINT)  # as Ctrl-C
         assert proc.wait(timeout=10) == 0
         assert "1 connections" in proc.stderr.read()
     finally:
