@@ -151,7 +151,7 @@ while True:
             time.sleep(0.0001)
         continue
     views["obs.0"][k, i] = np.nan  # wrong observations are the worst a server may cause
-    mailbox[STATUS] = 0
+    status = 0
     mailbox[EXTRA] = 0
     if mode == "step-info-len":
         views["info_len"][k, i] = 10**12
@@ -167,14 +167,18 @@ while True:
         mailbox[EXTRA] = 1
         sock.send(P.packb({"cmd": "extra", "blobs": {999: "x", "y": [1]}}))
     elif mode == "step-status-no-message":
-        mailbox[STATUS] = 1  # claims an error but never sends it: the step times out
+        status = 1  # claims an error but never sends it: the step times out
     elif mode == "step-flood":
         views["info_len"][k, i] = 0
+        mailbox[STATUS] = status
         for _ in range(1000):
             done.ring()
         continue
     else:
         views["info_len"][k, i] = 0
+    # the status word last, as a real server writes it: an agent that watches the ring (spin_wait)
+    # reads the step as soon as it changes, so garbage written after it would go unseen this step
+    mailbox[STATUS] = status
     done.ring()
 sock.close(0)
 context.term()
