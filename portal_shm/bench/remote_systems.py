@@ -14,14 +14,8 @@ front of it, so a 30 ms cloud round trip and a 100 Mbit/s pipe are measured on o
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -32,56 +26,23 @@ from .scenarios import Scenario
 
 
 class _Host:
-    """A ``portal-shm host`` process on a free loopback port, with keys in a temporary directory."""
+    """A host process with fresh keys in a temporary directory (``--insecure`` without), removed on close."""
 
     def __init__(self, insecure: bool) -> None:
-        from ..remote.keys import create_key_pair
+        from ..remote.spawn import HostProcess, LocalKeys
 
         self.dir = tempfile.mkdtemp(prefix="portal-shm-bench-")
-        command = [
-            sys.executable,
-            "-m",
-            "portal_shm",
-            "host",
-            "--bind",
-            "tcp://127.0.0.1:0",
-            "--max-envs",
-            "4096",
-            "--max-envs-per-agent",
-            "4096",
-        ]
-        self.options: dict = {"insecure": True} if insecure else {}
-        if insecure:
-            command.append("--insecure")
-        else:
-            public, secret = create_key_pair(os.path.join(self.dir, "agent"), "agent")
-            clients = os.path.join(self.dir, "host", "clients")
-            os.makedirs(clients)
-            shutil.copy(public, clients)
-            command += ["--keys", os.path.join(self.dir, "host"), "--clients", clients]
-            self.options = {"client_key": secret, "host_key": os.path.join(self.dir, "host", "host.key")}
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-        )
-        self.address = ""
-        for line in self.process.stdout:
-            found = re.search(r" at (tcp://127\.0\.0\.1:\d+)", line)
-            if found:
-                self.address = found.group(1)
-                break
-        if not self.address:
-            self.close()
-            raise RuntimeError("portal-shm host did not start")
-        threading.Thread(target=lambda: [None for _ in self.process.stdout], daemon=True).start()
+        keys = None if insecure else LocalKeys(self.dir)
+        self.options: dict = {"insecure": True} if insecure else keys.options()
+        try:
+            self.process = HostProcess(keys, "--max-envs", "4096", "--max-envs-per-agent", "4096")
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        self.address = self.process.address
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        self.process.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -113,7 +113,8 @@ class RemoteVectorPortal(VectorEnv):
     def _curve(self, index: int) -> Optional[tuple]:
         b = self.backend
         if b.insecure:
-            if index == 0:
+            if not getattr(self, "_warned_insecure", False):  # once, not again at each reconnect
+                self._warned_insecure = True
                 warnings.warn(
                     "insecure=True: env traffic to the hosts is plain text and unauthenticated; use it only on a "
                     "network you trust (the hosts must run --insecure too)",

@@ -563,3 +563,29 @@ def test_restart_policy_with_async_batches_hands_out_the_restarted_envs_truncate
         first.stop()
         if restarted is not None:
             restarted.stop()
+
+
+def test_bench_measures_remote_systems_over_an_emulated_link():
+    from portal_shm.bench import BenchOptions, parse_scenarios, run_bench
+
+    options = BenchOptions(
+        parse_scenarios(["null:32x32x3"]),
+        num_envs=[4],
+        against=["remote", "remote-lockstep", "remote-x0", "remote-insecure", "remote-rpc"],
+        seconds=0.3,
+        repeat=1,
+        warmup=2,
+        alloc_steps=0,
+        batch_size=2,
+        rtt_ms=10,
+        rate_mbit=50,
+        compression="lz4",
+        references=False,
+    )
+    report = run_bench(options, command=["test"])
+    rates = {s["system"]: s["steps_per_s"] for s in report["samples"]}
+    assert set(rates) >= {"remote", "remote-lockstep", "remote-x0", "remote-insecure", "remote-rpc"}, report["errors"]
+    assert all(rate > 0 for rate in rates.values())
+    remote = next(s for s in report["samples"] if s["system"] == "remote")
+    assert remote["codec"] == "lz4" and remote["compression_ratio"] > 1 and remote["mode"] == "batch"
+    assert not report["errors"]

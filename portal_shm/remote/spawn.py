@@ -1,0 +1,94 @@
+"""A ``portal-shm host`` process on this machine, with keys of its own: for benchmarks, tests and
+trying the remote backend out on one machine before there is a second one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Optional
+
+from ..errors import PortalError
+from .keys import create_key_pair
+
+
+class LocalKeys:
+    """A host key directory whose clients directory accepts one agent key pair made here."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.host_dir = os.path.join(root, "host")
+        self.clients_dir = os.path.join(self.host_dir, "clients")
+        public, self.agent = create_key_pair(os.path.join(root, "agent"), "agent")
+        os.makedirs(self.clients_dir, mode=0o700, exist_ok=True)
+        shutil.copy(public, self.clients_dir)
+
+    @property
+    def host_key(self) -> str:
+        return os.path.join(self.host_dir, "host.key")
+
+    def options(self) -> dict:
+        """What ``make_vec(..., backend="remote")`` needs to reach a host started with these keys."""
+        return {"host_key": self.host_key, "client_key": self.agent}
+
+
+class HostProcess:
+    """``python -m portal_shm host`` on 127.0.0.1 (a free port unless ``port``); keeps its log."""
+
+    def __init__(self, keys: Optional[LocalKeys], *args: str, port: int = 0, timeout: float = 30.0) -> None:
+        command = [sys.executable, "-m", "portal_shm", "host", "--bind", f"tcp://127.0.0.1:{port}", *args]
+        if keys is None:
+            command.append("--insecure")
+        else:
+            command += ["--keys", keys.host_dir, "--clients", keys.clients_dir]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        self.lines: list = []
+        self.address = ""
+        ready = threading.Event()
+
+        def read() -> None:
+            for line in self.process.stdout:
+                self.lines.append(line)
+                found = re.search(r" at (tcp://127\.0\.0\.1:\d+)", line)
+                if found and not self.address:
+                    self.address = found.group(1)
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(timeout) or not self.address:
+            self.stop()
+            raise PortalError("portal-shm host did not start:\n" + "".join(self.lines))
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_log(self, text: str, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if text in self.log:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def kill(self) -> None:
+        """SIGKILL the host and everything in its process group, as a crash would."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
