@@ -2,7 +2,7 @@
 
 Each system starts a real ``portal-shm host`` process on 127.0.0.1 (with fresh CURVE keys, or
 ``--insecure``) and, for ``--rtt-ms``/``--rate-mbit``, puts the emulated link of ``link.py`` in
-front of it, so a 30 ms cloud round trip and a 100 Mbit/s pipe are measured on one machine:
+front of it, in a process of its own, so a 30 ms cloud round trip and a 100 Mbit/s pipe are measured on one machine:
 
 - ``remote``: async batches (``--batch-size``) or lockstep over the link;
 - ``remote-lockstep``: the same link, lockstep (its ceiling is N / (RTT + N / X0));
@@ -15,6 +15,8 @@ front of it, so a 30 ms cloud round trip and a 100 Mbit/s pipe are measured on o
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
@@ -46,6 +48,40 @@ class _Host:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class _LinkProcess:
+    """The emulated link in a process of its own (``python -m portal_shm.bench.link``), as a real
+    network is: in the agent's process its event loop would share the agent's GIL."""
+
+    def __init__(self, target: str, delay_ms: float, rate_mbit: Optional[float]) -> None:
+        command = [sys.executable, "-m", "portal_shm.bench.link", "--target", target, "--delay-ms", str(delay_ms)]
+        if rate_mbit:
+            command += ["--rate-mbit", str(rate_mbit)]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.address = self.process.stdout.readline().strip()
+        if not self.address.startswith("tcp://"):
+            self.close()
+            raise RuntimeError("the emulated link did not start")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # (SIGINT may be ignored: CI runners and nohup leave it so)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process.stdout.close()
+
+
+def _link(address: str, options: BenchOptions, zero: bool = False) -> Any:
+    """An emulated link in front of ``address`` (None when the options ask for none)."""
+    if zero:
+        return _LinkProcess(address, 0.0, None)
+    if options.rtt_ms or options.rate_mbit:
+        return _LinkProcess(address, options.rtt_ms / 2, options.rate_mbit)
+    return None
+
+
 class RemoteSystem:
     """A RemoteVectorPortal with the host (and link) it was built with; closing closes all three."""
 
@@ -66,12 +102,8 @@ class RemoteSystem:
         self._link = None
         try:
             address = self._host.address
-            if zero_link or (link and (options.rtt_ms or options.rate_mbit)):
-                from .link import Link
-
-                delay = 0.0 if zero_link else options.rtt_ms / 2000.0
-                rate = None if zero_link or not options.rate_mbit else options.rate_mbit * 1e6 / 8
-                self._link = Link(address, delay=delay, rate=rate).start()
+            self._link = _link(address, options, zero=zero_link) if (link or zero_link) else None
+            if self._link is not None:
                 address = self._link.address
             vector_kwargs: dict = {}
             if options.batch_size is not None and not lockstep:
@@ -124,11 +156,8 @@ class RpcVector:
         self.envs: list = []
         try:
             address = self._host.address
-            if options.rtt_ms or options.rate_mbit:
-                from .link import Link
-
-                rate = options.rate_mbit * 1e6 / 8 if options.rate_mbit else None
-                self._link = Link(address, delay=options.rtt_ms / 2000.0, rate=rate).start()
+            self._link = _link(address, options)
+            if self._link is not None:
                 address = self._link.address
             self._pool = ThreadPoolExecutor(max_workers=n)
             make = lambda _: portal_shm.make_vec(  # noqa: E731
