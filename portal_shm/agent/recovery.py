@@ -58,6 +58,14 @@ POLICIES = ("raise", "restart")
 RESTARTABLE = (ServerDiedError, PortalTimeoutError, ServerProtocolError, EnvError)
 
 
+def check_policy(policy: str, max_restarts: int) -> None:
+    """``on_env_failure`` and ``max_restarts`` as a portal, local or remote, accepts them."""
+    if policy not in POLICIES:
+        raise ValueError(f"on_env_failure must be one of {POLICIES}, got {policy!r}")
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+
+
 class StandIn(NamedTuple):
     """A step's result the agent wrote into the ring in place of a server (async batches)."""
 
@@ -78,10 +86,7 @@ class Recovery:
     def __init__(self, portal: Any, policy: str, max_restarts: int, startup_timeout: float) -> None:
         """``portal`` is the VectorPortal that owns this policy; it works on the portal's ring views and
         session directly (typed ``Any``: ``vector`` imports this module, never the other way round)."""
-        if policy not in POLICIES:
-            raise ValueError(f"on_env_failure must be one of {POLICIES}, got {policy!r}")
-        if max_restarts < 0:
-            raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+        check_policy(policy, max_restarts)
         self.portal = portal
         self.enabled = policy == "restart"
         self.max_restarts = max_restarts

@@ -47,6 +47,21 @@ from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
 
 
+def seed_list(seed: int | list | None, num_envs: int) -> list:
+    """One seed per env as gymnasium's vector envs take them: None, ``seed + i``, or a list of N."""
+    if seed is None:
+        seeds = [None] * num_envs
+    elif isinstance(seed, (int, np.integer)):
+        seeds = [int(seed) + i for i in range(num_envs)]
+    else:
+        seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}."
+        )
+    return seeds
+
+
 def _layout_of(schema: dict) -> list:
     """What the ring needs of a space: each leaf's kind, shape and dtype, bounds aside."""
     return [
@@ -511,17 +526,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         return self._observations(k), infos
 
     def _seeds(self, seed: int | list | None) -> list:
-        if seed is None:
-            seeds = [None] * self.num_envs
-        elif isinstance(seed, (int, np.integer)):
-            seeds = [int(seed) + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(
-                f"If seeds are passed as a list the length must match num_envs={self.num_envs} but got length={len(seeds)}."
-            )
-        return seeds
+        return seed_list(seed, self.num_envs)
 
     def _raise_env_errors(self, errors: list) -> None:
         """Raise an env's error: the first one, or in the env_fns form the last one after logging all

@@ -95,7 +95,6 @@ class Host:
         self.context = zmq.Context()
         self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
         self.sessions: dict[bytes, HostSession] = {}
-        self.last_sent = 0.0
         self._inline: dict = {}  # session -> the done fds of the lockstep step the router drives
         self._stop = threading.Event()
         self._auth: Optional[ThreadAuthenticator] = None

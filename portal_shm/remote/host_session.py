@@ -25,7 +25,7 @@ from ..agent.spec import EnvSpec
 from ..agent.vector import VectorPortal
 from ..runtimes.registry import resolve_backend
 from ..wire import protocol as P
-from ..wire.schema import space_to_schema
+from ..wire.schema import is_fixed, space_to_schema
 from . import codecs, frames, trees
 from .infos import unbatch
 from .reliable import Sequencer
@@ -47,7 +47,7 @@ VECTOR_OPTIONS = (
 _STOP = object()
 
 
-def error_message(exc: BaseException, offset: int = 0) -> dict:
+def error_message(exc: BaseException) -> dict:
     """An exception of the local portal as data the agent turns back into the same error."""
     out = {"cmd": "error", "kind": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, E.EnvError):
@@ -111,7 +111,11 @@ class HostSession(threading.Thread):
     # -- router side ------------------------------------------------------------------------
     def deliver(self, header: dict, arrays: list) -> None:
         self.busy = True
-        self.inbox.put((header, arrays))
+        self._put((header, arrays))
+
+    def _put(self, item: Any) -> None:
+        """Into the inbox, waking the thread where it sleeps on its servers' pipes too."""
+        self.inbox.put(item)
         try:
             os.write(self._wake_w, b"\0")
         except (BlockingIOError, OSError):
@@ -160,11 +164,7 @@ class HostSession(threading.Thread):
         self._wake_r = self._wake_w = -1
 
     def stop(self) -> None:
-        self.inbox.put(_STOP)
-        try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):
-            pass
+        self._put(_STOP)
 
     # -- session thread ---------------------------------------------------------------------
     def run(self) -> None:
@@ -213,9 +213,10 @@ class HostSession(threading.Thread):
             hello.get("codecs") or [], hello.get("compression"), codecs.is_image(obs_schema)
         )
         self._obs_schema = obs_schema
-        self._obs_fixed = trees.fixed(obs_schema)
+        self._obs_fixed = is_fixed(obs_schema)
         self._act_schema = space_to_schema(portal.single_action_space)
-        self._act_fixed = trees.fixed(self._act_schema)
+        self._act_fixed = is_fixed(self._act_schema)
+        self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
         log.info(
             "session %s: %d x %s on %s, codec %s",
             self.client,
@@ -352,7 +353,7 @@ class HostSession(threading.Thread):
     def _actions(self, header: dict, arrays: list, count: int) -> Any:
         if not self._act_fixed:
             return header["actions"]
-        specs = trees.leaf_specs(self._act_schema)
+        specs = self._act_specs
         if len(arrays) != len(specs):
             raise frames.FrameError(f"{len(arrays)} action arrays for {len(specs)} leaves of the action space")
         checked = [frames.expect(a, dtype, (count,) + shape, "actions") for a, (shape, dtype) in zip(arrays, specs)]

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from ..errors import HostLostError, PortalError, ServerProtocolError
+from ..errors import HostLostError, PortalError, PortalTimeoutError, ServerProtocolError
 from . import frames
 from .reliable import Sequencer
 
@@ -210,8 +210,6 @@ def wait(links: list, ready: Any, deadline: Optional[float], what: str, poller: 
                 raise PortalError(f"cannot use env host {link.address}: {link.handshake}")
             link.tick(now, True)
         if deadline is not None and now > deadline:
-            from ..errors import PortalTimeoutError
-
             raise PortalTimeoutError(f"{what}: hosts {[link.address for link in waiting]} did not answer in time")
         timeout = min(link.interval for link in waiting)
         if deadline is not None:

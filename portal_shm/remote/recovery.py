@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import errors as E
-from ..agent.recovery import restart_seed
+from ..agent.recovery import check_policy, restart_seed
 from . import trees
 from .link import HostLink, wait
 
@@ -31,8 +31,7 @@ class HostRecovery:
 
     def __init__(self, portal: Any, policy: str, max_restarts: int, timeout: float) -> None:
         """``portal``: the RemoteVectorPortal that owns this policy (typed ``Any``: it imports this module)."""
-        if policy not in ("raise", "restart"):
-            raise ValueError(f"on_env_failure must be 'raise' or 'restart', got {policy!r}")
+        check_policy(policy, max_restarts)
         self.portal = portal
         self.enabled = policy == "restart"
         self.max_restarts = max_restarts

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..wire.schema import is_fixed, leaf_shape_dtype, leaves
+from ..wire.schema import leaf_shape_dtype, leaves
 
 
 def leaf_specs(schema: dict) -> list[tuple[tuple, np.dtype]]:
@@ -39,7 +39,3 @@ def unflatten(arrays: list, schema: dict) -> Any:
         return next(it)
 
     return build(schema)
-
-
-def fixed(schema: dict) -> bool:
-    return is_fixed(schema)

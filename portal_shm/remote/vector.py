@@ -25,7 +25,9 @@ from gymnasium.vector.utils import batch_space
 from .. import errors as E
 from ..agent.spaces import schema_to_space
 from ..agent.validate import check_schema
+from ..agent.vector import seed_list
 from ..wire import protocol as P
+from ..wire.schema import is_fixed
 from . import codecs, frames, keys, trees
 from .backend import RemoteBackend, is_loopback
 from .infos import batch as batch_infos
@@ -106,7 +108,6 @@ class RemoteVectorPortal(VectorEnv):
         self._recovery = HostRecovery(
             self, vector_kwargs.get("on_env_failure", "raise"), int(vector_kwargs.get("max_restarts", 3)), startup
         )
-        self._last_link: Optional[HostLink] = None
         self._last_ids = np.arange(0)
 
     # -- start-up --------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ class RemoteVectorPortal(VectorEnv):
         size = self.batch_size if self._batched else self.num_envs  # async batches: spaces of one batch
         self.observation_space = batch_space(self.single_observation_space, size)
         self.action_space = batch_space(self.single_action_space, size)
-        self._obs_fixed, self._act_fixed = trees.fixed(self._obs_schema), trees.fixed(self._act_schema)
+        self._obs_fixed, self._act_fixed = is_fixed(self._obs_schema), is_fixed(self._act_schema)
         self._obs_specs = trees.leaf_specs(self._obs_schema) if self._obs_fixed else []
         self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
         if self._batched and not self._obs_fixed:
@@ -294,24 +295,18 @@ class RemoteVectorPortal(VectorEnv):
             raise _error(link, reply)
         return link, reply, data
 
-    def _split_actions(self, actions: Any, count_of: Any, rows_of: Any) -> list:
-        """Per host: (header fields, arrays) of its envs' actions."""
+    def _split_actions(self, actions: Any, count: int, rows_of: Any) -> list:
+        """Per host: (header fields, arrays) of its envs' actions; ``count`` actions in all."""
         if not self._act_fixed:
             values = list(actions)
             return [({"actions": values[rows_of(i)]}, []) for i in range(len(self._links))]
-        leaves_ = (
-            [actions]
-            if len(self._act_specs) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple")
-            else trees.flatten(actions, self._act_schema)
-        )
         arrays = []
-        for value, (shape, dtype) in zip(leaves_, self._act_specs):
-            array = np.asarray(value)
-            expected = (count_of(),) + shape
+        for array, (shape, dtype) in zip(trees.flatten(actions, self._act_schema), self._act_specs):
+            expected = (count,) + shape
             if array.shape != expected:
                 if array.ndim == 0 < len(expected):
                     raise TypeError(
-                        f"actions must hold one action per env (shape {expected}), got the scalar {value!r}"
+                        f"actions must hold one action per env (shape {expected}), got the scalar {array.item()!r}"
                     )
                 raise ValueError(
                     f"actions of shape {array.shape} do not match the batched action space "
@@ -370,16 +365,6 @@ class RemoteVectorPortal(VectorEnv):
             )
         return infos
 
-    def _seeds(self, seed: Any) -> list:
-        if seed is None:
-            return [None] * self.num_envs
-        if isinstance(seed, (int, np.integer)):
-            return [int(seed) + i for i in range(self.num_envs)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
-            raise ValueError(f"seeds must have length num_envs={self.num_envs}, got {len(seeds)}")
-        return [None if s is None else int(s) for s in seeds]
-
     # -- the gymnasium API --------------------------------------------------------------------------
     def async_reset(self, seed: Any = None, options: Optional[dict] = None) -> None:
         """Reset every env; ``recv()`` then hands out the reset batches (envpool's ``async_reset``)."""
@@ -400,7 +385,7 @@ class RemoteVectorPortal(VectorEnv):
 
     def _reset_request(self, seed: Any, options: Optional[dict]) -> list:
         self._check_open()
-        seeds = self._seeds(seed)
+        seeds = seed_list(seed, self.num_envs)
         self._recovery.note_reset(seeds, options)
         headers = []
         for link in self._links:
@@ -425,7 +410,7 @@ class RemoteVectorPortal(VectorEnv):
             return self.recv()
         parts = self._split_actions(
             actions,
-            lambda: self.num_envs,
+            self.num_envs,
             lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
         )
         headers = [
@@ -456,7 +441,7 @@ class RemoteVectorPortal(VectorEnv):
         link = self._link_of(ids)
         link.in_flight += ids.size
         local = ids - link.offset
-        ((fields, arrays),) = self._split_actions(actions, lambda: ids.size, lambda i: slice(None))[:1]
+        ((fields, arrays),) = self._split_actions(actions, ids.size, lambda i: slice(None))[:1]
         link.send({"cmd": "send", "env_ids": local.tolist(), **fields}, arrays)
 
     def _link_of(self, ids: np.ndarray) -> HostLink:
