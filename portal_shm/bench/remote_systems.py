@@ -92,7 +92,6 @@ class RemoteSystem:
         options: BenchOptions,
         *,
         insecure: bool = False,
-        link: bool = True,
         zero_link: bool = False,
         lockstep: bool = False,
     ) -> None:
@@ -102,7 +101,7 @@ class RemoteSystem:
         self._link = None
         try:
             address = self._host.address
-            self._link = _link(address, options, zero=zero_link) if (link or zero_link) else None
+            self._link = _link(address, options, zero=zero_link)
             if self._link is not None:
                 address = self._link.address
             vector_kwargs: dict = {}
@@ -128,7 +127,7 @@ class RemoteSystem:
         return getattr(self.portal, name)
 
     def bench_notes(self) -> dict:
-        """The compression ratio and link of this run, for the report."""
+        """The codec and compression ratio of this run, for the report."""
         stats = self.portal.wire_stats()[0]
         return {"codec": stats["codec"], "compression_ratio": stats["ratio"]}
 
