@@ -38,8 +38,23 @@ class LocalKeys:
         return {"host_key": self.host_key, "client_key": self.agent}
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the process that started it dies (Linux), so a test run or a
+    benchmark killed before it stopped its hosts leaves none behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class HostProcess:
-    """``python -m portal_shm host`` on 127.0.0.1 (a free port unless ``port``); keeps its log."""
+    """``python -m portal_shm host`` on 127.0.0.1 (a free port unless ``port``); keeps its log.
+
+    Start it from a thread that lives as long as the host should: the host is stopped when the
+    thread that started it exits (``PR_SET_PDEATHSIG``), and with it whoever started that thread.
+    """
 
     def __init__(self, keys: Optional[LocalKeys], *args: str, port: int = 0, timeout: float = 30.0) -> None:
         command = [sys.executable, "-m", "portal_shm", "host", "--bind", f"tcp://127.0.0.1:{port}", *args]
@@ -48,7 +63,12 @@ class HostProcess:
         else:
             command += ["--keys", keys.host_dir, "--clients", keys.clients_dir]
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self.lines: list = []
         self.address = ""

@@ -589,3 +589,18 @@ def test_bench_measures_remote_systems_over_an_emulated_link():
     remote = next(s for s in report["samples"] if s["system"] == "remote")
     assert remote["codec"] == "lz4" and remote["compression_ratio"] > 1 and remote["mode"] == "batch"
     assert not report["errors"]
+
+
+def test_hosts_started_for_tests_and_benchmarks_die_with_their_starter(tmp_path):
+    code = (
+        "import sys, time; from portal_shm.remote.spawn import HostProcess, LocalKeys; "
+        "host = HostProcess(LocalKeys(sys.argv[1])); print(host.process.pid, flush=True); time.sleep(60)"
+    )
+    starter = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    pid = int(starter.stdout.readline())
+    starter.kill()
+    starter.wait()
+    deadline = time.monotonic() + 10
+    while not _pid_gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pid_gone(pid), "a killed test run or benchmark left its portal-shm host running"
