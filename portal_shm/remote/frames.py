@@ -98,8 +98,12 @@ def _shape(shape: Any) -> tuple:
     return tuple(shape)
 
 
-def unpack(frames: Sequence[Any], stats: Any = None) -> tuple[dict, list]:
-    """(header, arrays) of a received message; arrays are read-only views of the frames."""
+def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.ndarray]] = None) -> tuple[dict, list]:
+    """(header, arrays) of a received message; arrays are read-only views of the frames.
+
+    ``into``: arrays the first arrays of the message may be decompressed into, each used where
+    the frame is compressed and has exactly its dtype and shape (the array itself is returned).
+    """
     if not frames:
         raise FrameError("empty message")
     try:
@@ -134,6 +138,16 @@ def unpack(frames: Sequence[Any], stats: Any = None) -> tuple[dict, list]:
             size *= n
         data = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         wire = len(data)
+        target = into[len(arrays)] if into is not None and len(arrays) < len(into) else None
+        if codec != codecs.NONE and target is not None and target.dtype == dtype and target.shape == shape:
+            try:
+                codecs.decompress_into(codec, bytes(data), target.reshape(-1).view(np.uint8))
+            except codecs.CodecError as exc:
+                raise FrameError(str(exc)) from None
+            if stats is not None:
+                stats.count(size, wire)
+            arrays.append(target)
+            continue
         if codec != codecs.NONE:
             try:
                 data = codecs.decompress(codec, bytes(data), size)

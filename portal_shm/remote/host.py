@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import select
 import signal
 import threading
 import time
@@ -231,13 +230,11 @@ class Host:
         """Finish the router-driven steps whose servers are all done; hand slow ones to their thread."""
         now = time.monotonic()
         for session, fds in list(self._inline.items()):
-            if any(fd in events for fd in fds):
-                done = set(select.select(fds, [], [], 0)[0])
-                if len(done) == len(fds):
-                    self._end_inline(session, fds)
-                    self.socket.send_multipart([session.identity] + session.finish_inline(), copy=False)
-                    continue
-            if now - session.inline["since"] > session.HANDOVER_SECONDS:
+            finished = session.inline_done(events) if any(fd in events for fd in fds) else False
+            if finished:
+                self._end_inline(session, fds)
+                self.socket.send_multipart([session.identity] + session.finish_inline(), copy=False)
+            elif finished is None or now - session.inline["since"] > session.HANDOVER_SECONDS:
                 self._end_inline(session, fds)
                 session.hand_over()
 

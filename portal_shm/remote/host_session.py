@@ -25,6 +25,7 @@ from ..agent.spec import EnvSpec
 from ..agent.vector import VectorPortal
 from ..runtimes.registry import resolve_backend
 from ..wire import protocol as P
+from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
 from ..wire.schema import is_fixed, space_to_schema
 from . import codecs, frames, trees
 from .infos import unbatch
@@ -45,6 +46,7 @@ VECTOR_OPTIONS = (
     "startup_timeout",
 )
 _STOP = object()
+_STATUS = MAILBOX_FIELDS.index("status")
 
 
 def error_message(exc: BaseException) -> dict:
@@ -140,6 +142,25 @@ class HostSession(threading.Thread):
         self.portal.step_async(self._actions(header, arrays, self.num_envs))
         self.inline = {"seq": header["seq"], "since": time.monotonic()}
         return [server.done.fd for server in self.portal._session.servers]
+
+    def inline_done(self, readable: Any) -> Optional[bool]:
+        """Whether every server finished the router's step, after reading the rings of the done
+        pipes in ``readable`` (None: a server's pipe closed, its thread must see to it).
+
+        Each ring is read as it comes: a pipe left readable would wake the router's poll again at
+        once, and the router would spin until the slowest server finished, on the cores the
+        servers need. The status words, not the rings, say who finished.
+        """
+        finished = True
+        for server in self.portal._session.servers:
+            done = server.done
+            if done.fd in readable:
+                done._take()
+                if done.closed:
+                    return None
+            if server.mailbox[_STATUS] == STATUS_PENDING:
+                finished = False
+        return finished
 
     def finish_inline(self) -> list:
         """The reply's frames, once every server is done (the router saw all done fds readable)."""

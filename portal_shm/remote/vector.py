@@ -246,6 +246,10 @@ class RemoteVectorPortal(VectorEnv):
         lost host is reconnected (``recovery.py``) while the others' replies are kept.
         """
         arrays = arrays or [()] * len(self._links)
+        if not self._batched and self._obs_fixed:
+            for link in self._links:
+                if not link.outputs:  # a new link (a reconnect, too)
+                    link.use_outputs(self._obs_specs, int(self._hello["vector"].get("ring_depth", 4)))
         pending = {
             i: link.send(header, arrays[i])
             for i, (link, header) in enumerate(zip(self._links, headers))

@@ -53,6 +53,32 @@ def test_image_frames_compress_and_noise_goes_raw(codec):
     assert stats.as_dict()["ratio"] > 2
 
 
+@pytest.mark.parametrize("codec", codecs.available())
+def test_compressed_frames_decompress_into_the_arrays_given(codec):
+    frame = np.zeros((8, 210, 160, 3), np.uint8)
+    frame[:, 30:50, 40:60] = 200
+    flags = np.arange(8.0)
+    message = frames.pack({"cmd": "result"}, [frame, flags], codec, compressible=1)
+    target = np.full_like(frame, 7)
+    _, out = frames.unpack(message, into=[target])
+    assert out[0] is target
+    np.testing.assert_array_equal(target, frame)
+    np.testing.assert_array_equal(out[1], flags)
+    _, out = frames.unpack(message, into=[np.empty((4, 210, 160, 3), np.uint8)])  # another shape: fresh
+    np.testing.assert_array_equal(out[0], frame)
+
+
+@pytest.mark.parametrize("codec", codecs.available())
+@pytest.mark.parametrize("size", [10, 4000, 4096, 5000])
+def test_frames_that_do_not_fill_the_given_array_exactly_are_refused(codec, size):
+    data = codecs.compress(codec, memoryview(np.zeros(4096, np.uint8)))
+    spec = ["|u1", [size], codec]
+    with pytest.raises(frames.FrameError):
+        if size == 4096:
+            data = data[: len(data) // 2]  # cut short
+        frames.unpack([P.packb({"cmd": "x", "arrays": [spec]}), data], into=[np.empty(size, np.uint8)])
+
+
 @given(data=st.lists(st.binary(max_size=200), min_size=1, max_size=4))
 def test_garbage_only_raises_frame_error(data):
     try:
