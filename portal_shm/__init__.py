@@ -31,6 +31,8 @@ _LAZY = {
     "ServerProtocolError": "errors",
     "RestartLimitError": "errors",
     "HostLostError": "errors",
+    "RayBackend": "cluster.backend",
+    "RayVectorPortal": "cluster.vector",
     "RemoteBackend": "remote.backend",
     "RemoteVectorPortal": "remote.vector",
     "restart_seed": "agent.recovery",

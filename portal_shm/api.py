@@ -1,7 +1,8 @@
 """``make_vec`` and ``make``: gymnasium's constructors, with the env in its own runtime.
 
 The one place that knows every kind of portal: a local ``VectorPortal`` for the local runtimes,
-a ``RemoteVectorPortal`` for envs on hosts elsewhere (``backend="remote"``).
+a ``RemoteVectorPortal`` for envs on hosts elsewhere (``backend="remote"``), a ``RayVectorPortal``
+for hosts that Ray places on a cluster's nodes (``backend="ray"``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any, Optional, Union
 from .agent.portal_env import Portal
 from .agent.spec import EnvSpec
 from .agent.vector import VectorPortal
+from .cluster.backend import RayBackend
+from .cluster.backend import option_names as ray_option_names
 from .remote.backend import RemoteBackend
 from .remote.backend import option_names as remote_option_names
 from .runtimes.backend import Backend
@@ -25,31 +28,38 @@ def _spec(id: str, backend: Union[str, Backend], env_kwargs: Optional[dict], kwa
     return EnvSpec(id, {**kwargs, **(env_kwargs or {})}, resolve_backend(backend, **options))
 
 
-def _remote(
+def _hosted(
     id: str,
     num_envs: int,
-    backend: Union[str, RemoteBackend],
+    backend: Union[str, RemoteBackend, RayBackend],
     vector_kwargs: Optional[dict],
     env_kwargs: Optional[dict],
     kwargs: dict,
 ) -> Any:
-    """Envs on env hosts: options of RemoteBackend, then those of the hosts' runtime, then the env's."""
-    from .remote.vector import RemoteVectorPortal
-
-    if isinstance(backend, RemoteBackend):
-        remote = backend
+    """Envs on env hosts (``"remote"``: started by hand; ``"ray"``: placed by Ray): options of the
+    backend, then those of the hosts' runtime, then the env's."""
+    ray = backend == "ray" or isinstance(backend, RayBackend)
+    if isinstance(backend, (RemoteBackend, RayBackend)):
+        hosted = backend
     else:
-        options = {key: kwargs.pop(key) for key in list(kwargs) if key in remote_option_names()}
-        remote = RemoteBackend(**options)
-        runtime = BACKENDS.get(remote.runtime)
+        cls, names = (RayBackend, ray_option_names()) if ray else (RemoteBackend, remote_option_names())
+        hosted = cls(**{key: kwargs.pop(key) for key in list(kwargs) if key in names})
+        runtime = BACKENDS.get(hosted.runtime)
         if runtime is None or runtime.name == "attach":
-            raise ValueError(f"runtime={remote.runtime!r}: hosts run envs on process, docker, venv or micromamba")
+            raise ValueError(f"runtime={hosted.runtime!r}: hosts run envs on process, docker, venv or micromamba")
         names = {field.name for field in dataclasses.fields(runtime)}
         picked = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
-        remote = dataclasses.replace(remote, runtime_options={**remote.runtime_options, **picked})
+        hosted = dataclasses.replace(hosted, runtime_options={**hosted.runtime_options, **picked})
     vector_kwargs = dict(vector_kwargs or {})
     copy = bool(vector_kwargs.pop("copy", False))
-    return RemoteVectorPortal(id, num_envs, remote, {**kwargs, **(env_kwargs or {})}, copy=copy, **vector_kwargs)
+    env_kwargs = {**kwargs, **(env_kwargs or {})}
+    if ray:
+        from .cluster.vector import RayVectorPortal
+
+        return RayVectorPortal(id, num_envs, hosted, env_kwargs, copy=copy, **vector_kwargs)
+    from .remote.vector import RemoteVectorPortal
+
+    return RemoteVectorPortal(id, num_envs, hosted, env_kwargs, copy=copy, **vector_kwargs)
 
 
 def make_vec(
@@ -72,8 +82,8 @@ def make_vec(
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-    if backend == "remote" or isinstance(backend, RemoteBackend):
-        return _remote(id, num_envs, backend, vector_kwargs, env_kwargs, kwargs)
+    if backend in ("remote", "ray") or isinstance(backend, (RemoteBackend, RayBackend)):
+        return _hosted(id, num_envs, backend, vector_kwargs, env_kwargs, kwargs)
     spec = _spec(id, backend, env_kwargs, kwargs)
     return VectorPortal([spec] * num_envs, **(vector_kwargs or {}))
 

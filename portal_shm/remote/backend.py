@@ -65,24 +65,27 @@ class RemoteBackend:
         return hosts
 
     def split(self, num_envs: int) -> list[int]:
-        hosts = self.host_list()
-        if self.counts is not None:
-            counts = [int(c) for c in self.counts]
-            if len(counts) != len(hosts) or sum(counts) != num_envs or min(counts) < 1:
-                raise PortalError(
-                    f"counts {list(self.counts)} must give each of the {len(hosts)} hosts at least one env and add "
-                    f"up to num_envs={num_envs}"
-                )
-            return counts
-        if num_envs < len(hosts):
-            raise PortalError(f"{num_envs} envs cannot be spread over {len(hosts)} hosts: give each at least one")
-        base, extra = divmod(num_envs, len(hosts))
-        return [base + (1 if i < extra else 0) for i in range(len(hosts))]
+        return split_envs(num_envs, len(self.host_list()), self.counts)
 
     def check(self) -> None:
         codecs.check_wish(self.compression)
         if self.heartbeat_interval <= 0 or self.heartbeat_timeout < 2 * self.heartbeat_interval:
             raise ValueError("heartbeat_timeout must be at least twice heartbeat_interval (both in seconds, > 0)")
+
+
+def split_envs(num_envs: int, hosts: int, counts: Optional[Sequence[int]]) -> list[int]:
+    """Envs per host: ``counts`` checked, or ``num_envs`` spread evenly (the first hosts get the rest)."""
+    if counts is not None:
+        counts = [int(c) for c in counts]
+        if len(counts) != hosts or sum(counts) != num_envs or min(counts) < 1:
+            raise PortalError(
+                f"counts {counts} must give each of the {hosts} hosts at least one env and add up to num_envs={num_envs}"
+            )
+        return counts
+    if num_envs < hosts:
+        raise PortalError(f"{num_envs} envs cannot be spread over {hosts} hosts: give each at least one")
+    base, extra = divmod(num_envs, hosts)
+    return [base + (1 if i < extra else 0) for i in range(hosts)]
 
 
 def is_loopback(address: str) -> bool:

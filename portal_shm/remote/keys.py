@@ -36,6 +36,10 @@ def default_host_dir() -> str:
     return os.path.join(config_dir(), "host")
 
 
+def _public_body(public: bytes) -> str:
+    return 'metadata\ncurve\n    public-key = "{}"\n'.format(public.decode("ascii"))
+
+
 def _write(path: str, text: str, mode: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "w") as handle:
@@ -55,7 +59,7 @@ def create_key_pair(directory: str, name: str) -> tuple[str, str]:
         if os.path.exists(path):
             raise PortalError(f"{path} exists; remove it first to make a new key pair named {name!r}")
     public, secret = zmq.curve_keypair()
-    body = 'metadata\ncurve\n    public-key = "{}"\n'.format(public.decode("ascii"))
+    body = _public_body(public)
     _write(public_path, _HEADER.format(kind="public") + body, 0o644)
     _write(
         secret_path,
@@ -63,6 +67,14 @@ def create_key_pair(directory: str, name: str) -> tuple[str, str]:
         0o600,
     )
     return public_path, secret_path
+
+
+def write_public_key(directory: str, name: str, public: bytes) -> str:
+    """``NAME.key`` holding only ``public``, e.g. a client key a host is to accept; the directory is 0700."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, name + ".key")
+    _write(path, _HEADER.format(kind="public") + _public_body(public), 0o644)
+    return path
 
 
 def load_secret(path: str, who: str) -> tuple[bytes, bytes]:

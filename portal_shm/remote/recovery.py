@@ -53,10 +53,11 @@ class HostRecovery:
                     f"env {i} on host {old.address} was restarted {self.restarts[i]} times (max_restarts="
                     f"{self.max_restarts}); the last failure: {cause}"
                 ) from cause
-        old.close()
         deadline = time.monotonic() + self.timeout
+        address = portal._address_after_loss(index, old.address, deadline)
+        old.close()
         while True:
-            link = portal._open_link(index, old.address, old.offset, old.num_envs)
+            link = portal._open_link(index, address, old.offset, old.num_envs)
             portal._links[index] = link
             try:
                 wait([link], lambda: [] if 1 in portal.results_of(link) else [link], deadline, "reconnecting")
@@ -66,7 +67,7 @@ class HostRecovery:
                 link.close()
                 if time.monotonic() > deadline:
                     raise E.HostLostError(
-                        old.address, envs, f"not back within startup_timeout={self.timeout:g} s after: {cause}"
+                        address, envs, f"not back within startup_timeout={self.timeout:g} s after: {cause}"
                     ) from cause
         for i in envs:
             self.restarts[i] += 1

@@ -215,6 +215,10 @@ class RemoteVectorPortal(VectorEnv):
         link.send({**self._hello, "num_envs": count, "codecs": offer, "compression": b.compression})
         return link
 
+    def _address_after_loss(self, index: int, address: str, deadline: float) -> str:
+        """Where to reconnect host ``index`` lost at ``address``: the same host, once it is back."""
+        return address
+
     def _welcome(self, link: HostLink) -> dict:
         """The host's welcome of ``link``'s session (its spaces), or the host's refusal raised."""
         header, _ = link.results.pop(1, None) or link.results.pop(("router",))

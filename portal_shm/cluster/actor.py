@@ -1,0 +1,79 @@
+"""The Ray actor that is one env host: a ``portal-shm host`` serving one portal, on its node.
+
+The actor makes the host's key pair itself, in a private temporary directory on its node, and hands
+back only the public key; the one key it is given is the agent's public key, the only client its
+host accepts. So nothing secret crosses the network, through Ray or otherwise, and a host placed for
+one portal serves no other agent. It binds the node's address that Ray uses, on a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from typing import Optional
+
+from ..remote import keys
+from ..remote.host import Host, HostOptions
+
+
+class EnvHostActor:
+    """A host in a thread of the actor's process; its env servers are children of that process,
+    so when Ray kills the actor (``close()``, a dead driver, a lost node) they exit with it."""
+
+    def __init__(
+        self,
+        client_public: bytes,
+        runtime: str,
+        max_envs: int,
+        heartbeat_timeout: float,
+        bind_ip: Optional[str] = None,
+    ) -> None:
+        import ray
+
+        context = ray.get_runtime_context()
+        self.node_id = context.get_node_id()
+        ip = bind_ip or ray.util.get_node_ip_address()
+        self._dir = tempfile.mkdtemp(prefix="portal-shm-ray-host-")
+        try:
+            keys_dir = os.path.join(self._dir, "host")
+            clients = os.path.join(keys_dir, "clients")
+            keys.write_public_key(clients, "agent", client_public)
+            options = HostOptions(
+                bind=f"tcp://{ip}:0",
+                keys_dir=keys_dir,
+                clients_dir=clients,
+                max_envs=max_envs,
+                max_envs_per_agent=max_envs,
+                runtimes=(runtime,),
+                heartbeat_timeout=heartbeat_timeout,
+                name=f"ray-node-{self.node_id[:8]}",
+            )
+            self._host = Host(options)
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self._thread = threading.Thread(target=self._host.serve, name="portal-shm-host", daemon=True)
+        self._thread.start()
+
+    def endpoint(self) -> dict:
+        """Where the agent connects, and the public key it pins."""
+        return {
+            "address": self._host.address,
+            "public_key": self._host.public_key,
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+        }
+
+    def ping(self) -> bool:
+        return self._thread.is_alive()
+
+    def sessions(self) -> int:
+        return len(self._host.sessions)
+
+    def stop(self) -> None:
+        """Stop the host (its sessions' envs first) and remove its keys."""
+        self._host.stop()
+        self._thread.join(60)
+        shutil.rmtree(self._dir, ignore_errors=True)

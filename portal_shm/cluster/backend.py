@@ -1,0 +1,84 @@
+"""``backend="ray"``: env hosts placed as Ray actors on the nodes of a Ray cluster.
+
+Ray is good at placing processes on nodes and at knowing which are alive, and slow as a per-step
+data path (a synchronous actor call costs about a millisecond). So Ray only places, supervises and
+replaces ``portal-shm host``s; each step crosses agent and host over the remote protocol
+(``portal_shm.remote``), one message per host per (sub)batch, as for hosts started by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ..errors import PortalError
+from ..remote import codecs
+
+STRATEGIES = ("STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK")
+
+
+@dataclass
+class RayBackend:
+    """Where the env hosts go on the Ray cluster, and how the agent talks to them.
+
+    Args:
+        address: the cluster to join when this process is not connected to one yet (what
+            ``ray.init(address=...)`` takes: ``"auto"``, ``"HEAD:6379"``, ``"ray://..."``). Default:
+            the cluster ``ray.init()`` finds (``$RAY_ADDRESS``, one started on this machine), else a
+            local one-node Ray that the portal shuts down at ``close()``.
+        num_hosts: env hosts to place (default: ``hosts_per_node`` on each alive node).
+        hosts_per_node: hosts per node when ``num_hosts`` is not given.
+        cpus_per_host: CPUs each host's placement group bundle reserves (its envs' share).
+        strategy: the placement group strategy (default ``STRICT_SPREAD``, one host per node, when
+            there are no more hosts than nodes, else ``SPREAD``).
+        counts: envs per host, in order (default: spread evenly).
+        runtime: the runtime of the envs on the nodes (``"process"``, ``"docker"`` with ``image``,
+            ``"venv"``, ``"micromamba"``), with ``runtime_options``, as for ``backend="remote"``.
+        compression, heartbeat_interval, heartbeat_timeout, connect_timeout: as ``RemoteBackend``'s.
+        placement_timeout: seconds to wait for Ray to place the hosts (start and replacement).
+    """
+
+    address: Optional[str] = None
+    num_hosts: Optional[int] = None
+    hosts_per_node: int = 1
+    cpus_per_host: float = 1.0
+    strategy: Optional[str] = None
+    counts: Optional[Sequence[int]] = None
+    runtime: str = "process"
+    runtime_options: dict = field(default_factory=dict)
+    compression: str = "auto"
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 10.0
+    connect_timeout: float = 15.0
+    placement_timeout: float = 60.0
+
+    name = "ray"
+
+    def check(self) -> None:
+        codecs.check_wish(self.compression)
+        if self.num_hosts is not None and (not isinstance(self.num_hosts, int) or self.num_hosts < 1):
+            raise PortalError(f"num_hosts={self.num_hosts!r}: give a positive integer (or leave it out: one per node)")
+        if not isinstance(self.hosts_per_node, int) or self.hosts_per_node < 1:
+            raise PortalError(f"hosts_per_node={self.hosts_per_node!r}: give a positive integer")
+        if not self.cpus_per_host or self.cpus_per_host < 0:
+            raise PortalError(f"cpus_per_host={self.cpus_per_host!r}: give a positive number of CPUs")
+        if self.strategy is not None and self.strategy not in STRATEGIES:
+            raise PortalError(f"strategy={self.strategy!r}: one of {', '.join(STRATEGIES)}")
+        if self.placement_timeout <= 0:
+            raise PortalError("placement_timeout must be positive (seconds)")
+
+    def placement(self, nodes: int) -> tuple[int, str]:
+        """(hosts, placement strategy) on a cluster of ``nodes`` alive nodes."""
+        hosts = self.num_hosts or nodes * self.hosts_per_node
+        strategy = self.strategy or ("STRICT_SPREAD" if hosts <= nodes else "SPREAD")
+        if strategy == "STRICT_SPREAD" and hosts > nodes:
+            raise PortalError(
+                f"{hosts} env hosts cannot go on distinct nodes: the cluster has {nodes} alive; give "
+                "num_hosts <= nodes or strategy='SPREAD'"
+            )
+        return hosts, strategy
+
+
+def option_names() -> set:
+    return {f.name for f in dataclasses.fields(RayBackend)}

@@ -1,0 +1,6 @@
+"""Set before any test module imports Ray, which reads it at import: with it, ``ray.init`` keeps
+127.0.0.1 as the nodes' address instead of rewriting it into the machine's own and hanging there."""
+
+import os
+
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"

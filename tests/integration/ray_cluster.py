@@ -1,0 +1,63 @@
+"""A multi-node Ray cluster on this machine for the ``backend="ray"`` tests, and process checks.
+
+Every node binds 127.0.0.1 (``conftest.py`` sets what keeps Ray from rewriting it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import ray
+from ray.cluster_utils import Cluster
+
+NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1"}
+
+
+def start_cluster(workers: int = 2) -> Cluster:
+    """A head and ``workers`` worker nodes of one CPU each, this process connected as the driver."""
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    nodes = [cluster.add_node(**NODE) for _ in range(workers)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.workers = nodes
+    return cluster
+
+
+def shutdown(cluster: Cluster) -> None:
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:  # a zombie counts as gone
+            return handle.read().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().split(")")[-1].split()[1])
+
+
+def server_pids(envs) -> list:
+    return [int(m) for host in envs.hosts for s in host["servers"] for m in re.findall(r"process pid (\d+)", s)]
+
+
+def wait_gone(pids: list, seconds: float) -> float:
+    started = time.monotonic()
+    while not all(pid_gone(p) for p in pids) and time.monotonic() - started < seconds:
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def node_of(cluster: Cluster, node_id: str):
+    """The worker node (to remove) with Ray node id ``node_id``."""
+    return next(node for node in cluster.workers if node.node_id == node_id)

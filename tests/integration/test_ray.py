@@ -1,0 +1,176 @@
+"""``backend="ray"`` on a real multi-node Ray cluster on this machine (a head and two worker nodes).
+
+Every Ray process and every env host binds 127.0.0.1 only (see ``conftest.py``). Results are compared
+with gymnasium's SyncVectorEnv (lockstep) and each env's own gymnasium env (async batches); nodes
+are removed mid-run as a lost machine would vanish.
+"""
+
+import signal
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import portal_shm
+from tests.compare import assert_same, check_batch, rollout
+
+ray = pytest.importorskip("ray")
+from tests.integration.ray_cluster import (  # noqa: E402
+    parent,
+    pid_gone,
+    server_pids,
+    shutdown,
+    start_cluster,
+    wait_gone,
+)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = start_cluster()
+    yield cluster
+    shutdown(cluster)
+
+
+def test_envs_run_on_two_nodes_and_match_sync_vector_env(cluster):
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=30)] * 4)
+    envs = portal_shm.make_vec("CartPole-v1", 4, backend="ray", num_hosts=2, max_episode_steps=30)
+    try:
+        nodes = envs.host_nodes()
+        assert len(set(nodes)) == 2, nodes
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert set(nodes) <= alive
+        assert all(host["address"].startswith("tcp://127.0.0.1:") for host in envs._cluster.endpoints)
+        hosts = [e["pid"] for e in envs._cluster.endpoints]
+        servers = server_pids(envs)
+        assert len(servers) == 4 and {parent(p) for p in servers} == set(hosts), (servers, hosts)
+        assert envs.single_observation_space == expected_envs.single_observation_space
+        assert_same(rollout(envs, 120, seed=3, mode="NextStep"), rollout(expected_envs, 120, seed=3, mode="NextStep"))
+    finally:
+        envs.close()
+        expected_envs.close()
+    assert wait_gone(hosts + servers, 20) < 20, "close() left actors or env servers alive"
+
+
+@pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
+def test_other_autoreset_modes_match_too(cluster, mode):
+    expected_envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=20)] * 3, autoreset_mode=mode
+    )
+    envs = portal_shm.make_vec(
+        "CartPole-v1", 3, backend="ray", num_hosts=2, max_episode_steps=20, vector_kwargs={"autoreset_mode": mode}
+    )
+    try:
+        assert_same(rollout(envs, 60, seed=5, mode=mode), rollout(expected_envs, 60, seed=5, mode=mode))
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+def test_async_batches_across_nodes_follow_each_env(cluster):
+    kwargs, seed, n = {"max_episode_steps": 12}, 4, 6
+    envs = portal_shm.make_vec("CartPole-v1", n, backend="ray", num_hosts=2, **kwargs, vector_kwargs={"batch_size": 2})
+    expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs)]) for _ in range(n)]
+    try:
+        assert len(set(envs.host_nodes())) == 2
+        expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
+        obs, infos = envs.reset(seed=seed)
+        check_batch((obs, None, None, None, infos), expected)
+        envs.action_space.seed(seed)
+        ids = infos["env_id"]
+        seen = set(ids.tolist())
+        for _ in range(120):
+            actions = envs.action_space.sample()
+            envs.send(actions, ids)
+            for j, env_id in enumerate(ids.tolist()):
+                expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
+            result = envs.recv()
+            check_batch(result, expected)
+            ids = result[4]["env_id"]
+            seen.update(ids.tolist())
+        assert seen == set(range(n))
+    finally:
+        envs.close()
+        for env in expected_envs:
+            env.close()
+
+
+def test_env_errors_carry_the_remote_traceback(cluster):
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:FaultyEnv", 4, backend="ray", num_hosts=2, fault="raise", phase="step", after=2
+    )
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError) as info:
+            for _ in range(5):
+                envs.step(np.zeros(4, np.int64))
+        error = info.value
+        assert isinstance(error, portal_shm.EnvError) and error.env_index in range(4)
+        assert "FaultyEnv failed in step on purpose" in error.remote_traceback
+    finally:
+        envs.close()
+
+
+def test_what_the_cluster_cannot_place_is_refused_clearly(cluster):
+    with pytest.raises(portal_shm.PortalError, match="cannot go on distinct nodes: the cluster has 3 alive"):
+        portal_shm.make_vec("CartPole-v1", 8, backend="ray", num_hosts=4, strategy="STRICT_SPREAD")
+    with pytest.raises(portal_shm.PortalError, match=r"4 env hosts of 1 CPU each need 4 CPUs; the Ray cluster has 3"):
+        portal_shm.make_vec("CartPole-v1", 8, backend="ray", num_hosts=4)
+    with pytest.raises(portal_shm.PortalError, match=r"could not place 2 env hosts of 1\.5 CPU.*lower num_hosts"):
+        portal_shm.make_vec("CartPole-v1", 2, backend="ray", num_hosts=2, cpus_per_host=1.5, placement_timeout=2)
+    with pytest.raises(portal_shm.PortalError, match="cannot be spread over 3"):
+        portal_shm.make_vec("CartPole-v1", 2, backend="ray")
+    with pytest.raises(ValueError, match="runtime='attach'"):
+        portal_shm.make_vec("CartPole-v1", 2, backend="ray", runtime="attach")
+    assert ray.available_resources().get("CPU") == 3, "a refused portal kept its placement group"
+
+
+def test_docker_envs_on_the_nodes(cluster):
+    from tests.integration.test_docker import _docker_or_skip, ensure_image
+
+    client = _docker_or_skip()
+    image = ensure_image(client, "ale", "portal-shm/ale")
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", max_episode_steps=30)] * 2)
+    envs = portal_shm.make_vec(
+        "ALE/Pong-v5", 2, backend="ray", num_hosts=2, runtime="docker", image=image, max_episode_steps=30
+    )
+    try:
+        assert all(s.startswith("docker") for host in envs.hosts for s in host["servers"]), envs.hosts
+        assert_same(rollout(envs, 30, seed=2, mode="NextStep"), rollout(expected_envs, 30, seed=2, mode="NextStep"))
+    finally:
+        envs.close()
+        expected_envs.close()
+
+
+DRIVER = textwrap.dedent("""
+    import os, re, sys, time
+    import ray, numpy as np
+    import portal_shm
+    ray.init(address=sys.argv[1], log_to_driver=False)
+    envs = portal_shm.make_vec("CartPole-v1", 4, backend="ray", num_hosts=2)
+    envs.reset(seed=0)
+    envs.step(np.zeros(4, np.int64))
+    hosts = [e["pid"] for e in envs._cluster.endpoints]
+    servers = [m for h in envs.hosts for s in h["servers"] for m in re.findall(r"process pid (\\d+)", s)]
+    print(*hosts, *servers, flush=True)
+    while True:
+        envs.step(np.zeros(4, np.int64))
+""")
+
+
+def test_a_killed_driver_leaves_no_host_and_no_env(cluster):
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, cluster.address], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        assert len(pids) == 6 and not any(pid_gone(p) for p in pids)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    took = wait_gone(pids, 60)
+    assert all(pid_gone(p) for p in pids), "a killed driver's hosts or envs outlived it"
+    print(f"a killed driver's hosts and envs were gone after {took:.1f} s")

@@ -1,0 +1,89 @@
+"""Node loss under ``backend="ray"``: a worker node removed mid-run, as a lost machine vanishes.
+
+Each test has a cluster of its own (a head and two worker nodes on 127.0.0.1), since it takes a
+node away. Without a restart policy the loss is ``HostLostError`` within the heartbeat timeout; with
+``on_env_failure="restart"`` Ray places a new host and only the lost node's envs restart.
+"""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import portal_shm
+
+pytest.importorskip("ray")
+from tests.integration.ray_cluster import node_of, shutdown, start_cluster  # noqa: E402
+
+
+def test_a_removed_node_is_host_lost_error_within_the_timeout():
+    cluster = start_cluster()
+    try:
+        envs = portal_shm.make_vec(
+            "CartPole-v1", 4, backend="ray", num_hosts=2, strategy="STRICT_SPREAD", heartbeat_timeout=3.0
+        )
+        try:
+            envs.reset(seed=0)
+            lost = next(i for i, node in enumerate(envs.host_nodes()) if node != cluster.head_node.node_id)
+            cluster.remove_node(node_of(cluster, envs.host_nodes()[lost]), allow_graceful=False)
+            started = time.monotonic()
+            with pytest.raises(portal_shm.HostLostError) as info:
+                for _ in range(1000):
+                    envs.step(np.zeros(4, np.int64))
+            took = time.monotonic() - started
+            assert info.value.env_indices == [2 * lost, 2 * lost + 1]
+            assert took < 10, took
+            print(f"node loss surfaced as HostLostError after {took:.1f} s")
+        finally:
+            envs.close()
+    finally:
+        shutdown(cluster)
+
+
+def test_a_removed_node_s_envs_restart_on_a_new_host_and_the_others_go_on():
+    cluster = start_cluster()
+    try:
+        envs = portal_shm.make_vec(
+            "CartPole-v1",
+            4,
+            backend="ray",
+            num_hosts=2,
+            heartbeat_timeout=3.0,
+            heartbeat_interval=0.5,
+            max_episode_steps=500,
+            vector_kwargs={"on_env_failure": "restart"},
+        )
+        try:
+            envs.reset(seed=0)
+            nodes = envs.host_nodes()
+            lost = next(i for i, node in enumerate(nodes) if node != cluster.head_node.node_id)
+            kept = [j for j in range(4) if j // 2 != lost]
+            reference = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=500)] * 4)
+            reference.reset(seed=0)
+            actions = np.zeros(4, np.int64)
+            cluster.remove_node(node_of(cluster, nodes[lost]), allow_graceful=False)
+            started = time.monotonic()
+            for _ in range(2000):  # the node's processes die a moment after its raylet
+                obs, reward, terminated, truncated, infos = envs.step(actions)
+                expected = reference.step(actions)
+                if "env_restarted" in infos:
+                    break
+                np.testing.assert_array_equal(obs, expected[0])
+            took = time.monotonic() - started
+            lost_envs = [2 * lost, 2 * lost + 1]
+            assert truncated[lost_envs].all() and (reward[lost_envs] == 0).all()
+            assert infos["env_restarted"][lost_envs].all() and not infos["_env_restarted"][kept].any()
+            np.testing.assert_array_equal(obs[kept], expected[0][kept])  # the other host's envs went on
+            new_nodes = envs.host_nodes()
+            assert new_nodes[lost] not in (nodes[lost],) and new_nodes[1 - lost] == nodes[1 - lost]
+            obs, *_ = envs.step(actions)  # the restarted envs' reset (NextStep autoreset)
+            for _ in range(20):
+                obs, reward, terminated, truncated, infos = envs.step(actions)
+                assert obs.shape == (4, 4)
+            print(f"a removed node's envs restarted on a new host after {took:.1f} s")
+            reference.close()
+        finally:
+            envs.close()
+    finally:
+        shutdown(cluster)
