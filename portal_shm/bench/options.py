@@ -21,6 +21,8 @@ AGAINST = (
     "remote-x0",
     "remote-insecure",
     "remote-rpc",
+    "ray",
+    "ray-naive",
 )
 REFERENCES = ("raw", "ceiling")
 

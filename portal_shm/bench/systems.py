@@ -144,6 +144,18 @@ def _build_rpc(sc: Scenario, n: int, options: BenchOptions) -> Any:
     return RpcVector(sc, n, options)
 
 
+def _build_ray(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    from .ray_systems import RaySystem
+
+    return RaySystem(sc, n, options)
+
+
+def _build_ray_naive(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    from .ray_systems import NaiveRayVector
+
+    return NaiveRayVector(sc, n, options)
+
+
 def _lockstep(build: Callable[[Scenario, int, BenchOptions], Any]) -> Callable[[Scenario, int, BenchOptions], Any]:
     """The same system stepped in lockstep, to set beside its async batches in one run."""
     return lambda sc, n, options: build(sc, n, replace(options, batch_size=None))
@@ -267,6 +279,24 @@ SYSTEMS: dict = {
             "portal-shm",
             "pip install portal-shm",
             _build_rpc,
+            per_run=True,
+        ),
+        System(
+            "ray",
+            "portal_shm ray backend: one env host placed by a Ray of this machine",
+            "ray",
+            "ray",
+            "pip install 'portal-shm[ray]'",
+            _build_ray,
+            per_run=True,
+        ),
+        System(
+            "ray-naive",
+            "one Ray actor per env, ray.get of every env's step each step",
+            "ray",
+            "ray",
+            "pip install ray",
+            _lockstep(_build_ray_naive),
             per_run=True,
         ),
     )

@@ -61,3 +61,14 @@ def wait_gone(pids: list, seconds: float) -> float:
 def node_of(cluster: Cluster, node_id: str):
     """The worker node (to remove) with Ray node id ``node_id``."""
     return next(node for node in cluster.workers if node.node_id == node_id)
+
+
+def all_cpus_free(seconds: float = 15.0) -> bool:
+    """Whether every CPU of the cluster is free again within ``seconds`` (Ray frees them a moment
+    after the actors and placement groups that held them are gone)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU") == ray.cluster_resources().get("CPU"):
+            return True
+        time.sleep(0.1)
+    return False

@@ -19,6 +19,7 @@ from tests.compare import assert_same, check_batch, rollout
 
 ray = pytest.importorskip("ray")
 from tests.integration.ray_cluster import (  # noqa: E402
+    all_cpus_free,
     parent,
     pid_gone,
     server_pids,
@@ -53,6 +54,7 @@ def test_envs_run_on_two_nodes_and_match_sync_vector_env(cluster):
         envs.close()
         expected_envs.close()
     assert wait_gone(hosts + servers, 20) < 20, "close() left actors or env servers alive"
+    assert all_cpus_free(), "close() left actors or the placement group holding CPUs"
 
 
 @pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
@@ -125,7 +127,7 @@ def test_what_the_cluster_cannot_place_is_refused_clearly(cluster):
         portal_shm.make_vec("CartPole-v1", 2, backend="ray")
     with pytest.raises(ValueError, match="runtime='attach'"):
         portal_shm.make_vec("CartPole-v1", 2, backend="ray", runtime="attach")
-    assert ray.available_resources().get("CPU") == 3, "a refused portal kept its placement group"
+    assert all_cpus_free(), "a refused portal kept its placement group"
 
 
 def test_docker_envs_on_the_nodes(cluster):
@@ -174,3 +176,24 @@ def test_a_killed_driver_leaves_no_host_and_no_env(cluster):
     took = wait_gone(pids, 60)
     assert all(pid_gone(p) for p in pids), "a killed driver's hosts or envs outlived it"
     print(f"a killed driver's hosts and envs were gone after {took:.1f} s")
+
+
+def test_bench_measures_ray_placed_hosts_and_the_naive_ray_way(cluster):
+    from portal_shm.bench import BenchOptions, parse_scenarios, run_bench
+
+    options = BenchOptions(
+        parse_scenarios(["null:16x16x3"]),
+        num_envs=[2],
+        against=["ray", "ray-naive"],
+        seconds=0.3,
+        repeat=1,
+        warmup=2,
+        alloc_steps=0,
+        references=False,
+    )
+    report = run_bench(options, command=["test"])
+    assert not report["errors"]
+    samples = {s["system"]: s for s in report["samples"]}
+    assert {"ray", "ray-naive"} <= set(samples), report
+    assert all(samples[name]["steps_per_s"] > 0 for name in ("ray", "ray-naive"))
+    assert all_cpus_free(), "the bench left actors or a placement group behind"
