@@ -52,7 +52,13 @@ class ProtocolError(Exception):
     """A message that does not follow the protocol: corrupt, oversized or of an unsafe type."""
 
 
+_DTYPES: dict = {}  # descriptors already checked (every step's infos repeat the same few)
+
+
 def _checked_dtype(descr: Any) -> np.dtype:
+    dtype = _DTYPES.get(descr) if isinstance(descr, str) else None
+    if dtype is not None:
+        return dtype
     if not isinstance(descr, str) or len(descr) > 16:
         raise ProtocolError(f"invalid dtype descriptor {descr!r}")
     try:
@@ -61,6 +67,8 @@ def _checked_dtype(descr: Any) -> np.dtype:
         raise ProtocolError(f"invalid dtype descriptor {descr!r}") from exc
     if dtype.kind not in _SAFE_DTYPE_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise ProtocolError(f"dtype {descr!r} is not allowed across the isolation boundary")
+    if len(_DTYPES) < 64:
+        _DTYPES[descr] = dtype
     return dtype
 
 
@@ -115,7 +123,9 @@ def _ext_hook(code: int, data: bytes) -> Any:
             or not all(isinstance(d, int) and 0 <= d < 2**40 for d in shape)
         ):
             raise ProtocolError(f"invalid ndarray shape {shape!r}")
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = 1
+        for d in shape:
+            count *= d
         payload = data[header_len:]
         if count * dtype.itemsize != len(payload):
             raise ProtocolError(f"ndarray payload of {len(payload)} bytes does not match {descr}{tuple(shape)}")

@@ -123,6 +123,53 @@ def test_infos_cross_hosts_as_one_process_batches_them():
     assert_same(rebuilt, total)
 
 
+INFO_KINDS = [
+    st.integers(-(2**40), 2**40),
+    st.integers(-(2**40), 2**40).map(np.int64),
+    st.integers(-100, 100).map(np.int32),
+    st.floats(-1e6, 1e6).map(np.float64),
+    st.floats(-1e6, 1e6),
+    st.floats(-1e3, 1e3).map(np.float32),
+    st.booleans(),
+    st.booleans().map(np.bool_),
+    st.text(max_size=3),
+    hnp.arrays(np.int64, (2,)),
+]
+
+
+@st.composite
+def env_infos(draw):
+    """Infos of 1-5 envs as a real env gives them: each key always of one kind, present or not."""
+    kinds = {key: draw(st.sampled_from(INFO_KINDS)) for key in ("a", "b", "nested")}
+    per_env = []
+    for _ in range(draw(st.integers(1, 5))):
+        info = {key: draw(kind) for key, kind in kinds.items() if key != "nested" and draw(st.booleans())}
+        if draw(st.booleans()):
+            info["nested"] = {"x": draw(kinds["nested"])}
+        per_env.append(info)
+    return per_env
+
+
+@settings(max_examples=300, deadline=None)
+@given(per_env=env_infos(), split=st.integers(0, 5))
+def test_infos_cross_hosts_with_the_values_and_dtypes_of_one_process(per_env, split):
+    from portal_shm.agent.infos import add_info
+    from tests.compare import assert_same
+
+    n = len(per_env)
+    split = min(split, n)
+    total: dict = {}
+    for i, info in enumerate(per_env):
+        total = add_info(total, info, i, n)
+    rebuilt: dict = {}
+    for lo, hi in ((0, split), (split, n)):
+        part: dict = {}
+        for i, info in enumerate(per_env[lo:hi]):
+            part = add_info(part, info, i, hi - lo)
+        rebuilt = batch(P.unpackb(P.packb(unbatch(part, hi - lo))), np.arange(lo, hi), n, "host", rebuilt)
+    assert_same(rebuilt, total)
+
+
 def test_sequencer_drops_duplicates_and_keeps_what_is_unacknowledged():
     sender, receiver = Sequencer(), Sequencer()
     headers = [sender.stamp({"cmd": "step"}) for _ in range(3)]
