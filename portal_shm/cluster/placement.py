@@ -2,7 +2,7 @@
 
 The placement group reserves each host's CPUs on its node (``STRICT_SPREAD``: one host per node)
 before any env starts, so a cluster too small fails at once with what it lacks. A host lost with
-its node is replaced in its own bundle, which Ray moves to a node that is still alive.
+its node is replaced on the live node with the fewest of the portal's hosts.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class RayHosts:
     def __init__(self, backend: RayBackend, client_public: bytes, num_envs: int) -> None:
         ray = _ray()
         from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.backend = backend
         self._client_public = client_public
@@ -79,7 +80,10 @@ class RayHosts:
                     f"{backend.placement_timeout:g} s: the cluster has {len(nodes)} alive nodes, {free:g} of "
                     f"{total:g} CPUs free; lower num_hosts or cpus_per_host, or add nodes"
                 ) from None
-            self.actors = [self._start(i) for i in range(hosts)]
+            self.actors = [
+                self._start(i, backend.cpus_per_host, PlacementGroupSchedulingStrategy(self.group, i))
+                for i in range(hosts)
+            ]
             self.endpoints = [self._endpoint(actor, i) for i, actor in enumerate(self.actors)]
         except BaseException:
             self.close()
@@ -92,18 +96,13 @@ class RayHosts:
     def addresses(self) -> list[str]:
         return [e["address"] for e in self.endpoints]
 
-    def _start(self, index: int) -> Any:
+    def _start(self, index: int, num_cpus: float, strategy: Any) -> Any:
+        """Host ``index``'s actor, scheduled by ``strategy``."""
         ray = _ray()
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         b = self.backend
         return (
             ray.remote(EnvHostActor)
-            .options(
-                num_cpus=b.cpus_per_host,
-                max_restarts=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=index),
-            )
+            .options(num_cpus=num_cpus, max_restarts=0, scheduling_strategy=strategy)
             .remote(self._client_public, b.runtime, self.counts[index], b.heartbeat_timeout)
         )
 
@@ -128,30 +127,32 @@ class RayHosts:
             return False
 
     def replace(self, index: int, deadline: float) -> dict:
-        """A new host in bundle ``index`` (Ray moves a lost node's bundle to a live node): its endpoint.
+        """A new host for host ``index``, whose actor is gone (with its node, most often): its endpoint.
 
-        Until Ray has marked the node dead, the bundle may still point there and the new actor die
-        with it: it is placed again until ``deadline``.
+        It goes to the live node with the fewest of this portal's hosts, never back to the lost
+        one (which Ray may still count as alive for a while), and reserves no CPUs: the placement
+        group may have no room left (one bundle per node), and the lost node's CPUs went with it.
         """
         ray = _ray()
-        while True:
-            try:
-                ray.kill(self.actors[index], no_restart=True)
-            except Exception:
-                pass
-            self.actors[index] = self._start(index)
-            try:
-                endpoint = ray.get(self.actors[index].endpoint.remote(), timeout=max(1.0, deadline - time.monotonic()))
-                break
-            except ray.exceptions.RayActorError:
-                if time.monotonic() + 1.0 > deadline:
-                    raise PortalError(f"Ray could not start a new env host {index}: each one died at once") from None
-                time.sleep(0.5)
-            except ray.exceptions.GetTimeoutError:
-                raise PortalError(
-                    f"Ray placed no new env host {index} in time: does the cluster still have a node with "
-                    f"{self.backend.cpus_per_host:g} free CPUs that the placement strategy allows?"
-                ) from None
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        try:
+            ray.kill(self.actors[index], no_restart=True)
+        except Exception:
+            pass
+        lost = self.endpoints[index]["node_id"]
+        load = {node["NodeID"]: 0 for node in ray.nodes() if node.get("Alive") and node["NodeID"] != lost}
+        if not load:
+            raise PortalError(f"no live Ray node is left to place a new env host {index} on")
+        for i, endpoint in enumerate(self.endpoints):
+            if i != index and endpoint["node_id"] in load:
+                load[endpoint["node_id"]] += 1
+        node = min(load, key=load.get)
+        self.actors[index] = self._start(index, 0, NodeAffinitySchedulingStrategy(node, soft=False))
+        try:
+            endpoint = ray.get(self.actors[index].endpoint.remote(), timeout=max(1.0, deadline - time.monotonic()))
+        except Exception as exc:
+            raise PortalError(f"a new env host {index} did not start on Ray node {node[:8]}: {exc}") from None
         self.endpoints[index] = endpoint
         return endpoint
 
