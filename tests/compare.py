@@ -88,3 +88,24 @@ def check_batch(result, expected_by_env):
         assert_same(info_row(infos, j), info_row(expected[-1], 0), f"infos of env {env_id}")
         if len(expected) == 5:
             assert_same((row(reward, j), row(terminated, j), row(truncated, j)), expected[1:4])
+
+
+def follow_each_env(envs, expected_envs, seed: int, steps: int) -> set:
+    """Async batches (``send``/``recv``) checked env by env against each env's own one-env
+    SyncVectorEnv in ``expected_envs``, random actions; returns the env ids that came back."""
+    expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
+    obs, infos = envs.reset(seed=seed)
+    check_batch((obs, None, None, None, infos), expected)
+    envs.action_space.seed(seed)
+    ids = infos["env_id"]
+    seen = set(ids.tolist())
+    for _ in range(steps):
+        actions = envs.action_space.sample()
+        envs.send(actions, ids)
+        for j, env_id in enumerate(ids.tolist()):
+            expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
+        result = envs.recv()
+        check_batch(result, expected)
+        ids = result[4]["env_id"]
+        seen.update(ids.tolist())
+    return seen

@@ -58,6 +58,15 @@ class BenchOptions:
     rate_mbit: Optional[float] = None  # remote systems: the emulated link's bandwidth each way
     compression: str = "auto"  # remote systems: the codec of observations ("auto", "none", "lz4", "zstd")
 
+    def vector_kwargs(self, lockstep: bool = False) -> dict:
+        """The portal's ``vector_kwargs`` these options ask for (``batch_size`` unless ``lockstep``)."""
+        kwargs: dict = {}
+        if self.batch_size is not None and not lockstep:
+            kwargs["batch_size"] = self.batch_size
+        if self.envs_per_server is not None:
+            kwargs["envs_per_server"] = self.envs_per_server
+        return kwargs
+
     def systems(self) -> list:
         """Every system of the run in rotation order: portal backends first, then the alternatives."""
         return [portal_system(b) for b in self.backends] + list(self.against)

@@ -55,18 +55,13 @@ class RaySystem:
 
         self._ray = _LocalRay()
         try:
-            vector_kwargs: dict = {}
-            if options.batch_size is not None:
-                vector_kwargs["batch_size"] = options.batch_size
-            if options.envs_per_server is not None:
-                vector_kwargs["envs_per_server"] = options.envs_per_server
             self.portal = portal_shm.make_vec(
                 sc.target,
                 n,
                 backend="ray",
                 num_hosts=1,
                 compression=options.compression,
-                vector_kwargs=vector_kwargs,
+                vector_kwargs=options.vector_kwargs(),
                 env_kwargs=sc.kwargs,
             )
         except BaseException:

@@ -104,18 +104,13 @@ class RemoteSystem:
             self._link = _link(address, options, zero=zero_link)
             if self._link is not None:
                 address = self._link.address
-            vector_kwargs: dict = {}
-            if options.batch_size is not None and not lockstep:
-                vector_kwargs["batch_size"] = options.batch_size
-            if options.envs_per_server is not None:
-                vector_kwargs["envs_per_server"] = options.envs_per_server
             self.portal = portal_shm.make_vec(
                 sc.target,
                 n,
                 backend="remote",
                 hosts=[address],
                 compression=options.compression,
-                vector_kwargs=vector_kwargs,
+                vector_kwargs=options.vector_kwargs(lockstep),
                 env_kwargs=sc.kwargs,
                 **self._host.options,
             )

@@ -51,12 +51,9 @@ def _build_portal(backend: str) -> Callable[[Scenario, int, BenchOptions], Any]:
     def build(sc: Scenario, n: int, options: BenchOptions) -> Any:
         import portal_shm
 
-        vector_kwargs = {} if options.envs_per_server is None else {"envs_per_server": options.envs_per_server}
-        if options.batch_size is not None:
-            vector_kwargs["batch_size"] = options.batch_size
         extra = {"image": sc.docker_image(options.image)} if backend == "docker" else {}
         return portal_shm.make_vec(
-            sc.target, n, backend=backend, vector_kwargs=vector_kwargs, env_kwargs=sc.kwargs, **extra
+            sc.target, n, backend=backend, vector_kwargs=options.vector_kwargs(), env_kwargs=sc.kwargs, **extra
         )
 
     return build

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, check_batch, rollout
+from tests.compare import assert_same, follow_each_env, rollout
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -367,19 +367,7 @@ def test_async_batches_of_containerised_pong_follow_each_env(ale_image, docker_c
     expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", **kwargs)]) for _ in range(4)]
     tag = envs.tag
     try:
-        expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
-        obs, infos = envs.reset(seed=seed)
-        check_batch((obs, None, None, None, infos), expected)
-        envs.action_space.seed(seed)
-        ids = infos["env_id"]
-        for _ in range(40):
-            actions = envs.action_space.sample()
-            envs.send(actions, ids)
-            for j, env_id in enumerate(ids.tolist()):
-                expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
-            result = envs.recv()
-            check_batch(result, expected)
-            ids = result[4]["env_id"]
+        follow_each_env(envs, expected_envs, seed, 40)
     finally:
         envs.close()
         for env in expected_envs:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, check_batch, rollout
+from tests.compare import assert_same, follow_each_env, rollout
 
 ray = pytest.importorskip("ray")
 from tests.integration.ray_cluster import (  # noqa: E402
@@ -78,21 +78,7 @@ def test_async_batches_across_nodes_follow_each_env(cluster):
     expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs)]) for _ in range(n)]
     try:
         assert len(set(envs.host_nodes())) == 2
-        expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
-        obs, infos = envs.reset(seed=seed)
-        check_batch((obs, None, None, None, infos), expected)
-        envs.action_space.seed(seed)
-        ids = infos["env_id"]
-        seen = set(ids.tolist())
-        for _ in range(120):
-            actions = envs.action_space.sample()
-            envs.send(actions, ids)
-            for j, env_id in enumerate(ids.tolist()):
-                expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
-            result = envs.recv()
-            check_batch(result, expected)
-            ids = result[4]["env_id"]
-            seen.update(ids.tolist())
+        seen = follow_each_env(envs, expected_envs, seed, 120)
         assert seen == set(range(n))
     finally:
         envs.close()

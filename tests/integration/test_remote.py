@@ -18,7 +18,7 @@ import pytest
 import portal_shm
 from portal_shm.remote import frames
 from portal_shm.server.example_envs import NestedEnv
-from tests.compare import assert_same, check_batch, rollout
+from tests.compare import assert_same, check_batch, follow_each_env, rollout
 from tests.integration.remote_hosts import HostProcess, Keys
 
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -124,23 +124,7 @@ def test_async_batches_over_two_hosts_follow_each_env(host, second_host, keys):
     expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs)]) for _ in range(n)]
     try:
         assert envs.action_space == gym.vector.utils.batch_space(envs.single_action_space, 2)
-        expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
-        obs, infos = envs.reset(seed=seed)
-        check_batch((obs, None, None, None, infos), expected)
-        envs.action_space.seed(seed)
-        ids = infos["env_id"]
-        seen = set(ids.tolist())
-        for _ in range(200):
-            actions = envs.action_space.sample()
-            envs.send(actions, ids)
-            for j, env_id in enumerate(ids.tolist()):
-                expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
-            result = envs.recv()
-            check_batch(result, expected)
-            ids = result[4]["env_id"]
-            seen.update(ids.tolist())
-            if len(expected) < n - 2:  # keep every env either stepping or expected
-                pass
+        seen = follow_each_env(envs, expected_envs, seed, 200)
         assert seen == set(range(n))
     finally:
         envs.close()
