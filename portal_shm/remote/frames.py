@@ -25,9 +25,11 @@ class FrameError(Exception):
     """A message of the host link that does not follow the format (corrupt, oversized, unsafe)."""
 
 
-# Arrays below this travel inside the header (msgpack's numpy encoding): a frame of its own costs
-# more than copying a few bytes, and a null env's step then crosses as one frame each way.
+# Arrays below this travel inside the header, their bytes in the array's spec (``INLINE``): a frame
+# of its own costs more than copying a few bytes, and a null env's step then crosses as one frame
+# each way. (Not as msgpack's numpy extension: decoding that takes a Python hook per array.)
 INLINE_BYTES = 4096
+INLINE = "inline"
 
 
 def pack(
@@ -47,8 +49,8 @@ def pack(
     limit = len(arrays) if compressible is None else compressible
     for index, array in enumerate(arrays):
         array = np.asarray(array)
-        if array.nbytes < INLINE_BYTES:
-            specs.append(array)
+        if array.nbytes < INLINE_BYTES and array.dtype.kind in _SAFE_KINDS:
+            specs.append([array.dtype.str, list(array.shape), INLINE, array.tobytes()])
             if stats is not None and index < limit:
                 stats.count(array.nbytes, array.nbytes)
             continue
@@ -125,6 +127,19 @@ def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.
             if stats is not None:
                 stats.count(spec.nbytes, spec.nbytes)
             arrays.append(spec)
+            continue
+        if isinstance(spec, list) and len(spec) == 4 and spec[2] == INLINE:
+            dtype, shape, data = _dtype(spec[0]), _shape(spec[1]), spec[3]
+            size = dtype.itemsize
+            for n in shape:
+                size *= n
+            if not isinstance(data, bytes) or len(data) != size:
+                raise FrameError(
+                    f"inline array of {len(data) if isinstance(data, bytes) else '?'} bytes for {dtype}{list(shape)}"
+                )
+            if stats is not None:
+                stats.count(size, size)
+            arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape).copy())  # writable, as a ring view
             continue
         if not isinstance(spec, list) or len(spec) != 3:
             raise FrameError(f"invalid array spec {spec!r:.80}")

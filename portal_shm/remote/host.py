@@ -34,6 +34,7 @@ from .host_session import HostSession, error_message
 log = logging.getLogger("portal_shm.host")
 
 PROTOCOL = 1
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 DEFAULT_PORT = 5555
 DEFAULT_RUNTIMES = ("process", "docker")
 
@@ -155,31 +156,34 @@ class Host:
                 ) from None
 
     # -- the loop --------------------------------------------------------------------------------
+    REAP_SECONDS = 0.05  # how often the loop looks for sessions to free (not on every message)
+
     def serve(self) -> None:
         poller = self._poller = zmq.Poller()
         for socket in (self.socket, self._outbox, self._monitor):
             poller.register(socket, zmq.POLLIN)
+        reap_at = 0.0
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(5 if self._inline else 250))
                 if self._inline:
                     self._inline_steps(events)
                 if self._outbox in events:
-                    for _ in range(256):
-                        try:
-                            self.socket.send_multipart(self._outbox.recv_multipart(zmq.NOBLOCK, copy=False), copy=False)
-                        except zmq.Again:
+                    for _ in range(256):  # (readiness asked, not zmq.Again raised: an exception per step costs)
+                        if not self._outbox.getsockopt(_EVENTS) & _POLLIN:
                             break
+                        self.socket.send_multipart(self._outbox.recv_multipart(copy=False), copy=False)
                 if self.socket in events:
                     for _ in range(256):
-                        try:
-                            message = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
+                        if not self.socket.getsockopt(_EVENTS) & _POLLIN:
                             break
-                        self._route(message)
+                        self._route(self.socket.recv_multipart(copy=False))
                 if self._monitor in events:
                     self._disconnected(parse_monitor_message(self._monitor.recv_multipart()))
-                self._reap()
+                now = time.monotonic()
+                if now >= reap_at:
+                    reap_at = now + self.REAP_SECONDS
+                    self._reap()
         finally:
             self.close()
 

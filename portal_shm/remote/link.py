@@ -24,6 +24,7 @@ from ..errors import HostLostError, PortalError, PortalTimeoutError, ServerProto
 from . import frames
 from .reliable import Sequencer
 
+_EVENTS_OPT, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum flag arithmetic is Python code
 _ARRIVAL = itertools.count()  # batches of all hosts are handed out in the order they arrived
 
 _EVENTS = (
@@ -110,10 +111,10 @@ class HostLink:
     # -- receiving ----------------------------------------------------------------------------
     def drain(self) -> None:
         """Take every message and monitor event that has arrived, without waiting."""
-        while self.monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while self.monitor.getsockopt(_EVENTS_OPT) & _POLLIN:
             self._handshake_event(parse_monitor_message(self.monitor.recv_multipart())["event"])
         socket = self.socket
-        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # (no exceptions on the hot path)
+        while socket.getsockopt(_EVENTS_OPT) & _POLLIN:  # (no exceptions on the hot path)
             self._take(socket.recv_multipart(copy=False))
 
     def _handshake_event(self, event: int) -> None:

@@ -46,7 +46,7 @@ def test_image_frames_compress_and_noise_goes_raw(codec):
     message = frames.pack({"cmd": "batch"}, [frame, noise, np.ones(8)], codec, stats, compressible=2)
     specs = P.unpackb(message[0])["arrays"]
     assert [spec[2] for spec in specs[:2]] == [codec, "none"]  # noise does not pay
-    assert isinstance(specs[2], np.ndarray) and len(message) == 3  # small arrays ride in the header
+    assert specs[2][2] == frames.INLINE and len(message) == 3  # small arrays ride in the header
     assert len(message[1]) < frame.nbytes / 50
     _, out = frames.unpack(message)
     np.testing.assert_array_equal(out[0], frame)
@@ -100,6 +100,20 @@ def test_garbage_only_raises_frame_error(data):
 def test_lying_specs_are_refused(spec, frame):
     with pytest.raises(frames.FrameError):
         frames.unpack([P.packb({"cmd": "x", "arrays": [spec]}), frame])
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ["<f8", [2], "inline", b"\0" * 8],  # too few bytes for the shape
+        ["<f8", [1], "inline", "12345678"],  # not bytes
+        ["|O", [1], "inline", b"\0" * 8],  # objects never cross
+        ["<f8", [-1], "inline", b""],
+    ],
+)
+def test_lying_inline_arrays_are_refused(spec):
+    with pytest.raises(frames.FrameError):
+        frames.unpack([P.packb({"cmd": "x", "arrays": [spec]})])
 
 
 def test_infos_cross_hosts_as_one_process_batches_them():
