@@ -131,14 +131,25 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise ProtocolError(f"ndarray payload of {len(payload)} bytes does not match {descr}{tuple(shape)}")
         return np.frombuffer(payload, dtype=dtype).reshape(shape).copy()
     if code == _EXT_NUMPY_SCALAR:
-        unpacker = msgpack.Unpacker(max_buffer_size=len(data) + 1)
-        unpacker.feed(data)
-        try:
-            descr = unpacker.unpack()
-        except Exception as exc:
-            raise ProtocolError("corrupt numpy scalar") from exc
+        # The descriptor is a short msgpack str (one byte 0xa0 | length, then the text): read
+        # directly, as every step's infos hold a few such scalars per env.
+        size = data[0] & 0x1F if data and data[0] & 0xE0 == 0xA0 else -1
+        if size >= 0:
+            try:
+                descr: Any = data[1 : 1 + size].decode("ascii")
+            except UnicodeDecodeError:
+                raise ProtocolError("corrupt numpy scalar") from None
+            header_len = 1 + size
+        else:
+            unpacker = msgpack.Unpacker(max_buffer_size=len(data) + 1)
+            unpacker.feed(data)
+            try:
+                descr = unpacker.unpack()
+            except Exception as exc:
+                raise ProtocolError("corrupt numpy scalar") from exc
+            header_len = unpacker.tell()
         dtype = _checked_dtype(descr)
-        payload = data[unpacker.tell() :]
+        payload = data[header_len:]
         if len(payload) != dtype.itemsize:
             raise ProtocolError("numpy scalar payload has the wrong size")
         return np.frombuffer(payload, dtype=dtype)[0]
