@@ -1,21 +1,27 @@
 """The Ray actor that is one env host: a ``portal-shm host`` serving one portal, on its node.
 
-The actor makes the host's key pair itself, in a private temporary directory on its node, and hands
-back only the public key; the one key it is given is the agent's public key, the only client its
-host accepts. So nothing secret crosses the network, through Ray or otherwise, and a host placed for
-one portal serves no other agent. It binds the node's address that Ray uses, on a free port.
+The actor makes the host's key pair itself, on its node, and hands back only the public key; the
+one key it is given is the agent's public key, the only client its host accepts. So nothing secret
+crosses the network, through Ray or otherwise, and a host placed for one portal serves no other
+agent. The secret half is deleted from disk as soon as the host's socket has it. The host binds
+the node's address that Ray uses, on a free port.
+
+Ray kills an actor's whole process tree at once (a dead driver, ``ray.kill``, a lost node), env
+servers included, so nothing of the host gets to clean up after itself. Its files therefore live in
+a run directory of the actor's own, locked for its life, that ``portal-shm gc`` reclaims once the
+actor is gone; and each new host actor reclaims such leftovers of dead hosts on its node first.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 from typing import Optional
 
 from ..remote import keys
 from ..remote.host import Host, HostOptions
+from ..runtimes import gc
+from ..runtimes.resources import PortalResources
 
 
 class EnvHostActor:
@@ -35,9 +41,10 @@ class EnvHostActor:
         context = ray.get_runtime_context()
         self.node_id = context.get_node_id()
         ip = bind_ip or ray.util.get_node_ip_address()
-        self._dir = tempfile.mkdtemp(prefix="portal-shm-ray-host-")
+        self.reclaimed = len(gc.collect())
+        self._resources = PortalResources()
         try:
-            keys_dir = os.path.join(self._dir, "host")
+            keys_dir = os.path.join(self._resources.run_dir, "host")
             clients = os.path.join(keys_dir, "clients")
             keys.write_public_key(clients, "agent", client_public)
             options = HostOptions(
@@ -51,8 +58,9 @@ class EnvHostActor:
                 name=f"ray-node-{self.node_id[:8]}",
             )
             self._host = Host(options)
+            os.remove(os.path.join(keys_dir, "host.key_secret"))
         except BaseException:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._resources.release()
             raise
         self._thread = threading.Thread(target=self._host.serve, name="portal-shm-host", daemon=True)
         self._thread.start()
@@ -64,6 +72,8 @@ class EnvHostActor:
             "public_key": self._host.public_key,
             "node_id": self.node_id,
             "pid": os.getpid(),
+            "run_dir": self._resources.run_dir,
+            "reclaimed": self.reclaimed,
         }
 
     def ping(self) -> bool:
@@ -76,4 +86,4 @@ class EnvHostActor:
         """Stop the host (its sessions' envs first) and remove its keys."""
         self._host.stop()
         self._thread.join(60)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._resources.release()

@@ -27,7 +27,8 @@ class RayBackend:
             ``ray.init(address=...)`` takes: ``"auto"``, ``"HEAD:6379"``, ``"ray://..."``). Default:
             the cluster ``ray.init()`` finds (``$RAY_ADDRESS``, one started on this machine), else a
             local one-node Ray that the portal shuts down at ``close()``.
-        num_hosts: env hosts to place (default: ``hosts_per_node`` on each alive node).
+        num_hosts: env hosts to place (default: ``hosts_per_node`` on each alive node that has
+            ``cpus_per_host`` CPUs; a head started with ``--num-cpus=0`` gets none).
         hosts_per_node: hosts per node when ``num_hosts`` is not given.
         cpus_per_host: CPUs each host's placement group bundle reserves (its envs' share).
         strategy: the placement group strategy (default ``STRICT_SPREAD``, one host per node, when
@@ -69,13 +70,13 @@ class RayBackend:
             raise PortalError("placement_timeout must be positive (seconds)")
 
     def placement(self, nodes: int) -> tuple[int, str]:
-        """(hosts, placement strategy) on a cluster of ``nodes`` alive nodes."""
+        """(hosts, placement strategy) on a cluster of ``nodes`` alive nodes that can take a host."""
         hosts = self.num_hosts or nodes * self.hosts_per_node
         strategy = self.strategy or ("STRICT_SPREAD" if hosts <= nodes else "SPREAD")
         if strategy == "STRICT_SPREAD" and hosts > nodes:
             raise PortalError(
-                f"{hosts} env hosts cannot go on distinct nodes: the cluster has {nodes} alive; give "
-                "num_hosts <= nodes or strategy='SPREAD'"
+                f"{hosts} env hosts cannot go on distinct nodes: the cluster has {nodes} alive with "
+                f"{self.cpus_per_host:g} CPUs or more; give num_hosts <= nodes or strategy='SPREAD'"
             )
         return hosts, strategy
 

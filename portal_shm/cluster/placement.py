@@ -45,8 +45,6 @@ class RayHosts:
     """The env hosts of one portal: their actors, endpoints and placement group."""
 
     def __init__(self, backend: RayBackend, client_public: bytes, num_envs: int) -> None:
-        ray = _ray()
-        from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.backend = backend
@@ -56,30 +54,7 @@ class RayHosts:
         self.endpoints: list[dict] = []
         self.group: Any = None
         try:
-            nodes = [node for node in ray.nodes() if node.get("Alive")]
-            hosts, strategy = backend.placement(len(nodes))
-            self.counts = split_envs(num_envs, hosts, backend.counts)
-            total = ray.cluster_resources().get("CPU", 0)
-            if hosts * backend.cpus_per_host > total:
-                raise PortalError(
-                    f"{hosts} env hosts of {backend.cpus_per_host:g} CPU each need {hosts * backend.cpus_per_host:g} "
-                    f"CPUs; the Ray cluster has {total:g} on {len(nodes)} alive nodes: lower num_hosts or "
-                    "cpus_per_host, or add nodes"
-                )
-            bundle = {"CPU": float(backend.cpus_per_host)}
-            self.group = placement_group([dict(bundle) for _ in range(hosts)], strategy=strategy)
-            try:
-                ray.get(self.group.ready(), timeout=backend.placement_timeout)
-            except ray.exceptions.GetTimeoutError:
-                remove_placement_group(self.group)
-                self.group = None
-                total = ray.cluster_resources().get("CPU", 0)
-                free = ray.available_resources().get("CPU", 0)
-                raise PortalError(
-                    f"Ray could not place {hosts} env hosts of {backend.cpus_per_host:g} CPU each ({strategy}) within "
-                    f"{backend.placement_timeout:g} s: the cluster has {len(nodes)} alive nodes, {free:g} of "
-                    f"{total:g} CPUs free; lower num_hosts or cpus_per_host, or add nodes"
-                ) from None
+            hosts = self._reserve(num_envs)
             self.actors = [
                 self._start(i, backend.cpus_per_host, PlacementGroupSchedulingStrategy(self.group, i))
                 for i in range(hosts)
@@ -88,6 +63,35 @@ class RayHosts:
         except BaseException:
             self.close()
             raise
+
+    def _reserve(self, num_envs: int) -> int:
+        """The placement group of the hosts, ready (their CPUs reserved); returns how many hosts."""
+        ray = _ray()
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        b = self.backend
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= b.cpus_per_host]
+        hosts, strategy = b.placement(len(nodes))
+        self.counts = split_envs(num_envs, hosts, b.counts)
+        total = ray.cluster_resources().get("CPU", 0)
+        where = f"the Ray cluster has {total:g} CPUs on {len(nodes)} alive nodes with {b.cpus_per_host:g} or more"
+        if hosts * b.cpus_per_host > total:
+            raise PortalError(
+                f"{hosts} env hosts of {b.cpus_per_host:g} CPU each need {hosts * b.cpus_per_host:g} CPUs; {where}: "
+                "lower num_hosts or cpus_per_host, or add nodes"
+            )
+        self.group = placement_group([{"CPU": float(b.cpus_per_host)} for _ in range(hosts)], strategy=strategy)
+        try:
+            ray.get(self.group.ready(), timeout=b.placement_timeout)
+        except ray.exceptions.GetTimeoutError:
+            remove_placement_group(self.group)
+            self.group = None
+            free = ray.available_resources().get("CPU", 0)
+            raise PortalError(
+                f"Ray could not place {hosts} env hosts of {b.cpus_per_host:g} CPU each ({strategy}) within "
+                f"{b.placement_timeout:g} s: {where}, {free:g} free; lower num_hosts or cpus_per_host, or add nodes"
+            ) from None
+        return hosts
 
     def __len__(self) -> int:
         return len(self.actors)

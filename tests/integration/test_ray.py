@@ -5,6 +5,7 @@ with gymnasium's SyncVectorEnv (lockstep) and each env's own gymnasium env (asyn
 are removed mid-run as a lost machine would vanish.
 """
 
+import os
 import signal
 import subprocess
 import sys
@@ -45,6 +46,8 @@ def test_envs_run_on_two_nodes_and_match_sync_vector_env(cluster):
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert set(nodes) <= alive
         assert all(host["address"].startswith("tcp://127.0.0.1:") for host in envs._cluster.endpoints)
+        for host in envs._cluster.endpoints:  # the host's secret key lives in its socket only
+            assert not os.path.exists(os.path.join(host["run_dir"], "host", "host.key_secret"))
         hosts = [e["pid"] for e in envs._cluster.endpoints]
         servers = server_pids(envs)
         assert len(servers) == 4 and {parent(p) for p in servers} == set(hosts), (servers, hosts)
@@ -105,7 +108,10 @@ def test_env_errors_carry_the_remote_traceback(cluster):
 def test_what_the_cluster_cannot_place_is_refused_clearly(cluster):
     with pytest.raises(portal_shm.PortalError, match="cannot go on distinct nodes: the cluster has 3 alive"):
         portal_shm.make_vec("CartPole-v1", 8, backend="ray", num_hosts=4, strategy="STRICT_SPREAD")
-    with pytest.raises(portal_shm.PortalError, match=r"4 env hosts of 1 CPU each need 4 CPUs; the Ray cluster has 3"):
+    with pytest.raises(
+        portal_shm.PortalError,
+        match=r"4 env hosts of 1 CPU each need 4 CPUs; the Ray cluster has 3 CPUs on 3 alive nodes",
+    ):
         portal_shm.make_vec("CartPole-v1", 8, backend="ray", num_hosts=4)
     with pytest.raises(portal_shm.PortalError, match=r"could not place 2 env hosts of 1\.5 CPU.*lower num_hosts"):
         portal_shm.make_vec("CartPole-v1", 2, backend="ray", num_hosts=2, cpus_per_host=1.5, placement_timeout=2)
@@ -151,7 +157,9 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def test_a_killed_driver_leaves_no_host_and_no_env(cluster):
+def test_a_killed_driver_leaves_no_host_and_no_env_and_the_next_host_reclaims_its_files(cluster):
+    from portal_shm.runtimes.gc import find_leftovers
+
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, cluster.address], stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in driver.stdout.readline().split()]
@@ -162,6 +170,15 @@ def test_a_killed_driver_leaves_no_host_and_no_env(cluster):
     took = wait_gone(pids, 60)
     assert all(pid_gone(p) for p in pids), "a killed driver's hosts or envs outlived it"
     print(f"a killed driver's hosts and envs were gone after {took:.1f} s")
+    hosts = set(pids[:2])
+    # Ray killed the hosts' process trees at once: their run directories (keys gone) wait for a reclaimer
+    assert {leftover.owner_pid for leftover in find_leftovers()} & hosts == hosts
+    envs = portal_shm.make_vec("CartPole-v1", 1, backend="ray", num_hosts=1)
+    try:
+        assert envs._cluster.endpoints[0]["reclaimed"] >= 2
+        assert not {leftover.owner_pid for leftover in find_leftovers()} & hosts
+    finally:
+        envs.close()
 
 
 def test_bench_measures_ray_placed_hosts_and_the_naive_ray_way(cluster):

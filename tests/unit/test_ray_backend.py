@@ -17,7 +17,9 @@ def test_one_host_per_node_strictly_spread_by_default():
 
 
 def test_more_hosts_than_nodes_cannot_be_strictly_spread():
-    with pytest.raises(PortalError, match="4 env hosts cannot go on distinct nodes: the cluster has 2 alive"):
+    with pytest.raises(
+        PortalError, match="4 env hosts cannot go on distinct nodes: the cluster has 2 alive with 1 CPUs"
+    ):
         RayBackend(num_hosts=4, strategy="STRICT_SPREAD").placement(2)
 
 
