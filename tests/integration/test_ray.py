@@ -143,10 +143,9 @@ def test_docker_envs_on_the_nodes(cluster):
 
 DRIVER = textwrap.dedent("""
     import os, re, sys, time
-    import ray, numpy as np
+    import numpy as np
     import portal_shm
-    ray.init(address=sys.argv[1], log_to_driver=False)
-    envs = portal_shm.make_vec("CartPole-v1", 4, backend="ray", num_hosts=2)
+    envs = portal_shm.make_vec("CartPole-v1", 4, backend="ray", num_hosts=2, address=sys.argv[1])
     envs.reset(seed=0)
     envs.step(np.zeros(4, np.int64))
     hosts = [e["pid"] for e in envs._cluster.endpoints]
