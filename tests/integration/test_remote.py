@@ -107,6 +107,29 @@ def test_pong_frames_round_trip_exactly_with_each_codec(host, keys, codec):
         expected_envs.close()
 
 
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_compressed_observations_stay_valid_for_ring_depth_minus_one_calls(host, keys, codec):
+    """Lockstep observations are decompressed into arrays the link reuses, in turn, as a local
+    portal reuses its ring slots: what a step returned holds until ``ring_depth - 1`` more calls."""
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    depth = 3
+    envs = remote("ALE/Pong-v5", 2, [host], keys, compression=codec, vector_kwargs={"ring_depth": depth})
+    try:
+        kept = []
+        obs, _ = envs.reset(seed=1)
+        kept.append((obs, obs.copy()))
+        for t in range(12):
+            obs, *_ = envs.step(np.full(2, 2 + t % 2, np.int64))
+            kept.append((obs, obs.copy()))
+            for view, copy in kept[-depth:]:
+                np.testing.assert_array_equal(view, copy)
+        assert len({id(view) for view, _ in kept}) == depth  # the same arrays, in turn: no step allocates
+        assert any(not np.array_equal(a[1], b[1]) for a, b in zip(kept, kept[1:]))  # the frames did change
+    finally:
+        envs.close()
+
+
 def test_auto_compression_is_lz4_for_images_on_loopback_and_off_for_vectors(host, keys):
     for kwargs, codec in (({"shape": (64, 64, 3)}, "lz4"), ({"shape": (4,)}, "none")):
         envs = remote("portal_shm.server.example_envs:NullEnv", 1, [host], keys, **kwargs)
