@@ -4,8 +4,8 @@ Atari frames compress 15-120x with lz4 and 70-1,000x with zstd level 1 at about 
 batch, which over a 100 Mbit/s link is the difference between about 124 raw Pong frames/s and
 thousands. ``"auto"`` compresses image observations: with zstd off loopback, where the ratio is
 what counts, and with lz4 on loopback, where only time counts and lz4 still beats copying and
-encrypting raw frames (Pong N=8 through a host on this 2-core machine: 1,781 steps/s with lz4
-against 1,186 raw, both with CURVE; ``benchmarks/results/remote_loopback*``). The agent names what
+encrypting raw frames (Pong N=8 lockstep through a host on this 2-core machine, with CURVE: lz4
+0.57x the local portal, raw frames 0.39x; ``benchmarks/results/remote_loopback*``). The agent names what
 it can decode; the host picks, and sends a frame raw whenever compressing it does not pay
 (``worth``), so every frame says its own codec.
 """
