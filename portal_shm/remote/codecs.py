@@ -5,7 +5,7 @@ batch, which over a 100 Mbit/s link is the difference between about 124 raw Pong
 thousands. ``"auto"`` compresses image observations: with zstd off loopback, where the ratio is
 what counts, and with lz4 on loopback, where only time counts and lz4 still beats copying and
 encrypting raw frames (Pong N=8 lockstep through a host on this 2-core machine, with CURVE: lz4
-0.57x the local portal, raw frames 0.39x; ``benchmarks/results/remote_loopback*``). The agent names what
+0.62x the local portal, raw frames 0.37x; ``benchmarks/results/remote_loopback*``). The agent names what
 it can decode; the host picks, and sends a frame raw whenever compressing it does not pay
 (``worth``), so every frame says its own codec.
 """
