@@ -33,7 +33,7 @@ from .host_session import HostSession, error_message
 
 log = logging.getLogger("portal_shm.host")
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: small arrays inline as bytes in their spec
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 DEFAULT_PORT = 5555
 DEFAULT_RUNTIMES = ("process", "docker")

@@ -34,7 +34,7 @@ from .infos import batch as batch_infos
 from .link import HostLink, poller_of, wait
 from .recovery import HostRecovery
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: small arrays inline as bytes in their spec
 _ERRORS = {
     cls.__name__: cls
     for cls in (

@@ -273,7 +273,7 @@ def test_garbage_clients_leave_the_host_serving(host, keys):
                 frames.pack(
                     {
                         "cmd": "hello",
-                        "protocol": 1,
+                        "protocol": 2,
                         "seq": 1,
                         "env_id": "CartPole-v1",
                         "runtime": "process",
