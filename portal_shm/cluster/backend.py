@@ -68,6 +68,8 @@ class RayBackend:
             raise PortalError(f"strategy={self.strategy!r}: one of {', '.join(STRATEGIES)}")
         if self.placement_timeout <= 0:
             raise PortalError("placement_timeout must be positive (seconds)")
+        if self.heartbeat_interval <= 0 or self.heartbeat_timeout < 2 * self.heartbeat_interval:
+            raise ValueError("heartbeat_timeout must be at least twice heartbeat_interval (both in seconds, > 0)")
 
     def placement(self, nodes: int) -> tuple[int, str]:
         """(hosts, placement strategy) on a cluster of ``nodes`` alive nodes that can take a host."""

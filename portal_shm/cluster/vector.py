@@ -46,7 +46,13 @@ class RayVectorPortal(RemoteVectorPortal):
             heartbeat_timeout=backend.heartbeat_timeout,
             connect_timeout=backend.connect_timeout,
         )
-        super().__init__(env_id, num_envs, remote, env_kwargs, copy, **vector_kwargs)
+        try:
+            super().__init__(env_id, num_envs, remote, env_kwargs, copy, **vector_kwargs)
+        except BaseException:
+            if self._cluster is not None:  # refused before the remote portal could close itself
+                self._cluster.close()
+                self._cluster = None
+            raise
 
     def _curve(self, index: int) -> Optional[tuple]:
         """This portal's own key pair, and host ``index``'s key as its actor reported it."""

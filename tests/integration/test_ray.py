@@ -119,7 +119,9 @@ def test_what_the_cluster_cannot_place_is_refused_clearly(cluster):
         portal_shm.make_vec("CartPole-v1", 2, backend="ray")
     with pytest.raises(ValueError, match="runtime='attach'"):
         portal_shm.make_vec("CartPole-v1", 2, backend="ray", runtime="attach")
-    assert all_cpus_free(), "a refused portal kept its placement group"
+    with pytest.raises(portal_shm.PortalError, match="NoSuchEnv"):  # refused by the hosts, once placed
+        portal_shm.make_vec("NoSuchEnv-v0", 2, backend="ray", num_hosts=2)
+    assert all_cpus_free(), "a refused portal kept its placement group or its hosts"
 
 
 def test_docker_envs_on_the_nodes(cluster):

@@ -32,6 +32,7 @@ def test_more_hosts_than_nodes_cannot_be_strictly_spread():
         ({"strategy": "EVERYWHERE"}, "strategy='EVERYWHERE': one of STRICT_SPREAD"),
         ({"placement_timeout": 0}, "placement_timeout must be positive"),
         ({"compression": "gzip"}, "gzip"),
+        ({"heartbeat_timeout": 1.0, "heartbeat_interval": 1.0}, "at least twice heartbeat_interval"),
     ],
 )
 def test_bad_options_are_named(options, message):
