@@ -89,3 +89,43 @@ def test_a_removed_node_s_envs_restart_on_a_new_host_and_the_others_go_on():
             envs.close()
     finally:
         shutdown(cluster)
+
+
+def test_with_async_batches_a_removed_node_s_envs_come_back_truncated_from_a_new_host():
+    cluster = start_cluster()
+    try:
+        envs = portal_shm.make_vec(
+            "CartPole-v1",
+            4,
+            backend="ray",
+            num_hosts=2,
+            heartbeat_timeout=3.0,
+            heartbeat_interval=0.5,
+            vector_kwargs={"on_env_failure": "restart", "batch_size": 2},
+        )
+        try:
+            obs, infos = envs.reset(seed=0)
+            nodes = envs.host_nodes()
+            lost = next(i for i, node in enumerate(nodes) if node != cluster.head_node.node_id)
+            lost_envs = {2 * lost, 2 * lost + 1}
+            rng = np.random.default_rng(0)
+            ids, restarted, started = infos["env_id"], set(), None
+            for step in range(20000):
+                if step == 10:
+                    cluster.remove_node(node_of(cluster, nodes[lost]), allow_graceful=False)
+                    started = time.monotonic()
+                envs.send(rng.integers(0, 2, 2), ids)
+                obs, reward, terminated, truncated, infos = envs.recv()
+                ids = infos["env_id"]
+                if infos.get("env_restarted", np.zeros(2, bool)).any():
+                    assert set(ids.tolist()) == lost_envs and truncated.all() and (reward == 0).all()
+                    restarted.update(ids.tolist())
+                if restarted == lost_envs and time.monotonic() - started > 1:
+                    break
+            assert restarted == lost_envs
+            assert envs.host_nodes()[lost] != nodes[lost] and envs.host_nodes()[1 - lost] == nodes[1 - lost]
+            print(f"async batches: the removed node's envs came back after {time.monotonic() - started:.1f} s")
+        finally:
+            envs.close()
+    finally:
+        shutdown(cluster)
