@@ -45,6 +45,7 @@ from .spin import default_spin_wait, server_spin
 from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 
 _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
+DEFAULT_RING_DEPTH = 4  # batches the ring holds (remote lockstep replies reuse as many arrays)
 
 
 def seed_list(seed: int | list | None, num_envs: int) -> list:
@@ -155,7 +156,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         max_concurrency: Optional[int] = None,
         backend: Union[str, Backend] = "process",
-        ring_depth: int = 4,
+        ring_depth: int = DEFAULT_RING_DEPTH,
         envs_per_server: Optional[int] = None,
         info_capacity: int = 4096,
         startup_timeout: float = 120.0,

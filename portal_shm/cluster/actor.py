@@ -79,9 +79,6 @@ class EnvHostActor:
     def ping(self) -> bool:
         return self._thread.is_alive()
 
-    def sessions(self) -> int:
-        return len(self._host.sessions)
-
     def stop(self) -> None:
         """Stop the host (its sessions' envs first) and remove its keys."""
         self._host.stop()

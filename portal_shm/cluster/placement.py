@@ -93,9 +93,6 @@ class RayHosts:
             ) from None
         return hosts
 
-    def __len__(self) -> int:
-        return len(self.actors)
-
     @property
     def addresses(self) -> list[str]:
         return [e["address"] for e in self.endpoints]

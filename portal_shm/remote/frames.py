@@ -16,6 +16,9 @@ import numpy as np
 from ..wire import protocol as P
 from . import codecs
 
+# The host protocol both sides check at hello; raised whenever this format changes
+# (2: small arrays inline as bytes in their spec).
+PROTOCOL = 2
 MAX_ARRAYS = 4096
 MAX_DIMS = 16
 _SAFE_KINDS = frozenset("biuf?")
@@ -100,6 +103,13 @@ def _shape(shape: Any) -> tuple:
     return tuple(shape)
 
 
+def _nbytes(dtype: np.dtype, shape: tuple) -> int:
+    size = dtype.itemsize
+    for n in shape:
+        size *= n
+    return size
+
+
 def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.ndarray]] = None) -> tuple[dict, list]:
     """(header, arrays) of a received message; arrays are read-only views of the frames.
 
@@ -130,9 +140,7 @@ def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.
             continue
         if isinstance(spec, list) and len(spec) == 4 and spec[2] == INLINE:
             dtype, shape, data = _dtype(spec[0]), _shape(spec[1]), spec[3]
-            size = dtype.itemsize
-            for n in shape:
-                size *= n
+            size = _nbytes(dtype, shape)
             if not isinstance(data, bytes) or len(data) != size:
                 raise FrameError(
                     f"inline array of {len(data) if isinstance(data, bytes) else '?'} bytes for {dtype}{list(shape)}"
@@ -148,9 +156,7 @@ def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.
             raise FrameError(f"the header lists more array frames than the message has ({len(frames) - 1})")
         count += 1
         dtype, shape, codec = _dtype(spec[0]), _shape(spec[1]), spec[2]
-        size = dtype.itemsize
-        for n in shape:
-            size *= n
+        size = _nbytes(dtype, shape)
         data = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         wire = len(data)
         target = into[len(arrays)] if into is not None and len(arrays) < len(into) else None

@@ -33,7 +33,6 @@ from .host_session import HostSession, error_message
 
 log = logging.getLogger("portal_shm.host")
 
-PROTOCOL = 2  # 2: small arrays inline as bytes in their spec
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 DEFAULT_PORT = 5555
 DEFAULT_RUNTIMES = ("process", "docker")
@@ -276,8 +275,11 @@ class Host:
         session.start()
 
     def _hello_problem(self, header: dict, frame: Any) -> Optional[str]:
-        if header.get("protocol") != PROTOCOL:
-            return f"agent speaks host protocol {header.get('protocol')!r}, this host {PROTOCOL}: use one portal-shm version"
+        if header.get("protocol") != frames.PROTOCOL:
+            return (
+                f"agent speaks host protocol {header.get('protocol')!r}, this host {frames.PROTOCOL}: "
+                "use one portal-shm version"
+            )
         if (
             header.get("seq") != 1
             or not isinstance(header.get("env_id"), str)

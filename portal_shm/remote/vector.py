@@ -25,7 +25,7 @@ from gymnasium.vector.utils import batch_space
 from .. import errors as E
 from ..agent.spaces import schema_to_space
 from ..agent.validate import check_schema
-from ..agent.vector import seed_list
+from ..agent.vector import DEFAULT_RING_DEPTH, seed_list
 from ..wire import protocol as P
 from ..wire.schema import is_fixed
 from . import codecs, frames, keys, trees
@@ -34,7 +34,6 @@ from .infos import batch as batch_infos
 from .link import HostLink, poller_of, wait
 from .recovery import HostRecovery
 
-PROTOCOL = 2  # 2: small arrays inline as bytes in their spec
 _ERRORS = {
     cls.__name__: cls
     for cls in (
@@ -146,7 +145,7 @@ class RemoteVectorPortal(VectorEnv):
         hosts, counts = b.host_list(), b.split(self.num_envs)
         self._hello = {
             "cmd": "hello",
-            "protocol": PROTOCOL,
+            "protocol": frames.PROTOCOL,
             "env_id": env_id,
             "env_kwargs": env_kwargs,
             "runtime": b.runtime,
@@ -253,7 +252,8 @@ class RemoteVectorPortal(VectorEnv):
         if not self._batched and self._obs_fixed:
             for link in self._links:
                 if not link.outputs:  # a new link (a reconnect, too)
-                    link.use_outputs(self._obs_specs, int(self._hello["vector"].get("ring_depth", 4)))
+                    depth = self._hello["vector"].get("ring_depth", DEFAULT_RING_DEPTH)
+                    link.use_outputs(self._obs_specs, int(depth))
         pending = {
             i: link.send(header, arrays[i])
             for i, (link, header) in enumerate(zip(self._links, headers))
