@@ -26,7 +26,14 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import portal_shm  # noqa: E402
-from tests.integration.ray_cluster import node_of, pid_gone, shutdown, start_cluster, wait_gone  # noqa: E402
+from tests.integration.ray_cluster import (  # noqa: E402
+    pid_gone,
+    remove_node,
+    shutdown,
+    start_cluster,
+    wait_gone,
+    worker_host,
+)
 from tests.integration.test_ray import DRIVER  # noqa: E402
 
 
@@ -38,8 +45,8 @@ def node_lost(restart: bool) -> float:
         try:
             envs.reset(seed=0)
             nodes = envs.host_nodes()
-            lost = next(i for i, node in enumerate(nodes) if node != cluster.head_node.node_id)
-            cluster.remove_node(node_of(cluster, nodes[lost]), allow_graceful=False)
+            lost = worker_host(cluster, nodes)
+            remove_node(cluster, nodes[lost])
             started = time.monotonic()
             try:
                 while "env_restarted" not in envs.step(np.zeros(4, np.int64))[4]:

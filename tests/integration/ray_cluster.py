@@ -58,9 +58,15 @@ def wait_gone(pids: list, seconds: float) -> float:
     return time.monotonic() - started
 
 
-def node_of(cluster: Cluster, node_id: str):
-    """The worker node (to remove) with Ray node id ``node_id``."""
-    return next(node for node in cluster.workers if node.node_id == node_id)
+def worker_host(cluster: Cluster, nodes: list) -> int:
+    """The index of the first host (of ``nodes``, each host's Ray node id) on a worker node."""
+    return next(i for i, node in enumerate(nodes) if node != cluster.head_node.node_id)
+
+
+def remove_node(cluster: Cluster, node_id: str) -> None:
+    """Remove the worker node with Ray node id ``node_id`` at once, as a lost machine vanishes."""
+    node = next(node for node in cluster.workers if node.node_id == node_id)
+    cluster.remove_node(node, allow_graceful=False)
 
 
 def all_cpus_free(seconds: float = 15.0) -> bool:
