@@ -293,7 +293,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
                 "autoreset_mode": self.autoreset_mode.value,
                 "observation_schema": self._obs_schema,
                 "action_schema": self._act_schema,
-                "spin": server_spin(self.spin_wait, len(session.servers), self._async),
+                "spin": server_spin(self.spin_wait, len(session.servers)),
             },
             timeout,
         )

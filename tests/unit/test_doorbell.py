@@ -109,7 +109,6 @@ def test_spin_policy(monkeypatch):
     assert default_spin_wait() == 0.0
     cores = len(os.sched_getaffinity(0))
     assert server_spin(0.001, cores) == 0.001 and server_spin(0.001, cores + 1) == 0.0
-    assert server_spin(0.001, 1, batches=True) == 0.0
 
 
 def test_cpu_meter_counts_the_processes_working_for_the_agent():
