@@ -30,6 +30,30 @@ from .session import group_envs
 from .validate import check_blobs
 
 _STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
+_MAX_PLANS = 4096  # batch plans kept: one per set of servers seen together, few in practice
+
+
+class BatchPlan:
+    """A set of servers handed out together: their envs (``ids``, ``env_id``), each server's rows
+    in the batch, and the ring span they cover when their envs are consecutive (else None)."""
+
+    def __init__(self, servers: list) -> None:
+        self.servers = servers
+        self.ids = np.array([i for server in servers for i in server.env_indices], dtype=np.int64)
+        # Read-only, so one array serves every batch of this plan, and ``send`` may take the
+        # very array ``recv`` handed out for the envs it names without comparing them.
+        self.env_id = self.ids.astype(np.int32)
+        self.env_mask = np.ones(self.ids.size, dtype=np.bool_)
+        self.ids.flags.writeable = self.env_id.flags.writeable = self.env_mask.flags.writeable = False
+        self.positions: list[int] = []
+        self.rows: list[tuple] = []
+        row = 0
+        for server in servers:
+            self.positions.append(row)
+            self.rows.append((server, slice(row, row + len(server.env_indices))))
+            row += len(server.env_indices)
+        first, last = int(self.ids[0]), int(self.ids[-1]) + 1
+        self.span = slice(first, last) if last - first == self.ids.size else None
 
 
 class AsyncBatches:
@@ -63,6 +87,8 @@ class AsyncBatches:
         self._reset_extras: dict = {}
         self._last_ids = np.arange(0)
         self._last_servers: list = []
+        self._last_env_id: Any = None  # the infos["env_id"] handed out with them
+        self._plans: dict[tuple, BatchPlan] = {}
         self._out_slot = -1
         self._out: dict = {}
 
@@ -81,7 +107,12 @@ class AsyncBatches:
         already stepping (the envs ``recv`` hands out always do). Returns at once.
         """
         self._require_batches("send")
-        if env_ids is None or env_ids is self._last_ids or np.array_equal(env_ids, self._last_ids):
+        if (
+            env_ids is None
+            or env_ids is self._last_env_id
+            or env_ids is self._last_ids
+            or np.array_equal(env_ids, self._last_ids)
+        ):
             ids, servers = self._last_ids, self._last_servers
             if not servers:
                 raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
@@ -167,7 +198,7 @@ class AsyncBatches:
     def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         """The first ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``.
 
-        ``infos["env_id"]`` says which envs they are (ascending). When the finished servers hold
+        ``infos["env_id"]`` says which envs they are (ascending, read-only). When the finished servers hold
         consecutive envs in the same ring slot (always the case with one server per batch), the
         arrays are views of the ring, as in lockstep; otherwise they are gathered into arrays
         owned by the portal, reused after ``ring_depth`` batches: the same validity rule either
@@ -279,29 +310,32 @@ class AsyncBatches:
             f"[runtime: {self._session.servers[pending[0]].handle.describe()}]"
         )
 
+    def _plan(self, taken: list) -> "BatchPlan":
+        """What a batch of these servers always is (its envs, their rows, each server's place)."""
+        key = tuple(taken)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = BatchPlan([self._session.servers[index] for index in taken])
+            if len(self._plans) < _MAX_PLANS:
+                self._plans[key] = plan
+        return plan
+
     def _batch(self, taken: list, extras: dict) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        servers = [self._session.servers[index] for index in taken]
+        plan = self._plan(taken)
+        servers, ids = plan.servers, plan.ids
         slots = [self._server_slot[index] for index in taken]
-        ids = np.array([i for server in servers for i in server.env_indices], dtype=np.int64)
-        first, last = int(ids[0]), int(ids[-1]) + 1
         infos: dict = {}
-        position = 0
-        for server, k in zip(servers, slots):
+        for server, k, position in zip(servers, slots, plan.positions):
             infos = self._gather_server(server, k, extras, infos, position)
-            position += len(server.env_indices)
-        infos["env_id"] = ids.astype(np.int32)
-        infos["_env_id"] = np.ones(ids.size, dtype=np.bool_)
-        self._last_ids = ids
-        self._last_servers, row = [], 0
-        for server in servers:
-            self._last_servers.append((server, slice(row, row + len(server.env_indices))))
-            row += len(server.env_indices)
+        infos["env_id"], infos["_env_id"] = plan.env_id, plan.env_mask
+        self._last_ids, self._last_servers, self._last_env_id = ids, plan.rows, plan.env_id
         var = None if self._obs_slots is not None else [self._var_obs[i] for i in ids.tolist()]
-        if last - first == ids.size and len(set(slots)) == 1:
-            k = slots[0]
+        same_slot = slots.count(slots[0]) == len(slots)
+        if plan.span is not None and same_slot:
+            k, span = slots[0], plan.span
 
             def pick(index: Any, array: np.ndarray) -> np.ndarray:
-                return array[k, first:last]
+                return array[k, span]
         else:
             self._out_slot = (self._out_slot + 1) % self.ring_depth
 
@@ -310,11 +344,11 @@ class AsyncBatches:
                 out = self._out.get(key)
                 if out is None:
                     out = self._out[key] = np.empty((ids.size,) + array.shape[2:], array.dtype)
-                row = 0
-                for server, k in zip(servers, slots):
-                    size = len(server.env_indices)
-                    out[row : row + size] = array[k, server.env_indices[0] : server.env_indices[-1] + 1]
-                    row += size
+                if same_slot:
+                    np.take(array[slots[0]], ids, axis=0, out=out)
+                    return out
+                for (server, rows), k in zip(plan.rows, slots):
+                    out[rows] = array[k, server.env_indices[0] : server.env_indices[-1] + 1]
                 return out
 
         try:

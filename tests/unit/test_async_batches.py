@@ -99,6 +99,22 @@ def test_one_server_per_batch_gives_ring_views_and_several_give_copies():
         envs.close()
 
 
+def test_env_ids_handed_out_are_read_only_and_name_what_send_steps():
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    try:
+        _, infos = envs.reset(seed=0)
+        ids = infos["env_id"]
+        with pytest.raises(ValueError, match="read-only"):
+            ids[0] = 3
+        envs.send(np.zeros(2, np.int64), ids)  # the very array recv handed out
+        assert envs.recv()[4]["env_id"].tolist() == [2, 3]  # the reset's second batch
+        envs.send(np.zeros(2, np.int64), np.array([2, 3]))  # a new array: checked, mapped to its server
+        seen = sorted(envs.recv()[4]["env_id"].tolist() + envs.recv()[4]["env_id"].tolist())
+        assert seen == [0, 1, 2, 3]
+    finally:
+        envs.close()
+
+
 def test_step_async_and_step_wait_answer_the_last_batch():
     envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 2})
     try:
