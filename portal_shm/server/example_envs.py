@@ -114,7 +114,8 @@ class NestedEnv(gym.Env):
 class FaultyEnv(gym.Env):
     """Fails on purpose in a chosen phase after ``after`` steps: ``raise``, ``segfault``, ``exit``
     (``os._exit(7)``), ``hang`` (sleeps), ``spin`` (an endless Python loop), ``stop`` (SIGSTOPs
-    its own process) or ``oom`` (allocates memory until the runtime's limit kills it)."""
+    its own process), ``oom`` (allocates memory until the runtime's limit kills it) or, in
+    ``step``, ``bad_reward`` (returns a reward that is not a number)."""
 
     def __init__(self, fault: str = "raise", phase: str = "step", after: int = 0, only_env: Optional[int] = None):
         self.observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -150,6 +151,8 @@ class FaultyEnv(gym.Env):
 
     def step(self, action):
         self.steps += 1
+        if self.fault == "bad_reward" and self.steps > self.after:
+            return np.full(3, 0.5, np.float32), "lots", False, False, {}
         self._maybe_fail("step")
         return np.full(3, 0.5, np.float32), 1.0, False, False, {}
 

@@ -208,6 +208,15 @@ class EnvServer:
                 self.obs_var.append((index, _leaf_getter(path)))
         # Actions with a variable layout (Text, Graph, custom spaces...) come as a message instead.
         self.read_action = _action_reader(act_schema, views, [0]) if is_fixed(act_schema) else None
+        # The observation array itself when the observation is a single fixed-layout leaf
+        # (a Box, Discrete...): the hot path then writes it without walking the tree.
+        self.whole_obs = (
+            self.obs_fixed[0][1]
+            if len(self.obs_fixed) == 1 and not self.obs_var and leaves(obs_schema)[0][0] == ()
+            else None
+        )
+        first, last = self.env_indices[0], self.env_indices[-1] + 1
+        self.rows: Any = slice(first, last) if self.env_indices == list(range(first, last)) else self.env_indices
         self.reward = views["reward"]
         self.terminated = views["terminated"]
         self.truncated = views["truncated"]
@@ -283,15 +292,26 @@ class EnvServer:
         if not payload and not any(infos):
             self.info_len[k, i] = 0
             return
+        self.info_len[k, i] = self._blob(k, i, infos, payload, extras)
+
+    def _blob(self, k: int, i: int, infos: list, payload: list, extras: dict) -> int:
+        """Encode the env's infos (and variable-layout obs) into its row, or into ``extras`` when
+        too big for it; returns the length to write to ``info_len`` (-1: spilled)."""
         blob = P.packb([infos, payload[0] if payload else None])
         if len(blob) <= self.info_capacity:
             self.info[k, i, : len(blob)] = np.frombuffer(blob, np.uint8)
-            self.info_len[k, i] = len(blob)
-        else:
-            self.info_len[k, i] = -1
-            extras[i] = blob
+            return len(blob)
+        extras[i] = blob
+        return -1
 
     def step(self, k: int, actions_by_message: bool = False) -> None:
+        """Step every env with the actions of slot ``k`` and write its results into slot ``k``.
+
+        Rewards, flags and infos lengths are gathered in lists and written with one numpy call
+        each per step rather than one per env (a per-env write costs ~0.1 us, as much as the rest
+        of serving a cheap env); values that numpy refuses are written again one env at a time,
+        so the env that returned them is the one reported.
+        """
         mailbox = self.mailbox
         extras: dict = {}
         errors: list = []
@@ -302,36 +322,50 @@ class EnvServer:
             if message.get("cmd") != P.ACTIONS:
                 raise P.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
             actions = message["actions"]
-        for j, env in enumerate(self.envs):
-            i = self.env_indices[j]
-            payload: list = []
+        envs, indices, autoreset, read_action, whole = (
+            self.envs,
+            self.env_indices,
+            self.autoreset,
+            self.read_action,
+            self.whole_obs,
+        )
+        count = len(envs)
+        rewards, terminateds, truncateds, lengths = [0.0] * count, [False] * count, [False] * count, [0] * count
+        for j in range(count):
+            env, i = envs[j], indices[j]
             try:
-                if mode == NEXT_STEP and self.autoreset[j]:
+                if autoreset[j] and mode == NEXT_STEP:
                     obs, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
                     infos = [info]
                 else:
-                    if mode == DISABLED and self.autoreset[j]:
+                    if autoreset[j] and mode == DISABLED:
                         raise RuntimeError(
                             f"env {i} ended its episode and autoreset_mode is DISABLED: "
                             "call reset(options={'reset_mask': mask}) for it before stepping"
                         )
-                    action = self.read_action(k, i) if actions is None else revive(env.action_space, actions[j])
+                    action = read_action(k, i) if actions is None else revive(env.action_space, actions[j])
                     obs, reward, terminated, truncated, info = env.step(action)
                     infos = [info]
                     if mode == SAME_STEP and (terminated or truncated):
                         infos = [{"final_obs": obs, "final_info": info}]
                         obs, info = env.reset()
                         infos.append(info)
-                self.reward[k, i] = reward
-                self.terminated[k, i] = terminated
-                self.truncated[k, i] = truncated
-                self._write(k, j, i, obs, payload)
-                self.autoreset[j] = bool(terminated or truncated)
-                self._publish(k, i, infos, payload, extras)
+                rewards[j], terminateds[j], truncateds[j] = reward, terminated, truncated
+                if whole is not None:
+                    whole[k, i] = obs
+                    if any(infos):
+                        lengths[j] = self._blob(k, i, infos, [], extras)
+                else:
+                    payload: list = []
+                    self._write(k, j, i, obs, payload)
+                    if payload or any(infos):
+                        lengths[j] = self._blob(k, i, infos, payload, extras)
+                autoreset[j] = bool(terminated or truncated)
             except Exception as exc:
                 # Every env steps, as each would in a process of its own; all errors are reported.
                 errors.append(error_message(exc, i, "step"))
+        self._write_results(k, rewards, terminateds, truncateds, lengths, errors)
         if errors:
             self.send(dict(errors[0], more=errors[1:]))
             mailbox[_STATUS] = STATUS_ERROR
@@ -341,6 +375,24 @@ class EnvServer:
             self.send({"cmd": P.EXTRA, "blobs": extras})
         mailbox[_EXTRA] = 1 if extras else 0
         mailbox[_STATUS] = STATUS_OK
+
+    def _write_results(
+        self, k: int, rewards: list, terminateds: list, truncateds: list, lengths: list, errors: list
+    ) -> None:
+        rows = self.rows
+        self.info_len[k, rows] = lengths
+        try:
+            self.reward[k, rows] = rewards
+            self.terminated[k, rows] = terminateds
+            self.truncated[k, rows] = truncateds
+        except Exception:
+            for j, i in enumerate(self.env_indices):
+                try:
+                    self.reward[k, i] = rewards[j]
+                    self.terminated[k, i] = terminateds[j]
+                    self.truncated[k, i] = truncateds[j]
+                except Exception as exc:
+                    errors.append(error_message(exc, i, "step"))
 
     # -- control messages -----------------------------------------------------------------
     def control(self, message: dict) -> bool:

@@ -53,6 +53,21 @@ def test_unsendable_call_result_is_a_clear_error(cartpole):
         cartpole.get_attr("np_random")
 
 
+def test_a_reward_that_is_not_a_number_is_an_env_error_of_its_env():
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:FaultyEnv", 4, fault="bad_reward", after=1, vector_kwargs={"envs_per_server": 4}
+    )
+    try:
+        envs.reset(seed=0)
+        _, reward, *_ = envs.step(np.zeros(4, np.int64))
+        assert reward.tolist() == [1.0] * 4
+        with pytest.raises(portal_shm.EnvError, match="lots") as error:
+            envs.step(np.zeros(4, np.int64))
+        assert error.value.env_index == 0 and error.value.phase == "step"
+    finally:
+        envs.close()
+
+
 def test_views_stay_valid_for_ring_depth_minus_one_calls():
     envs = portal_shm.make_vec("portal_shm.server.example_envs:NestedEnv", 2, vector_kwargs={"ring_depth": 3})
     try:
