@@ -13,7 +13,8 @@ lazily imported modules, ALE's first frames).
         --json benchmarks/results/soak_2core.json --plot benchmarks/results/soak_2core.png
 
 Scenarios run one after the other: ``null:210x160x3`` at N=16 (reaches the step budget first)
-and ``ALE/Pong-v5`` at N=8 (reaches the time budget first).
+and ``ALE/Pong-v5`` at N=8 (reaches the time budget first); ``ID=N/B`` steps N envs in async
+batches of B (``CartPole-v1=32/16``).
 """
 
 from __future__ import annotations
@@ -66,13 +67,16 @@ def _shm_entries(tag: str) -> tuple:
 
 
 def _make(scenario: str) -> tuple:
-    env_id, _, num = scenario.partition("=")
+    """``ID=N`` steps N envs in lockstep, ``ID=N/B`` in async batches of B (``send``/``recv``)."""
+    env_id, _, sizes = scenario.partition("=")
+    num, _, batch = sizes.partition("/")
     num_envs = int(num or 8)
+    kwargs = {"vector_kwargs": {"batch_size": int(batch)}} if batch else {}
     if env_id.startswith("null:"):
         shape = tuple(int(x) for x in env_id[len("null:") :].split("x"))
-        envs = portal_shm.make_vec("portal_shm.server.example_envs:NullEnv", num_envs, shape=shape)
+        envs = portal_shm.make_vec("portal_shm.server.example_envs:NullEnv", num_envs, shape=shape, **kwargs)
     else:
-        envs = portal_shm.make_vec(env_id, num_envs)
+        envs = portal_shm.make_vec(env_id, num_envs, **kwargs)
     return env_id, num_envs, envs
 
 
@@ -90,8 +94,10 @@ def soak(scenario: str, minutes: float, max_steps: int, interval: float) -> dict
     next_sample = started
     steps = 0
     batches = 0
+    batched = envs.batch_size < envs.num_envs
     try:
-        envs.reset(seed=0)
+        _, infos = envs.reset(seed=0)
+        ids = infos.get("env_id")
         while True:
             now = time.monotonic()
             if now >= next_sample:
@@ -112,9 +118,13 @@ def soak(scenario: str, minutes: float, max_steps: int, interval: float) -> dict
                 if now - started >= minutes * 60 or steps >= max_steps:
                     break
             for _ in range(50):
-                envs.step(actions[int(rng.integers(64))])
+                if batched:
+                    envs.send(actions[int(rng.integers(64))], ids)
+                    ids = envs.recv()[4]["env_id"]
+                else:
+                    envs.step(actions[int(rng.integers(64))])
             batches += 50
-            steps += 50 * num_envs
+            steps += 50 * (envs.batch_size if batched else num_envs)
     finally:
         elapsed = time.monotonic() - started
         envs.close()
@@ -196,7 +206,9 @@ def plot(results: list, path: str) -> None:
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--scenarios", default=",".join(DEFAULT_SCENARIOS), help="comma-separated ID=N; ID is an env id or null:AxBxC"
+        "--scenarios",
+        default=",".join(DEFAULT_SCENARIOS),
+        help="comma-separated ID=N or ID=N/B (batches of B); ID is an env id or null:AxBxC",
     )
     parser.add_argument("--minutes", type=float, default=30.0, help="time budget per scenario")
     parser.add_argument("--max-steps", type=int, default=10_000_000, help="env-step budget per scenario")
