@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from portal_shm.bench import measure
 from portal_shm.bench.ceiling import sample_actions
 from portal_shm.bench.cpu import CpuMeter
 from portal_shm.bench.scenarios import parse_scenario
@@ -119,6 +120,8 @@ def _worker(kind: str, name: str, count: int, seed: int, go: Any, queue: Any, ro
 
 
 def _portal(name: str, procs: int, count: int, batch: int, seed: int, seconds: float) -> tuple:
+    """(env-steps/s, CPU s/1k) of a portal with ``procs`` servers of ``count`` envs, timed by
+    ``portal-shm bench``'s own runs (lockstep, or async batches when ``batch`` is smaller)."""
     import portal_shm
 
     sc = parse_scenario(name)
@@ -128,35 +131,14 @@ def _portal(name: str, procs: int, count: int, batch: int, seed: int, seconds: f
         kwargs["batch_size"] = batch
     envs = portal_shm.make_vec(sc.target, num, **sc.kwargs, vector_kwargs=kwargs)
     try:
-        envs.single_action_space.seed(seed)
-        actions = [np.stack([envs.single_action_space.sample() for _ in range(num)]) for _ in range(64)]
+        actions = sample_actions(envs.action_space, seed)
+        lat = np.zeros(measure.LATENCY_CAPACITY, np.int64)
         if batch < num:
-            _, infos = envs.reset(seed=seed)
-            ids = infos["env_id"]
-
-            def cycle(i: int) -> int:
-                nonlocal ids
-                envs.send(actions[i % 64][: len(ids)], ids)
-                ids = envs.recv()[4]["env_id"]
-                return len(ids)
+            result = measure.batched_run(envs, actions, seconds, 200, lat, first=True)
         else:
             envs.reset(seed=seed)
-
-            def cycle(i: int) -> int:
-                envs.step(actions[i % 64])
-                return num
-
-        for i in range(200):
-            cycle(i)
-        meter = CpuMeter()
-        cpu0 = meter.read()
-        steps, i = 0, 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            steps += cycle(i)
-            i += 1
-        wall = time.perf_counter() - start
-        return steps / wall, 1000 * (meter.read() - cpu0) / steps
+            result = measure.timed_run(envs, actions, seconds, 200, lat)
+        return result["steps_per_s"], result["cpu_s_per_1k_steps"]
     finally:
         envs.close()
 

@@ -38,18 +38,15 @@ class BatchPlan:
     in the batch, and the ring span they cover when their envs are consecutive (else None)."""
 
     def __init__(self, servers: list) -> None:
-        self.servers = servers
         self.ids = np.array([i for server in servers for i in server.env_indices], dtype=np.int64)
         # Read-only, so one array serves every batch of this plan, and ``send`` may take the
         # very array ``recv`` handed out for the envs it names without comparing them.
         self.env_id = self.ids.astype(np.int32)
         self.env_mask = np.ones(self.ids.size, dtype=np.bool_)
         self.ids.flags.writeable = self.env_id.flags.writeable = self.env_mask.flags.writeable = False
-        self.positions: list[int] = []
         self.rows: list[tuple] = []
         row = 0
         for server in servers:
-            self.positions.append(row)
             self.rows.append((server, slice(row, row + len(server.env_indices))))
             row += len(server.env_indices)
         first, last = int(self.ids[0]), int(self.ids[-1]) + 1
@@ -322,11 +319,11 @@ class AsyncBatches:
 
     def _batch(self, taken: list, extras: dict) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         plan = self._plan(taken)
-        servers, ids = plan.servers, plan.ids
+        ids = plan.ids
         slots = [self._server_slot[index] for index in taken]
         infos: dict = {}
-        for server, k, position in zip(servers, slots, plan.positions):
-            infos = self._gather_server(server, k, extras, infos, position)
+        for (server, rows), k in zip(plan.rows, slots):
+            infos = self._gather_server(server, k, extras, infos, rows.start)
         infos["env_id"], infos["_env_id"] = plan.env_id, plan.env_mask
         self._last_ids, self._last_servers, self._last_env_id = ids, plan.rows, plan.env_id
         var = None if self._obs_slots is not None else [self._var_obs[i] for i in ids.tolist()]
