@@ -31,6 +31,8 @@ _LAZY = {
     "ServerProtocolError": "errors",
     "RestartLimitError": "errors",
     "HostLostError": "errors",
+    "HostPolicyError": "errors",
+    "HostPolicy": "remote.host_policy",
     "RayBackend": "cluster.backend",
     "RayVectorPortal": "cluster.vector",
     "RemoteBackend": "remote.backend",

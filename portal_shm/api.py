@@ -17,6 +17,7 @@ from .cluster.backend import RayBackend
 from .cluster.backend import option_names as ray_option_names
 from .remote.backend import RemoteBackend
 from .remote.backend import option_names as remote_option_names
+from .remote.host_policy import AGENT_RUNTIME_OPTIONS
 from .runtimes.backend import Backend
 from .runtimes.registry import BACKENDS, backend_option_names, resolve_backend
 
@@ -47,7 +48,7 @@ def _hosted(
         runtime = BACKENDS.get(hosted.runtime)
         if runtime is None or runtime.name == "attach":
             raise ValueError(f"runtime={hosted.runtime!r}: hosts run envs on process, docker, venv or micromamba")
-        names = {field.name for field in dataclasses.fields(runtime)}
+        names = {field.name for field in dataclasses.fields(runtime)} | set(AGENT_RUNTIME_OPTIONS[runtime.name])
         picked = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
         hosted = dataclasses.replace(hosted, runtime_options={**hosted.runtime_options, **picked})
     vector_kwargs = dict(vector_kwargs or {})

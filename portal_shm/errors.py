@@ -151,6 +151,12 @@ class RestartLimitError(PortalError):
         )
 
 
+class HostPolicyError(PortalError):
+    """An env host refused what an agent asked for: its operator's allow-lists do not include it
+    (an env id, entry point, runtime option, vector or env kwarg, or an attribute name). The
+    message names the ``portal-shm host`` flag that would allow it."""
+
+
 class HostLostError(PortalError):
     """A remote env host stopped answering (killed, cut off, or its network down)."""
 

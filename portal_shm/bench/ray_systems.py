@@ -53,6 +53,8 @@ class RaySystem:
     def __init__(self, sc: Scenario, n: int, options: BenchOptions) -> None:
         import portal_shm
 
+        from ..remote.host_policy import HostPolicy
+
         self._ray = _LocalRay()
         try:
             self.portal = portal_shm.make_vec(
@@ -63,6 +65,7 @@ class RaySystem:
                 compression=options.compression,
                 vector_kwargs=options.vector_kwargs(),
                 env_kwargs=sc.kwargs,
+                host_policy=HostPolicy(entry_points=(sc.target,)) if ":" in sc.target else None,
             )
         except BaseException:
             self._ray.close()

@@ -28,16 +28,18 @@ from .scenarios import Scenario
 
 
 class _Host:
-    """A host process with fresh keys in a temporary directory (``--insecure`` without), removed on close."""
+    """A host process with fresh keys in a temporary directory (``--insecure`` without), removed on close,
+    that serves the scenario's env (an entry point is allowed by name, as its operator would)."""
 
-    def __init__(self, insecure: bool) -> None:
+    def __init__(self, sc: Scenario, insecure: bool) -> None:
         from ..remote.spawn import HostProcess, LocalKeys
 
         self.dir = tempfile.mkdtemp(prefix="portal-shm-bench-")
         keys = None if insecure else LocalKeys(self.dir)
         self.options: dict = {"insecure": True} if insecure else keys.options()
         try:
-            self.process = HostProcess(keys, "--max-envs", "4096", "--max-envs-per-agent", "4096")
+            allow = ["--entry-points", sc.target] if ":" in sc.target else []
+            self.process = HostProcess(keys, "--max-envs", "4096", "--max-envs-per-agent", "4096", *allow)
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
@@ -97,7 +99,7 @@ class RemoteSystem:
     ) -> None:
         import portal_shm
 
-        self._host = _Host(insecure)
+        self._host = _Host(sc, insecure)
         self._link = None
         try:
             address = self._host.address
@@ -145,7 +147,7 @@ class RpcVector:
     def __init__(self, sc: Scenario, n: int, options: BenchOptions) -> None:
         import portal_shm
 
-        self._host = _Host(insecure=False)
+        self._host = _Host(sc, insecure=False)
         self._link = None
         self.envs: list = []
         try:

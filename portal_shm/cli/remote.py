@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from typing import Any, Optional
 
 from rich.console import Console
 
@@ -13,9 +14,15 @@ console = Console()
 
 def cmd_host(args: argparse.Namespace) -> int:
     """Run the env host daemon until Ctrl-C or SIGTERM."""
+    from ..errors import PortalError
     from ..remote.host import HostOptions, run_host
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        policy = host_policy(args)
+    except PortalError as exc:
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return 2
     options = HostOptions(
         bind=args.bind,
         keys_dir=args.keys,
@@ -23,7 +30,7 @@ def cmd_host(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         max_envs=args.max_envs,
         max_envs_per_agent=args.max_envs_per_agent,
-        runtimes=tuple(r.strip() for r in args.runtimes.split(",") if r.strip()),
+        policy=policy,
         heartbeat_timeout=args.heartbeat_timeout,
     )
     if args.insecure:
@@ -33,6 +40,47 @@ def cmd_host(args: argparse.Namespace) -> int:
         )
     run_host(options)
     return 0
+
+
+def _list(text: Optional[str]) -> Optional[tuple]:
+    return None if text is None else tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _named(pairs: list, flag: str) -> dict:
+    from ..errors import PortalError
+
+    out = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise PortalError(f"{flag} {pair!r}: give NAME=VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def host_policy(args: argparse.Namespace) -> Any:
+    """The ``HostPolicy`` of ``portal-shm host``'s flags."""
+    from ..remote.host_policy import HostPolicy
+
+    defaults = HostPolicy()
+    return HostPolicy(
+        runtimes=_list(args.runtimes),
+        envs=_list(args.envs),
+        plugins=_list(args.plugins) if args.plugins is not None else defaults.plugins,
+        entry_points=_list(args.entry_points) if args.entry_points is not None else defaults.entry_points,
+        images=_list(args.images),
+        max_mem=args.max_mem,
+        max_cpus=args.max_cpus,
+        max_pids=args.max_pids,
+        pythons={k: os.path.abspath(os.path.expanduser(v)) for k, v in _named(args.python, "--python").items()},
+        venvs=_named(args.venv, "--venv"),
+        micromambas={
+            k: os.path.abspath(os.path.expanduser(v)) for k, v in _named(args.micromamba, "--micromamba").items()
+        },
+        agent_installs=args.agent_installs,
+        env_kwargs=_list(args.env_kwargs) or (),
+        calls=_list(args.calls) if args.calls is not None else defaults.calls,
+    )
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -75,10 +123,79 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
     host.add_argument("--insecure", action="store_true", help="no encryption, no authentication (trusted networks)")
     host.add_argument("--max-envs", type=int, default=1024, help="envs of all agents together (default %(default)s)")
     host.add_argument("--max-envs-per-agent", type=int, default=512, help="envs per agent key (default %(default)s)")
-    host.add_argument(
+    policy = host.add_argument_group(
+        "what agents may run (an agent key is a right to these envs, never to the host)",
+        "PATTERNS are comma-separated globs; everything else an agent asks for is refused, naming the flag",
+    )
+    policy.add_argument(
         "--runtimes",
         default="process,docker",
         help="runtimes agents may ask for: process, docker, venv, micromamba (default %(default)s)",
+    )
+    policy.add_argument(
+        "--envs",
+        metavar="PATTERNS",
+        help="env ids agents may make, e.g. 'ALE/*,CartPole-v1' (default: every id registered here once --plugins "
+        "are imported; give patterns for ids only an image registers)",
+    )
+    policy.add_argument(
+        "--plugins",
+        metavar="MODULES",
+        help="modules imported to fill this host's gymnasium registry (default: ale_py, vizdoom, minigrid, ... "
+        "where installed)",
+    )
+    policy.add_argument(
+        "--entry-points",
+        metavar="PATTERNS",
+        help="module:callable entry points agents may name; '*' stays within one dotted part "
+        "(default: the presets, portal_shm.presets:atari,vizdoom)",
+    )
+    policy.add_argument(
+        "--images",
+        metavar="PATTERNS",
+        help="docker images agents may run (default: images with the portal-shm.env-image label, which "
+        "portal-shm build sets); hosts never pull",
+    )
+    policy.add_argument("--max-mem", default="4g", help="cap of a container's mem_limit, and its default (%(default)s)")
+    policy.add_argument(
+        "--max-cpus", type=float, default=None, help="cap of a container's cpus, and its default (default: the cores)"
+    )
+    policy.add_argument(
+        "--max-pids", type=int, default=1024, help="cap of a container's pids_limit (default %(default)s)"
+    )
+    policy.add_argument(
+        "--python",
+        action="append",
+        metavar="NAME=PATH",
+        help="an interpreter agents may pick by name (python='NAME') for the process and venv runtimes; repeatable",
+    )
+    policy.add_argument(
+        "--venv",
+        action="append",
+        metavar="NAME=REQS",
+        help="a venv agents may pick by name (venv='NAME'): 'REQ REQ ...' or @requirements.txt; repeatable",
+    )
+    policy.add_argument(
+        "--micromamba",
+        action="append",
+        metavar="NAME=SPEC",
+        help="a micromamba env agents may pick by name (micromamba='NAME'), from its spec .yml; repeatable",
+    )
+    policy.add_argument(
+        "--agent-installs",
+        action="store_true",
+        help="let agents name packages for venvs (requirements=[...]): installing a package runs its code on this "
+        "host, so this gives every agent key the right to run code here",
+    )
+    policy.add_argument(
+        "--env-kwargs",
+        metavar="NAMES",
+        help="env kwarg names allowed beside those the env's constructor declares (globs)",
+    )
+    policy.add_argument(
+        "--calls",
+        metavar="PATTERNS",
+        help="names agents may call, get or set on envs (default '*': every public name; never '_' names)",
     )
     host.add_argument(
         "--heartbeat-timeout",

@@ -20,6 +20,7 @@ from typing import Optional
 
 from ..remote import keys
 from ..remote.host import Host, HostOptions
+from ..remote.host_policy import HostPolicy
 from ..runtimes import gc
 from ..runtimes.resources import PortalResources
 
@@ -31,7 +32,7 @@ class EnvHostActor:
     def __init__(
         self,
         client_public: bytes,
-        runtime: str,
+        policy: HostPolicy,
         max_envs: int,
         heartbeat_timeout: float,
         bind_ip: Optional[str] = None,
@@ -53,7 +54,7 @@ class EnvHostActor:
                 clients_dir=clients,
                 max_envs=max_envs,
                 max_envs_per_agent=max_envs,
-                runtimes=(runtime,),
+                policy=policy,
                 heartbeat_timeout=heartbeat_timeout,
                 name=f"ray-node-{self.node_id[:8]}",
             )

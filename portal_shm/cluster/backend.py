@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from ..errors import PortalError
 from ..remote import codecs
+from ..remote.host_policy import HostPolicy
 
 STRATEGIES = ("STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK")
 
@@ -38,6 +39,10 @@ class RayBackend:
             ``"venv"``, ``"micromamba"``), with ``runtime_options``, as for ``backend="remote"``.
         compression, heartbeat_interval, heartbeat_timeout, connect_timeout: as ``RemoteBackend``'s.
         placement_timeout: seconds to wait for Ray to place the hosts (start and replacement).
+        host_policy: what the hosts let this portal run (a ``HostPolicy``; default: the defaults of
+            ``portal-shm host``: registered ids and the presets). The driver places the hosts, so
+            it is their operator: widen it (``HostPolicy(entry_points=("mypkg.envs:*",))``) for
+            envs the defaults refuse. Its ``runtimes`` are always ``runtime`` alone.
     """
 
     address: Optional[str] = None
@@ -53,8 +58,13 @@ class RayBackend:
     heartbeat_timeout: float = 10.0
     connect_timeout: float = 15.0
     placement_timeout: float = 60.0
+    host_policy: Optional[HostPolicy] = None
 
     name = "ray"
+
+    def policy(self) -> HostPolicy:
+        """The hosts' policy: ``host_policy`` (or the defaults), offering ``runtime`` alone."""
+        return dataclasses.replace(self.host_policy or HostPolicy(), runtimes=(self.runtime,))
 
     def check(self) -> None:
         codecs.check_wish(self.compression)
@@ -66,6 +76,8 @@ class RayBackend:
             raise PortalError(f"cpus_per_host={self.cpus_per_host!r}: give a positive number of CPUs")
         if self.strategy is not None and self.strategy not in STRATEGIES:
             raise PortalError(f"strategy={self.strategy!r}: one of {', '.join(STRATEGIES)}")
+        if self.host_policy is not None and not isinstance(self.host_policy, HostPolicy):
+            raise PortalError(f"host_policy must be a portal_shm.HostPolicy, got {type(self.host_policy).__name__}")
         if self.placement_timeout <= 0:
             raise PortalError("placement_timeout must be positive (seconds)")
         if self.heartbeat_interval <= 0 or self.heartbeat_timeout < 2 * self.heartbeat_interval:

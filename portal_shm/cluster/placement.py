@@ -104,7 +104,7 @@ class RayHosts:
         return (
             ray.remote(EnvHostActor)
             .options(num_cpus=num_cpus, max_restarts=0, scheduling_strategy=strategy)
-            .remote(self._client_public, b.runtime, self.counts[index], b.heartbeat_timeout)
+            .remote(self._client_public, b.policy(), self.counts[index], b.heartbeat_timeout)
         )
 
     def _endpoint(self, actor: Any, index: int) -> dict:

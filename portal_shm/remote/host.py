@@ -7,8 +7,9 @@ routes that agent's messages to it. It answers heartbeats itself, so a long step
 a dead host, and it frees a session's envs when the agent's connection has been gone for half the
 heartbeat timeout, after libzmq's own heartbeats (the other half) gave up on a silent peer.
 
-It never runs code an agent ships: an agent names an env id or entry point that must exist on this
-machine, and a runtime this host allows (``--runtimes``); docker images must already be here.
+It never runs code an agent ships, nor anything its operator did not allow: every hello is checked
+against the host's ``HostPolicy`` (env ids, entry points, runtimes and their options, kwargs), and
+what runs is built from the operator's values (``host_policy``).
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ..errors import PortalError
 from . import frames, keys
+from .host_policy import HostPolicy
 from .host_session import HostSession, error_message
 
 log = logging.getLogger("portal_shm.host")
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 DEFAULT_PORT = 5555
-DEFAULT_RUNTIMES = ("process", "docker")
 
 
 @dataclass
@@ -48,7 +49,7 @@ class HostOptions:
     insecure: bool = False
     max_envs: int = 1024
     max_envs_per_agent: int = 512
-    runtimes: tuple = DEFAULT_RUNTIMES
+    policy: HostPolicy = field(default_factory=HostPolicy)
     heartbeat_timeout: float = 10.0
     max_message_bytes: int = 64 * 1024 * 1024
     name: str = field(default_factory=lambda: os.uname().nodename)
@@ -90,6 +91,8 @@ class Host:
 
     def __init__(self, options: HostOptions) -> None:
         self.options = options
+        self.policy = options.policy
+        self.policy.check()
         self.name = options.name
         self.context = zmq.Context()
         self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
@@ -135,24 +138,6 @@ class Host:
         self._outbox = self.context.socket(zmq.PULL)
         self._outbox.bind(self.outbox_address)
         return socket
-
-    def check_runtime(self, backend: Any) -> None:
-        """Refuse runtimes this host does not offer, and docker images it does not have."""
-        if backend.name not in self.options.runtimes:
-            raise PortalError(
-                f"this host does not run envs on the {backend.name!r} runtime; it offers "
-                f"{', '.join(self.options.runtimes)} (portal-shm host --runtimes ...)"
-            )
-        if backend.name == "docker":
-            from ..runtimes.docker import docker_client
-
-            try:
-                docker_client().images.get(backend.image)
-            except Exception:
-                raise PortalError(
-                    f"image {backend.image!r} is not on host {self.name}: build it there first "
-                    f"(portal-shm build ...); hosts never pull images an agent names"
-                ) from None
 
     # -- the loop --------------------------------------------------------------------------------
     REAP_SECONDS = 0.05  # how often the loop looks for sessions to free (not on every message)
@@ -381,4 +366,5 @@ def run_host(options: HostOptions) -> None:
         if options.insecure
         else f"public key {host.public_key} ({host.public_key_path})",
     )
+    log.warning("agents may run: %s", host.policy.describe())
     host.serve()

@@ -23,28 +23,16 @@ import zmq
 from .. import errors as E
 from ..agent.spec import EnvSpec
 from ..agent.vector import VectorPortal
-from ..runtimes.registry import resolve_backend
 from ..wire import protocol as P
 from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
 from ..wire.schema import is_fixed, space_to_schema
 from . import codecs, frames, trees
 from .infos import unbatch
 from .reliable import Sequencer
+from .request_values import check_name
 
 log = logging.getLogger("portal_shm.host")
 
-# What an agent may set on the host's local portal; everything else is the host's to decide.
-VECTOR_OPTIONS = (
-    "autoreset_mode",
-    "batch_size",
-    "envs_per_server",
-    "step_timeout",
-    "info_capacity",
-    "on_env_failure",
-    "max_restarts",
-    "ring_depth",
-    "startup_timeout",
-)
 _STOP = object()
 _STATUS = MAILBOX_FIELDS.index("status")
 
@@ -231,19 +219,21 @@ class HostSession(threading.Thread):
     def _start(self) -> bool:
         hello = self.hello
         try:
-            options = dict(hello.get("runtime_options") or {})
-            backend = resolve_backend(hello["runtime"], **options)
-            self.host.check_runtime(backend)
-            vector = {key: value for key, value in (hello.get("vector") or {}).items() if key in VECTOR_OPTIONS}
+            grant = self.host.policy.grant(hello, self.num_envs)
+            vector = dict(grant.vector)
             # The agent's batches come from one host each: a host with no more envs than a batch
             # steps them all at once (lockstep here) and hands each step out as one batch.
             self._whole = bool(vector.get("batch_size")) and vector["batch_size"] >= self.num_envs
             if self._whole:
                 vector.pop("batch_size")
-            spec = EnvSpec(hello["env_id"], dict(hello.get("env_kwargs") or {}), backend)
+            spec = EnvSpec(grant.env_id, grant.env_kwargs, grant.backend)
             # No spinning: the router thread, the zmq I/O thread and the agent's traffic need the
             # cores a spinning agent or server would take, and a step here waits for a network anyway.
             self.portal = VectorPortal([spec] * self.num_envs, copy=False, spin_wait=0.0, **vector)
+        except E.HostPolicyError as exc:
+            log.warning("refused %s: %s", self.client, exc)
+            self._emit({**error_message(exc), "re": 1})
+            return False
         except Exception as exc:
             log.warning("session %s: cannot start %d x %s: %s", self.client, self.num_envs, hello.get("env_id"), exc)
             self._emit({**error_message(exc), "re": 1})
@@ -380,18 +370,28 @@ class HostSession(threading.Thread):
             portal.send(self._actions(header, arrays, len(ids)), ids)
             self._in_flight += len(ids)
         elif cmd == "call":
-            values = portal.call(header["name"], *header.get("args", ()), **header.get("kwargs", {}))
+            name, args, kwargs = self._call_name(header), header.get("args", ()), header.get("kwargs", {})
+            if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+                raise ValueError("call: args must be a list and kwargs a dict")
+            values = portal.call(name, *args, **{check_name(k, "call kwarg"): v for k, v in kwargs.items()})
             self._emit({"cmd": "result", "re": seq, "values": list(values)})
         elif cmd == "get_attr":
-            self._emit({"cmd": "result", "re": seq, "values": list(portal.get_attr(header["name"]))})
+            self._emit({"cmd": "result", "re": seq, "values": list(portal.get_attr(self._call_name(header)))})
         elif cmd == "set_attr":
-            portal.set_attr(header["name"], header["values"])
+            portal.set_attr(self._call_name(header), header["values"])
             self._emit({"cmd": "result", "re": seq})
         elif cmd == "render":
             values = portal.render()
             self._emit({"cmd": "result", "re": seq, "values": None if values is None else list(values)})
         else:
             raise ValueError(f"unknown request {cmd!r}")
+
+    def _call_name(self, header: dict) -> str:
+        try:
+            return self.host.policy.check_call(header.get("name"))
+        except E.HostPolicyError as exc:
+            log.warning("refused %s: %s", self.client, exc)
+            raise
 
     def _actions(self, header: dict, arrays: list, count: int) -> Any:
         if not self._act_fixed:

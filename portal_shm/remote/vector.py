@@ -43,6 +43,7 @@ _ERRORS = {
         E.RestartLimitError,
         E.ServerDiedError,
         E.ProtocolMismatchError,
+        E.HostPolicyError,
     )
 }
 

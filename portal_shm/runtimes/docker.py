@@ -25,6 +25,7 @@ LABEL_PORTAL = f"{LABEL_PREFIX}.portal"
 LABEL_SERVER = f"{LABEL_PREFIX}.server"
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
 LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
+LABEL_ENV_IMAGE = f"{LABEL_PREFIX}.env-image"  # set by portal-shm build: what hosts serve by default
 NOBODY = 65534
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import PortalError
-from .docker import docker_client
+from .docker import LABEL_ENV_IMAGE, docker_client
 
 DEFAULT_BASE = "portal-shm/base:bookworm"
 BASE_ENV_VAR = "PORTAL_SHM_BASE_IMAGE"
@@ -126,6 +126,7 @@ def build_image(
             path=str(context),
             tag=tag,
             buildargs={"BASE_IMAGE": base} if base else None,
+            labels={LABEL_ENV_IMAGE: "1"},
             network_mode="host",
             rm=True,
             forcerm=True,

@@ -7,7 +7,11 @@ import os
 from portal_shm.remote.keys import create_key_pair
 from portal_shm.remote.spawn import HostProcess, LocalKeys
 
-__all__ = ["HostProcess", "Keys"]
+__all__ = ["EXAMPLE_ENVS", "HostProcess", "Keys"]
+
+# The flag an operator gives a host to serve the project's example envs (NullEnv, FaultyEnv, ...),
+# which the default policy refuses as it refuses every entry point but the presets.
+EXAMPLE_ENVS = ("--entry-points", "portal_shm.server.example_envs:*")
 
 
 class Keys(LocalKeys):

@@ -91,7 +91,14 @@ def test_async_batches_across_nodes_follow_each_env(cluster):
 
 def test_env_errors_carry_the_remote_traceback(cluster):
     envs = portal_shm.make_vec(
-        "portal_shm.server.example_envs:FaultyEnv", 4, backend="ray", num_hosts=2, fault="raise", phase="step", after=2
+        "portal_shm.server.example_envs:FaultyEnv",
+        4,
+        backend="ray",
+        num_hosts=2,
+        fault="raise",
+        phase="step",
+        after=2,
+        host_policy=portal_shm.HostPolicy(entry_points=("portal_shm.server.example_envs:*",)),
     )
     try:
         envs.reset(seed=0)

@@ -19,7 +19,7 @@ import portal_shm
 from portal_shm.remote import frames
 from portal_shm.server.example_envs import NestedEnv
 from tests.compare import assert_same, check_batch, follow_each_env, rollout
-from tests.integration.remote_hosts import HostProcess, Keys
+from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
 
 MODES = ["NextStep", "SameStep", "Disabled"]
 
@@ -31,7 +31,7 @@ def keys(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def host(keys):
-    process = HostProcess(keys)
+    process = HostProcess(keys, *EXAMPLE_ENVS)
     yield process
     process.stop()
     assert process.process.returncode == 0, process.log
@@ -39,7 +39,7 @@ def host(keys):
 
 @pytest.fixture(scope="module")
 def second_host(keys):
-    process = HostProcess(keys)
+    process = HostProcess(keys, *EXAMPLE_ENVS)
     yield process
     process.stop()
 
@@ -452,7 +452,7 @@ def test_docker_envs_behind_a_host_match_sync_vector_env(host, keys):
     finally:
         envs.close()
         expected_envs.close()
-    with pytest.raises(portal_shm.PortalError, match="is not on host .* never pull"):
+    with pytest.raises(portal_shm.PortalError, match="is not on this host: build it there first .* never pull"):
         remote("ALE/Pong-v5", 1, [host], keys, runtime="docker", image="portal-shm/no-such-image")
 
 

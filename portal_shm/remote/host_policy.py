@@ -1,0 +1,418 @@
+"""What an agent may ask of an env host: the operator's allow-lists, checked against every hello.
+
+An agent key is a right to envs, not a shell. Everything an agent names (the env id or entry
+point, the runtime and its options, vector and env kwargs, and later the attribute names of
+``call``/``get_attr``/``set_attr``) is data checked here against what the operator started the host
+with. What passes is rebuilt from the operator's own values: the runtime is a ``Backend`` this
+module constructs field by field, never ``Backend(**agent_options)``. A refusal is a
+``HostPolicyError`` that names the ``portal-shm host`` flag that would allow it.
+
+The only modules the host itself imports are the operator's: the plugins it names (to fill its
+gymnasium registry), and the constructors of envs its registry or its entry-point patterns already
+allow (to read which keyword arguments they declare).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..errors import HostPolicyError, PortalError
+from ..runtimes.backend import Backend
+from ..runtimes.docker import LABEL_ENV_IMAGE, DockerBackend
+from ..runtimes.micromamba import MicromambaBackend
+from ..runtimes.process import ProcessBackend
+from ..runtimes.venv import VenvBackend
+from ..server.envs import PLUGIN_MODULES, load_entry_point
+from .request_values import MAX_NAME, check_name, check_plain, check_vector_options
+
+log = logging.getLogger("portal_shm.host")
+
+RUNTIMES = ("process", "docker", "venv", "micromamba")
+DEFAULT_RUNTIMES = ("process", "docker")
+DEFAULT_PLUGINS = tuple(dict.fromkeys(module for _, module in PLUGIN_MODULES))
+PRESET_ENTRY_POINTS = tuple(
+    f"{m}:{f}" for m in ("portal_shm.presets", "portal_shm.server.presets") for f in ("atari", "vizdoom")
+)
+
+# What an agent may set per runtime; every other field of the runtime is the operator's.
+AGENT_RUNTIME_OPTIONS = {
+    "process": ("python",),
+    "docker": ("image", "mem_limit", "cpus", "pids_limit"),
+    "venv": ("venv", "requirements", "python"),
+    "micromamba": ("micromamba",),
+}
+# Arguments gymnasium.make itself takes beside the env's own.
+MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker", "render_mode"})
+
+_ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_ENV_ID = re.compile(r"[\w./-]{1,200}")
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(:[\w][\w.-]{0,127})?")
+_BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*([bkmg]?)b?", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+ANY = object()  # a constructor that takes **kwargs
+_registries: dict = {}  # plugins -> the env ids registered once they are imported (one registry per process)
+_registry_lock = threading.Lock()
+
+
+def parse_bytes(value: Any, what: str) -> int:
+    """Docker's memory sizes: an int of bytes, or ``"512m"``, ``"4g"``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    found = _BYTES.fullmatch(value.strip()) if isinstance(value, str) else None
+    if not found or float(found.group(1)) <= 0:
+        raise HostPolicyError(f"{what} {value!r} is not a memory size: give bytes or a size such as '512m' or '4g'")
+    return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+
+
+def dotted_match(name: str, pattern: str) -> bool:
+    """Glob over dotted names, where ``*`` stays within one part (``pkg.mod:*`` matches
+    ``pkg.mod:Env``, not ``pkg.mod:os.system``) and never matches a part that starts with ``_``
+    unless the pattern spells the underscore."""
+    regex = ""
+    for i, char in enumerate(pattern):
+        start = i == 0 or pattern[i - 1] in ".:"
+        if char == "*":
+            regex += ("(?!_)" if start else "") + r"[^.:]*"
+        elif char == "?":
+            regex += ("(?!_)" if start else "") + r"[^.:]"
+        else:
+            regex += re.escape(char)
+    return re.fullmatch(regex, name) is not None
+
+
+def _flag(patterns: Optional[tuple]) -> str:
+    return ",".join(patterns) if patterns else "(none)"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a hello may run, rebuilt from the operator's values: the local portal's inputs."""
+
+    env_id: str
+    env_kwargs: dict
+    backend: Backend
+    vector: dict
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """The operator's allow-lists; each field is a flag of ``portal-shm host``.
+
+    Args:
+        runtimes: runtimes agents may ask for (``--runtimes``).
+        envs: globs over env ids (``--envs 'ALE/*,CartPole-v1'``); default: every id in the host's
+            gymnasium registry once ``plugins`` are imported.
+        plugins: modules the host imports to fill its registry (``--plugins``); missing ones are skipped.
+        entry_points: globs over ``module:callable`` (``--entry-points``); default: the project's presets.
+        images: globs over docker images (``--images``); default: images labelled as portal-shm env
+            images (``portal-shm build`` labels what it builds).
+        max_mem, max_cpus, max_pids: caps of a container's ``mem_limit``, ``cpus`` and
+            ``pids_limit``; containers get the cap when the agent asks for none.
+        pythons: interpreters the process and venv runtimes offer, by name (``--python NAME=PATH``).
+        venvs: venvs by name, as their requirements (``--venv NAME='REQ REQ'``, or ``NAME=@FILE``).
+        micromambas: micromamba envs by name, as their spec file (``--micromamba NAME=SPEC.yml``).
+        agent_installs: agents may name packages for the venv runtime (``--agent-installs``):
+            installing a package runs its code on this host, so it is a right to run code here.
+        env_kwargs: globs over env kwarg names allowed beside those the env's constructor declares.
+        calls: globs over the names of ``call``/``get_attr``/``set_attr`` (public names only).
+    """
+
+    runtimes: tuple = DEFAULT_RUNTIMES
+    envs: Optional[tuple] = None
+    plugins: tuple = DEFAULT_PLUGINS
+    entry_points: tuple = PRESET_ENTRY_POINTS
+    images: Optional[tuple] = None
+    max_mem: str = "4g"
+    max_cpus: Optional[float] = None
+    max_pids: int = 1024
+    pythons: dict = field(default_factory=dict)
+    venvs: dict = field(default_factory=dict)
+    micromambas: dict = field(default_factory=dict)
+    agent_installs: bool = False
+    env_kwargs: tuple = ()
+    calls: tuple = ("*",)
+
+    def check(self) -> None:
+        """The operator's own values, on the host that applies them (a bad flag stops the host)."""
+        unknown = [r for r in self.runtimes if r not in RUNTIMES]
+        if unknown:
+            raise PortalError(f"--runtimes {','.join(map(str, unknown))}: hosts run envs on {', '.join(RUNTIMES)}")
+        try:
+            parse_bytes(self.max_mem, "--max-mem")
+        except HostPolicyError as exc:
+            raise PortalError(str(exc)) from None
+        for name, path in self.pythons.items():
+            if not os.path.isfile(path) or not os.access(path, os.X_OK):
+                raise PortalError(f"--python {name}={path}: there is no executable file at {path}")
+        for name, spec in self.micromambas.items():
+            if not os.path.isfile(spec):
+                raise PortalError(f"--micromamba {name}={spec}: there is no spec file at {spec}")
+
+    # -- the operator's view ------------------------------------------------------------------
+    def describe(self) -> str:
+        """One line for the host's start-up log: what agents may run here."""
+        envs = _flag(self.envs) if self.envs is not None else f"the {len(self.registry())} registered ids"
+        images = _flag(self.images) if self.images is not None else f"images labelled {LABEL_ENV_IMAGE}"
+        return f"runtimes {','.join(self.runtimes)}; envs {envs}; entry points {_flag(self.entry_points)}" + (
+            f"; {images}" if "docker" in self.runtimes else ""
+        )
+
+    def registry(self) -> frozenset:
+        """The env ids of the host's gymnasium registry, after importing the operator's plugins once."""
+        with _registry_lock:
+            if self.plugins not in _registries:
+                import importlib
+
+                import gymnasium
+
+                missing = []
+                for module in self.plugins:
+                    try:
+                        importlib.import_module(module)
+                    except Exception:
+                        missing.append(module)
+                if missing:
+                    log.info("plugins not installed on this host (their ids are not offered): %s", ", ".join(missing))
+                _registries[self.plugins] = frozenset(gymnasium.envs.registry)
+            return _registries[self.plugins]
+
+    # -- a hello --------------------------------------------------------------------------------
+    def grant(self, hello: dict, num_envs: int) -> Grant:
+        """The hello's env, runtime and options, checked; raises ``HostPolicyError`` naming the flag."""
+        env_id = hello.get("env_id")
+        self.check_env(env_id)
+        backend = self.backend(hello.get("runtime"), hello.get("runtime_options"))
+        env_kwargs = self.check_env_kwargs(env_id, hello.get("env_kwargs"))
+        return Grant(env_id, env_kwargs, backend, check_vector_options(hello.get("vector"), num_envs))
+
+    def check_env(self, env_id: Any) -> None:
+        if not isinstance(env_id, str):
+            raise HostPolicyError(f"env id {env_id!r} is not a string")
+        if ":" in env_id:
+            if not _ENTRY_POINT.fullmatch(env_id):
+                raise HostPolicyError(f"entry point {env_id[:200]!r} is not of the form package.module:callable")
+            if not any(dotted_match(env_id, p) for p in self.entry_points):
+                raise HostPolicyError(
+                    f"entry point {env_id!r} is not allowed on this host: it serves entry points matching "
+                    f"{_flag(self.entry_points)} (the operator allows more with portal-shm host --entry-points PATTERNS)"
+                )
+            return
+        if not _ENV_ID.fullmatch(env_id):
+            raise HostPolicyError(f"env id {env_id[:200]!r} has characters no env id has")
+        if self.envs is not None:
+            if not any(fnmatch.fnmatchcase(env_id, p) for p in self.envs):
+                raise HostPolicyError(
+                    f"env id {env_id!r} is not allowed on this host: it serves ids matching {_flag(self.envs)} "
+                    "(portal-shm host --envs PATTERNS)"
+                )
+        elif env_id not in self.registry():
+            raise HostPolicyError(
+                f"env id {env_id!r} is not registered on this host (plugins {_flag(self.plugins)}): install its "
+                "package there and name it with portal-shm host --plugins MODULES, or allow ids by pattern with "
+                "--envs PATTERNS (for ids that only an image registers)"
+            )
+
+    def check_call(self, name: Any) -> str:
+        """An attribute name of ``call``/``get_attr``/``set_attr``."""
+        check_name(name, "attribute")
+        if not any(fnmatch.fnmatchcase(name, p) for p in self.calls):
+            raise HostPolicyError(
+                f"attribute {name!r} is not allowed on this host: it allows {_flag(self.calls)} (portal-shm host --calls)"
+            )
+        return name
+
+    # -- env kwargs -------------------------------------------------------------------------------
+    def check_env_kwargs(self, env_id: str, kwargs: Any) -> dict:
+        if kwargs is None:
+            return {}
+        if not isinstance(kwargs, dict):
+            raise HostPolicyError(f"env kwargs must be a dict, got {type(kwargs).__name__}")
+        check_plain(kwargs, "env kwargs")
+        declared = None
+        for key, value in kwargs.items():
+            check_name(key, "env kwarg")
+            if any(fnmatch.fnmatchcase(key, p) for p in self.env_kwargs):
+                continue
+            if declared is None:
+                declared = self.declared_kwargs(env_id)
+            if declared is not ANY and key not in declared:
+                known = ", ".join(sorted(declared)) if declared else "none this host can see"
+                raise HostPolicyError(
+                    f"env kwarg {key!r} is not an argument of {env_id!r} (it declares {known}); the operator allows "
+                    "other names with portal-shm host --env-kwargs NAMES"
+                )
+        if "env_id" in kwargs:  # presets and compatibility wrappers make the env they are given
+            self.check_env(kwargs["env_id"])
+        return dict(kwargs)
+
+    def declared_kwargs(self, env_id: str) -> Any:
+        """The keyword arguments ``env_id``'s constructor declares (``ANY`` for ``**kwargs``), as far
+        as this host can see them: its registry's entry for an id, the callable of an entry point
+        the patterns allow. An env only an image has declares nothing here."""
+        if ":" in env_id:
+            names: set = set()
+            target: Any = env_id
+        elif env_id in self.registry():
+            import gymnasium
+
+            spec = gymnasium.spec(env_id)
+            names, target = set(spec.kwargs) | MAKE_KWARGS, spec.entry_point
+        else:
+            return set(MAKE_KWARGS)
+        try:
+            if isinstance(target, str):
+                target = load_entry_point(target)
+            params = inspect.signature(target).parameters.values()
+        except Exception:
+            return names
+        if any(p.kind is p.VAR_KEYWORD for p in params):
+            return ANY
+        return names | {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+    # -- runtimes ---------------------------------------------------------------------------------
+    def backend(self, runtime: Any, options: Any) -> Backend:
+        """The runtime the agent asked for, built from the operator's values and the options agents may set."""
+        if runtime not in self.runtimes:
+            raise HostPolicyError(
+                f"this host does not run envs on the {str(runtime)[:40]!r} runtime; it offers "
+                f"{', '.join(self.runtimes)} (portal-shm host --runtimes ...)"
+            )
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise HostPolicyError(f"runtime options must be a dict, got {type(options).__name__}")
+        allowed = AGENT_RUNTIME_OPTIONS[runtime]
+        for key in options:
+            if key not in allowed:
+                raise HostPolicyError(
+                    f"runtime option {str(key)[:MAX_NAME]!r} of the {runtime} runtime is the host operator's to set, "
+                    f"not an agent's: agents may set {', '.join(allowed)}"
+                    + (
+                        " (containers of agents always run as a non-root user, with all capabilities dropped, "
+                        "no network, a read-only root and no mounts but the portal's run directory)"
+                        if runtime == "docker"
+                        else ""
+                    )
+                )
+        return getattr(self, f"_{runtime}")(options)
+
+    def _python(self, name: Any) -> Optional[str]:
+        if name is None:
+            return None
+        if name not in self.pythons:
+            offered = ", ".join(sorted(self.pythons)) or "none"
+            raise HostPolicyError(
+                f"python={str(name)[:200]!r}: agents pick an interpreter the host offers by name, never a path; "
+                f"this host offers {offered} (portal-shm host --python NAME=PATH)"
+            )
+        return self.pythons[name]
+
+    def _process(self, options: dict) -> Backend:
+        return ProcessBackend(python=self._python(options.get("python")))
+
+    def _docker(self, options: dict) -> Backend:
+        image = options.get("image", DockerBackend.image)
+        self.check_image(image)
+        cap = parse_bytes(self.max_mem, "--max-mem")
+        memory = parse_bytes(options["mem_limit"], "mem_limit") if "mem_limit" in options else cap
+        if memory > cap:
+            raise HostPolicyError(
+                f"mem_limit {options['mem_limit']!r} is above this host's cap {self.max_mem} (--max-mem)"
+            )
+        top_cpus = self.max_cpus or float(os.cpu_count() or 1)
+        cpus = options.get("cpus", self.max_cpus)
+        if cpus is not None and (
+            isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 < cpus <= top_cpus
+        ):
+            raise HostPolicyError(f"cpus={cpus!r}: give a number above 0 and at most {top_cpus:g} (--max-cpus)")
+        pids = options.get("pids_limit", min(DockerBackend.pids_limit, self.max_pids))
+        if isinstance(pids, bool) or not isinstance(pids, int) or not 0 < pids <= self.max_pids:
+            raise HostPolicyError(f"pids_limit={pids!r}: give an integer from 1 to {self.max_pids} (--max-pids)")
+        return DockerBackend(image=image, mem_limit=str(memory), cpus=cpus, pids_limit=pids)
+
+    def check_image(self, image: Any) -> None:
+        """An image on this host that the operator allows: by pattern, or by the env-image label."""
+        if not isinstance(image, str) or not _IMAGE.fullmatch(image):
+            raise HostPolicyError(f"image {str(image)[:200]!r} is not an image name (repository[:tag])")
+        from ..runtimes.docker import docker_client
+
+        try:
+            found = docker_client().images.get(image)
+        except Exception:
+            raise HostPolicyError(
+                f"image {image!r} is not on this host: build it there first (portal-shm build ...); hosts never "
+                "pull images an agent names"
+            ) from None
+        if self.images is not None:
+            names = [image] + list(found.tags or [])
+            if not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.images):
+                raise HostPolicyError(
+                    f"image {image!r} is not allowed on this host: it runs images matching {_flag(self.images)} "
+                    "(portal-shm host --images PATTERNS)"
+                )
+        elif LABEL_ENV_IMAGE not in (found.labels or {}):
+            raise HostPolicyError(
+                f"image {image!r} is not a portal-shm env image (no {LABEL_ENV_IMAGE} label, which portal-shm build "
+                "sets); the operator allows other images with portal-shm host --images PATTERNS"
+            )
+
+    def _venv(self, options: dict) -> Backend:
+        python = self._python(options.get("python"))
+        if "venv" in options:
+            if "requirements" in options:
+                raise HostPolicyError("give venv=NAME or requirements=[...], not both")
+            name = options["venv"]
+            if name not in self.venvs:
+                offered = ", ".join(sorted(self.venvs)) or "none"
+                raise HostPolicyError(
+                    f"venv={str(name)[:100]!r} is not one this host defines; it offers {offered} "
+                    "(portal-shm host --venv NAME='REQUIREMENT ...')"
+                )
+            spec = self.venvs[name]
+            if isinstance(spec, str) and spec.startswith("@"):
+                return VenvBackend(requirements_file=spec[1:], python=python)
+            return VenvBackend(
+                requirements=tuple(spec.split()) if isinstance(spec, str) else tuple(spec), python=python
+            )
+        if not self.agent_installs:
+            raise HostPolicyError(
+                "this host builds only the venvs its operator defined (venv=NAME; portal-shm host --venv NAME=...): "
+                "installing packages an agent names runs their code here, which the operator allows with "
+                "--agent-installs"
+            )
+        requirements = options.get("requirements", ())
+        if isinstance(requirements, str):
+            requirements = [requirements]
+        if not isinstance(requirements, (list, tuple)) or len(requirements) > 100:
+            raise HostPolicyError("requirements must be a list of at most 100 requirement strings")
+        for requirement in requirements:
+            if (
+                not isinstance(requirement, str)
+                or not requirement.strip()
+                or len(requirement) > 300
+                or requirement.strip()[0] in "-./~"
+                or requirement.strip().startswith("file:")
+                or "\n" in requirement
+            ):
+                raise HostPolicyError(
+                    f"requirement {str(requirement)[:300]!r}: agents name packages (name, version specifiers, "
+                    "URLs), never installer options (-r, -e, --index-url) or paths on the host"
+                )
+        return VenvBackend(requirements=tuple(r.strip() for r in requirements), python=python)
+
+    def _micromamba(self, options: dict) -> Backend:
+        name = options.get("micromamba")
+        if name not in self.micromambas:
+            offered = ", ".join(sorted(self.micromambas)) or "none"
+            raise HostPolicyError(
+                f"micromamba={str(name)[:100]!r}: agents pick a micromamba env the host defines by name; it offers "
+                f"{offered} (portal-shm host --micromamba NAME=SPEC.yml)"
+            )
+        return MicromambaBackend(spec=self.micromambas[name])

@@ -1,0 +1,149 @@
+"""Checks of the values an agent sends a host: plain data of bounded size, and the vector options
+a host's local portal takes, each against its type and range.
+
+An agent's hello is decoded msgpack, so its values are already data (no callables, no pickles); what
+is left to bound is their size and shape (a 1 GB string, a list nested a thousand deep) and, for
+the vector options, the resources they make the host allocate (a ring of ``info_capacity`` bytes
+per env and ``ring_depth`` slots). Every failure is a ``HostPolicyError`` naming the value.
+"""
+
+from __future__ import annotations
+
+import keyword
+import numbers
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..errors import HostPolicyError
+from ..wire import protocol as P
+
+MAX_DEPTH = 8
+MAX_ITEMS = 1024  # entries of one list or dict
+MAX_PACKED_BYTES = 64 * 1024  # all env kwargs together, as msgpack
+MAX_NAME = 100  # characters of a keyword or attribute name
+
+
+def check_name(name: Any, what: str) -> str:
+    """A public Python identifier: what keyword arguments and attributes an agent may name."""
+    if (
+        not isinstance(name, str)
+        or not name.isidentifier()
+        or keyword.iskeyword(name)
+        or len(name) > MAX_NAME
+        or name.startswith("_")
+    ):
+        raise HostPolicyError(
+            f"{what} {str(name)[:MAX_NAME]!r} is not a public Python name: hosts accept identifiers that do not start "
+            "with '_' (private and dunder names reach into the env's internals)"
+        )
+    return name
+
+
+def check_plain(value: Any, what: str, max_bytes: int = MAX_PACKED_BYTES) -> Any:
+    """``value`` if it is plain data (None, bool, numbers, str, bytes, small numpy values, and
+    lists and dicts of those with string keys), at most ``MAX_DEPTH`` deep, ``MAX_ITEMS`` wide and
+    ``max_bytes`` packed."""
+    _walk(value, what, 0)
+    size = len(P.packb(value))
+    if size > max_bytes:
+        raise HostPolicyError(f"{what} is {size:,} bytes packed; a host takes at most {max_bytes:,}")
+    return value
+
+
+def _walk(value: Any, what: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise HostPolicyError(f"{what} nests deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, numbers.Number, str, bytes, np.generic)):
+        return
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise HostPolicyError(f"{what} holds an object array")
+        return
+    if isinstance(value, (list, tuple)):
+        items: Any = value
+    elif isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise HostPolicyError(f"{what} has a key of type {type(key).__name__}; keys must be strings")
+        items = value.values()
+    else:
+        raise HostPolicyError(f"{what} holds a {type(value).__name__}, not plain data")
+    if len(value) > MAX_ITEMS:
+        raise HostPolicyError(f"{what} has {len(value)} entries in one list or dict; a host takes at most {MAX_ITEMS}")
+    for item in items:
+        _walk(item, what, depth + 1)
+
+
+# -- the vector options of the host's local portal --------------------------------------------
+
+
+def _integer(low: int, high: Callable[[int], int]) -> Callable[[Any, int], Any]:
+    def check(value: Any, num_envs: int) -> Any:
+        top = high(num_envs)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
+            return f"an integer from {low} to {top}"
+        return None
+
+    return check
+
+
+def _seconds(high: float, none: bool) -> Callable[[Any, int], Any]:
+    def check(value: Any, num_envs: int) -> Any:
+        if value is None and none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= high:
+            return f"seconds above 0 and at most {high:g}" + (", or None" if none else "")
+        return None
+
+    return check
+
+
+def _choice(*names: str) -> Callable[[Any, int], Any]:
+    def check(value: Any, num_envs: int) -> Any:
+        return None if value in names else "one of " + ", ".join(repr(n) for n in names)
+
+    return check
+
+
+MAX_RING_DEPTH = 16
+MAX_INFO_CAPACITY = 1 << 16
+
+# Option -> check(value, num_envs) -> None when valid, else what a valid value is.
+VECTOR_OPTIONS: dict = {
+    "autoreset_mode": _choice("NextStep", "SameStep", "Disabled"),
+    "batch_size": _integer(1, lambda n: n),
+    "envs_per_server": _integer(1, lambda n: n),
+    "step_timeout": _seconds(24 * 3600, none=True),
+    "startup_timeout": _seconds(3600, none=False),
+    "info_capacity": _integer(64, lambda n: MAX_INFO_CAPACITY),
+    "ring_depth": _integer(2, lambda n: MAX_RING_DEPTH),
+    "on_env_failure": _choice("raise", "restart"),
+    "max_restarts": _integer(0, lambda n: 1000),
+}
+
+
+def check_vector_options(vector: Any, num_envs: int) -> dict:
+    """The agent's ``vector_kwargs`` for the host's local portal: known keys, valid values."""
+    if vector is None:
+        return {}
+    if not isinstance(vector, dict):
+        raise HostPolicyError(f"vector_kwargs must be a dict, got {type(vector).__name__}")
+    out = {}
+    for key, value in vector.items():
+        check: Optional[Callable] = VECTOR_OPTIONS.get(key) if isinstance(key, str) else None
+        if check is None:
+            raise HostPolicyError(
+                f"vector_kwargs key {str(key)[:MAX_NAME]!r} is not one an env host takes; it takes "
+                f"{', '.join(VECTOR_OPTIONS)} (and copy, which the agent applies itself)"
+            )
+        wanted = check(value, num_envs)
+        if wanted is not None:
+            raise HostPolicyError(f"vector_kwargs {key}={_short(value)}: give {wanted}")
+        out[key] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
