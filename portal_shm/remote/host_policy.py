@@ -196,7 +196,7 @@ class HostPolicy:
         if not isinstance(env_id, str):
             raise HostPolicyError(f"env id {env_id!r} is not a string")
         if ":" in env_id:
-            if not _ENTRY_POINT.fullmatch(env_id):
+            if len(env_id) > 200 or not _ENTRY_POINT.fullmatch(env_id):
                 raise HostPolicyError(f"entry point {env_id[:200]!r} is not of the form package.module:callable")
             if not any(dotted_match(env_id, p) for p in self.entry_points):
                 raise HostPolicyError(
@@ -319,7 +319,8 @@ class HostPolicy:
 
     def _docker(self, options: dict) -> Backend:
         image = options.get("image", DockerBackend.image)
-        self.check_image(image)
+        if not isinstance(image, str) or not _IMAGE.fullmatch(image):
+            raise HostPolicyError(f"image {str(image)[:200]!r} is not an image name (repository[:tag])")
         cap = parse_bytes(self.max_mem, "--max-mem")
         memory = parse_bytes(options["mem_limit"], "mem_limit") if "mem_limit" in options else cap
         if memory > cap:
@@ -335,12 +336,11 @@ class HostPolicy:
         pids = options.get("pids_limit", min(DockerBackend.pids_limit, self.max_pids))
         if isinstance(pids, bool) or not isinstance(pids, int) or not 0 < pids <= self.max_pids:
             raise HostPolicyError(f"pids_limit={pids!r}: give an integer from 1 to {self.max_pids} (--max-pids)")
+        self.check_image(image)
         return DockerBackend(image=image, mem_limit=str(memory), cpus=cpus, pids_limit=pids)
 
-    def check_image(self, image: Any) -> None:
+    def check_image(self, image: str) -> None:
         """An image on this host that the operator allows: by pattern, or by the env-image label."""
-        if not isinstance(image, str) or not _IMAGE.fullmatch(image):
-            raise HostPolicyError(f"image {str(image)[:200]!r} is not an image name (repository[:tag])")
         from ..runtimes.docker import docker_client
 
         try:
