@@ -274,6 +274,11 @@ class Host:
         count = header.get("num_envs")
         if not isinstance(count, int) or count < 1:
             return f"invalid num_envs {count!r}"
+        offer = header.get("codecs", [])
+        if not isinstance(offer, list) or len(offer) > 16 or not all(isinstance(c, str) for c in offer):
+            return "malformed hello: codecs must be a list of codec names"
+        if not isinstance(header.get("compression", "auto"), str):
+            return "malformed hello: compression must be a codec name"
         if header.get("factory"):
             return "hosts never run code an agent ships: name an env id or an entry point that exists on the host"
         total = sum(s.num_envs for s in self.sessions.values())

@@ -54,9 +54,13 @@ MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker", "render_mod
 _ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _ENV_ID = re.compile(r"[\w./-]{1,200}")
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(:[\w][\w.-]{0,127})?")
+_REMOTE_URLS = ("https://", "http://", "git+https://")
 _BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*([bkmg]?)b?", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-ANY = object()  # a constructor that takes **kwargs
+MIN_MEMORY = 6 << 20  # Docker refuses less; 0 would mean no limit
+MIN_CPUS = 0.01  # Docker's least; fewer nano-CPUs round to 0, no limit
+# gymnasium's accessors take the attribute's name as their first argument: checked as one.
+ACCESSORS = frozenset({"get_wrapper_attr", "set_wrapper_attr", "has_wrapper_attr"})
 _registries: dict = {}  # plugins -> the env ids registered once they are imported (one registry per process)
 _registry_lock = threading.Lock()
 
@@ -69,6 +73,20 @@ def parse_bytes(value: Any, what: str) -> int:
     if not found or float(found.group(1)) <= 0:
         raise HostPolicyError(f"{what} {value!r} is not a memory size: give bytes or a size such as '512m' or '4g'")
     return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+
+
+def _host_path(value: Any) -> Optional[str]:
+    """The first string in ``value`` that names a file outside an env's own (absolute, from home,
+    or climbing out with ``..``), else None."""
+    if isinstance(value, str):
+        parts = value.replace("\\", "/").split("/")
+        return value if value.startswith(("/", "~")) or ".." in parts else None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        found = _host_path(item)
+        if found is not None:
+            return found
+    return None
 
 
 def dotted_match(name: str, pattern: str) -> bool:
@@ -219,13 +237,18 @@ class HostPolicy:
                 "--envs PATTERNS (for ids that only an image registers)"
             )
 
-    def check_call(self, name: Any) -> str:
-        """An attribute name of ``call``/``get_attr``/``set_attr``."""
+    def check_call(self, name: Any, args: Any = ()) -> str:
+        """An attribute name of ``call``/``get_attr``/``set_attr`` (and the name a gymnasium
+        accessor called with ``args`` reaches)."""
         check_name(name, "attribute")
         if not any(fnmatch.fnmatchcase(name, p) for p in self.calls):
             raise HostPolicyError(
                 f"attribute {name!r} is not allowed on this host: it allows {_flag(self.calls)} (portal-shm host --calls)"
             )
+        if name in ACCESSORS:
+            if not isinstance(args, (list, tuple)) or not args:
+                raise HostPolicyError(f"{name} takes the name of an attribute first")
+            self.check_call(args[0])
         return name
 
     # -- env kwargs -------------------------------------------------------------------------------
@@ -235,27 +258,35 @@ class HostPolicy:
         if not isinstance(kwargs, dict):
             raise HostPolicyError(f"env kwargs must be a dict, got {type(kwargs).__name__}")
         check_plain(kwargs, "env kwargs")
+        if "env_id" in kwargs:  # presets and compatibility wrappers make the env they are given
+            self.check_env(kwargs["env_id"])  # (first: its constructor is looked up below)
         declared = None
         for key, value in kwargs.items():
             check_name(key, "env kwarg")
             if any(fnmatch.fnmatchcase(key, p) for p in self.env_kwargs):
                 continue
+            path = _host_path(value)
+            if path is not None:
+                raise HostPolicyError(
+                    f"env kwarg {key}={path[:100]!r} names a path on the host: agents do not choose the files an env "
+                    f"opens (the operator allows it for this argument with portal-shm host --env-kwargs {key})"
+                )
             if declared is None:
-                declared = self.declared_kwargs(env_id)
-            if declared is not ANY and key not in declared:
+                declared = self.declared_kwargs(env_id, kwargs)
+            if key not in declared:
                 known = ", ".join(sorted(declared)) if declared else "none this host can see"
                 raise HostPolicyError(
                     f"env kwarg {key!r} is not an argument of {env_id!r} (it declares {known}); the operator allows "
                     "other names with portal-shm host --env-kwargs NAMES"
                 )
-        if "env_id" in kwargs:  # presets and compatibility wrappers make the env they are given
-            self.check_env(kwargs["env_id"])
         return dict(kwargs)
 
-    def declared_kwargs(self, env_id: str) -> Any:
-        """The keyword arguments ``env_id``'s constructor declares (``ANY`` for ``**kwargs``), as far
-        as this host can see them: its registry's entry for an id, the callable of an entry point
-        the patterns allow. An env only an image has declares nothing here."""
+    def declared_kwargs(self, env_id: str, kwargs: Optional[dict] = None) -> set:
+        """The keyword arguments ``env_id``'s constructor names, as far as this host can see them:
+        its registry's entry for an id, the callable of an entry point the patterns allow. A
+        ``**kwargs`` admits nothing by itself (ViZDoom's turn into engine options such as
+        ``vizdoom_path``), except in a constructor that also takes ``env_id`` (the presets): its
+        ``**kwargs`` are that env's. An env only an image has declares nothing here."""
         if ":" in env_id:
             names: set = set()
             target: Any = env_id
@@ -269,12 +300,16 @@ class HostPolicy:
         try:
             if isinstance(target, str):
                 target = load_entry_point(target)
-            params = inspect.signature(target).parameters.values()
+            params = inspect.signature(target).parameters
         except Exception:
             return names
-        if any(p.kind is p.VAR_KEYWORD for p in params):
-            return ANY
-        return names | {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        names |= {p.name for p in params.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        forwarded = params.get("env_id")
+        if forwarded is not None and any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            inner = (kwargs or {}).get("env_id", forwarded.default)
+            if isinstance(inner, str) and inner != env_id:
+                names |= self.declared_kwargs(inner)
+        return names
 
     # -- runtimes ---------------------------------------------------------------------------------
     def backend(self, runtime: Any, options: Any) -> Backend:
@@ -321,23 +356,33 @@ class HostPolicy:
         image = options.get("image", DockerBackend.image)
         if not isinstance(image, str) or not _IMAGE.fullmatch(image):
             raise HostPolicyError(f"image {str(image)[:200]!r} is not an image name (repository[:tag])")
-        cap = parse_bytes(self.max_mem, "--max-mem")
-        memory = parse_bytes(options["mem_limit"], "mem_limit") if "mem_limit" in options else cap
-        if memory > cap:
-            raise HostPolicyError(
-                f"mem_limit {options['mem_limit']!r} is above this host's cap {self.max_mem} (--max-mem)"
-            )
-        top_cpus = self.max_cpus or float(os.cpu_count() or 1)
-        cpus = options.get("cpus", self.max_cpus)
-        if cpus is not None and (
-            isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 < cpus <= top_cpus
-        ):
-            raise HostPolicyError(f"cpus={cpus!r}: give a number above 0 and at most {top_cpus:g} (--max-cpus)")
-        pids = options.get("pids_limit", min(DockerBackend.pids_limit, self.max_pids))
-        if isinstance(pids, bool) or not isinstance(pids, int) or not 0 < pids <= self.max_pids:
-            raise HostPolicyError(f"pids_limit={pids!r}: give an integer from 1 to {self.max_pids} (--max-pids)")
+        memory, cpus, pids = self.container_limits(options)
         self.check_image(image)
         return DockerBackend(image=image, mem_limit=str(memory), cpus=cpus, pids_limit=pids)
+
+    def container_limits(self, options: dict) -> tuple:
+        """(bytes of memory, cpus or None, pids) of an agent's container: what it asked for within the
+        host's caps, the caps where it asked for nothing (None included)."""
+        cap = parse_bytes(self.max_mem, "--max-mem")
+        asked = options.get("mem_limit")
+        memory = cap if asked is None else parse_bytes(asked, "mem_limit")
+        if not MIN_MEMORY <= memory <= cap:
+            raise HostPolicyError(
+                f"mem_limit {asked!r}: give at least 6m (Docker's least) and at most this host's cap {self.max_mem} "
+                "(--max-mem)"
+            )
+        top_cpus = self.max_cpus or float(os.cpu_count() or 1)
+        cpus = options.get("cpus")
+        if cpus is None:
+            cpus = self.max_cpus
+        elif isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not MIN_CPUS <= cpus <= top_cpus:
+            raise HostPolicyError(f"cpus={cpus!r}: give a number from {MIN_CPUS} to {top_cpus:g} (--max-cpus)")
+        pids = options.get("pids_limit")
+        if pids is None:
+            pids = min(DockerBackend.pids_limit, self.max_pids)
+        elif isinstance(pids, bool) or not isinstance(pids, int) or not 0 < pids <= self.max_pids:
+            raise HostPolicyError(f"pids_limit={pids!r}: give an integer from 1 to {self.max_pids} (--max-pids)")
+        return memory, cpus, pids
 
     def check_image(self, image: str) -> None:
         """An image on this host that the operator allows: by pattern, or by the env-image label."""
@@ -398,7 +443,8 @@ class HostPolicy:
                 or not requirement.strip()
                 or len(requirement) > 300
                 or requirement.strip()[0] in "-./~"
-                or requirement.strip().startswith("file:")
+                or "file:" in requirement
+                or ("@" in requirement and not requirement.partition("@")[2].strip().startswith(_REMOTE_URLS))
                 or "\n" in requirement
             ):
                 raise HostPolicyError(

@@ -388,7 +388,9 @@ class HostSession(threading.Thread):
 
     def _call_name(self, header: dict) -> str:
         try:
-            return self.host.policy.check_call(header.get("name"))
+            return self.host.policy.check_call(
+                header.get("name"), header.get("args", ()) if header["cmd"] == "call" else ()
+            )
         except E.HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
             raise

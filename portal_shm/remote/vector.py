@@ -558,7 +558,7 @@ class RemoteVectorPortal(VectorEnv):
         ]
 
     def close_extras(self, **kwargs: Any) -> None:
-        live = [link for link in self._links if link.handshake == "ok"]
+        live = [link for link in self._links if link.established]  # (a refused hello has no session to close)
         try:
             seqs = {id(link): link.send({"cmd": "close"}) for link in live}
             wait(live, lambda: [lk for lk in live if seqs[id(lk)] not in lk.results], time.monotonic() + 5.0, "close")

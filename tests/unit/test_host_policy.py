@@ -146,8 +146,25 @@ def test_env_kwargs_are_those_the_constructor_declares():
     assert grant(HostPolicy(env_kwargs=("bog*",)), env_kwargs={"bogus": 1}).env_kwargs == {"bogus": 1}
 
 
-def test_a_constructor_with_var_keywords_takes_any_public_name():
+def test_var_keywords_admit_only_what_a_preset_forwards_to_its_env():
     assert grant(env_id="portal_shm.presets:atari", env_kwargs={"repeat_action_probability": 0.0}).env_kwargs
+    refused("not an argument of 'portal_shm.presets:atari'", env_id="portal_shm.presets:atari", env_kwargs={"bogus": 1})
+    pytest.importorskip("vizdoom")
+    # ViZDoom's **kwargs become engine options: vizdoom_path runs a program, game_args writes files
+    for key in ("vizdoom_path", "game_args"):
+        refused(
+            f"env kwarg '{key}' is not an argument of 'VizdoomBasic-v1'",
+            env_id="VizdoomBasic-v1",
+            env_kwargs={key: "x"},
+        )
+        refused("not an argument", env_id="portal_shm.presets:vizdoom", env_kwargs={key: "x"})
+    assert grant(env_id="VizdoomBasic-v1", env_kwargs={"frame_skip": 4}).env_kwargs == {"frame_skip": 4}
+
+
+@pytest.mark.parametrize("value", ["/etc/passwd.cfg", "~/x.cfg", "../../x.cfg", "a/../../b", ["ok", {"f": "/etc/x"}]])
+def test_env_kwargs_that_name_paths_on_the_host_are_refused(value):
+    refused("names a path on the host.*--env-kwargs render_mode", env_kwargs={"render_mode": value})
+    assert grant(HostPolicy(env_kwargs=("render_mode",)), env_kwargs={"render_mode": value}).env_kwargs
 
 
 @pytest.mark.parametrize(
@@ -197,10 +214,12 @@ def test_docker_refusals_name_the_defaults_that_hold():
 @pytest.mark.parametrize(
     "options, match",
     [
-        ({"mem_limit": "64g"}, "above this host's cap 4g"),
+        ({"mem_limit": "64g"}, "at most this host's cap 4g"),
+        ({"mem_limit": "0.5b"}, "at least 6m"),  # 0 bytes: no limit at all to docker
         ({"mem_limit": "lots"}, "not a memory size"),
         ({"cpus": 10_000}, "--max-cpus"),
         ({"cpus": 0}, "--max-cpus"),
+        ({"cpus": 1e-10}, "--max-cpus"),  # 0 nano-CPUs: no limit at all to docker
         ({"cpus": float("nan")}, "--max-cpus"),
         ({"pids_limit": 10**6}, "--max-pids"),
         ({"pids_limit": 0}, "--max-pids"),
@@ -210,6 +229,14 @@ def test_docker_refusals_name_the_defaults_that_hold():
 )
 def test_container_limits_are_capped_by_the_host(options, match):
     refused(match, runtime="docker", runtime_options=options)
+
+
+def test_limits_left_out_or_none_are_the_hosts_caps():
+    policy = HostPolicy(max_mem="2g", max_cpus=1.5, max_pids=100)
+    for options in ({}, {"mem_limit": None, "cpus": None, "pids_limit": None}):
+        assert policy.container_limits(options) == (2 << 30, 1.5, 100)
+    assert policy.container_limits({"mem_limit": "512m", "cpus": 0.5, "pids_limit": 7}) == (512 << 20, 0.5, 7)
+    assert DEFAULT.container_limits({}) == (4 << 30, None, 1024)  # no --max-cpus: every core, no cpu limit
 
 
 def test_interpreters_are_picked_by_name_never_by_path():
@@ -234,7 +261,18 @@ def test_venvs_are_the_operators_unless_agent_installs():
     assert grant(installs, runtime="venv", runtime_options={"requirements": ["gym==0.21"]}).backend.requirements == (
         "gym==0.21",
     )
-    for requirement in ("-r /etc/passwd", "--index-url=http://x", "-e .", "./pkg", "/srv/pkg", "file:///x", "~/p"):
+    for requirement in (
+        "-r /etc/passwd",
+        "--index-url=http://x",
+        "-e .",
+        "./pkg",
+        "/srv/pkg",
+        "file:///x",
+        "~/p",
+        "pkg @ file:///etc",
+        "pkg @ /srv/pkg",
+        "pkg@./x",
+    ):
         refused("never installer options", installs, runtime="venv", runtime_options={"requirements": [requirement]})
 
 
@@ -283,6 +321,15 @@ def test_vector_option_values_outside_their_range_are_refused(vector):
 
 def test_call_names_are_public_and_match_the_patterns():
     assert DEFAULT.check_call("render") == "render"
+    assert DEFAULT.check_call("get_wrapper_attr", ["np_random_seed"]) == "get_wrapper_attr"
+    for accessor, args in (
+        ("get_wrapper_attr", ["_np_random_seed"]),
+        ("set_wrapper_attr", ["_max_episode_steps", 1]),
+        ("has_wrapper_attr", []),
+        ("get_wrapper_attr", "x"),
+    ):
+        with pytest.raises(HostPolicyError):
+            DEFAULT.check_call(accessor, args)
     for name in ("__init__", "__dict__", "_np_random", "a.b", "", 3, "x" * 200):
         with pytest.raises(HostPolicyError, match="not a public Python name"):
             DEFAULT.check_call(name)
