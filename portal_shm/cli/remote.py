@@ -36,9 +36,13 @@ def cmd_host(args: argparse.Namespace) -> int:
     if args.insecure:
         console.print(
             "[bold red]warning:[/] --insecure: env traffic is plain text and anyone who reaches "
-            f"{args.bind} can start envs (run code) here"
+            f"{args.bind} can start the envs this host allows"
         )
-    run_host(options)
+    try:
+        run_host(options)
+    except PortalError as exc:  # a flag the host cannot apply (an interpreter that is not there, a port in use)
+        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return 2
     return 0
 
 

@@ -281,14 +281,14 @@ class Host:
             return "malformed hello: compression must be a codec name"
         if header.get("factory"):
             return "hosts never run code an agent ships: name an env id or an entry point that exists on the host"
-        total = sum(s.num_envs for s in self.sessions.values())
+        total = sum(s.num_envs for s in self.sessions.values() if s.reserved)
         if total + count > self.options.max_envs:
             return (
                 f"host {self.name} runs {total} envs of its limit {self.options.max_envs}; {count} more do not fit "
                 f"(portal-shm host --max-envs)"
             )
         user = frame.get("User-Id") if not self.options.insecure else ""
-        mine = sum(s.num_envs for s in self.sessions.values() if getattr(s, "user", "") == user)
+        mine = sum(s.num_envs for s in self.sessions.values() if s.reserved and getattr(s, "user", "") == user)
         if mine + count > self.options.max_envs_per_agent:
             return (
                 f"this agent's key already runs {mine} envs on host {self.name}; {count} more pass the per-agent "

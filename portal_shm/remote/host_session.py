@@ -98,6 +98,7 @@ class HostSession(threading.Thread):
         self.client = client
         self.hello = hello
         self.num_envs = int(hello["num_envs"])
+        self.reserved = True  # its envs count against the host's limits (until it was refused or failed to start)
         self.seq = Sequencer()
         self.seq.received = 1  # the hello
         self.inbox: queue.Queue = queue.Queue()
@@ -232,10 +233,12 @@ class HostSession(threading.Thread):
             self.portal = VectorPortal([spec] * self.num_envs, copy=False, spin_wait=0.0, **vector)
         except E.HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
+            self.reserved = False  # (before the agent hears of it: its next hello may come at once)
             self._emit({**error_message(exc), "re": 1})
             return False
         except Exception as exc:
             log.warning("session %s: cannot start %d x %s: %s", self.client, self.num_envs, hello.get("env_id"), exc)
+            self.reserved = False  # (the portal cleaned up after itself)
             self._emit({**error_message(exc), "re": 1})
             return False
         portal = self.portal
