@@ -14,6 +14,7 @@ _LAZY = {
     "make_vec": "api",
     "make": "api",
     "VectorPortal": "agent.vector",
+    "PortalVectorEnv": "agent.contract",
     "Portal": "agent.portal_env",
     "EnvSpec": "agent.spec",
     "ProcessBackend": "runtimes.process",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Union
 
+from .agent.contract import PortalVectorEnv
 from .agent.portal_env import Portal
 from .agent.spec import EnvSpec
 from .agent.vector import VectorPortal
@@ -36,7 +37,7 @@ def _hosted(
     vector_kwargs: Optional[dict],
     env_kwargs: Optional[dict],
     kwargs: dict,
-) -> Any:
+) -> PortalVectorEnv:
     """Envs on env hosts (``"remote"``: started by hand; ``"ray"``: placed by Ray): options of the
     backend, then those of the hosts' runtime, then the env's."""
     ray = backend == "ray" or isinstance(backend, RayBackend)
@@ -71,8 +72,10 @@ def make_vec(
     vector_kwargs: Optional[dict] = None,
     env_kwargs: Optional[dict] = None,
     **kwargs: Any,
-) -> VectorPortal:
-    """Create ``num_envs`` copies of env ``id`` in isolated runtimes, batched as a VectorPortal.
+) -> PortalVectorEnv:
+    """Create ``num_envs`` copies of env ``id`` in isolated runtimes, batched as one ``PortalVectorEnv``
+    (a ``VectorPortal`` for the local backends, a ``RemoteVectorPortal`` or ``RayVectorPortal`` for
+    envs on hosts: the same contract, ``portal_shm.agent.contract``).
 
     ``id`` is a registered id (``"CartPole-v1"``, ``"ALE/Pong-v5"``: plugins are imported inside
     the runtime) or an entry point ``"package.module:callable"``. Keyword arguments named like an

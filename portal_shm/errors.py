@@ -68,6 +68,7 @@ class ServerDiedError(PortalError):
         self.env_indices = list(env_indices)
         self.status = status
         self.log_tail = log_tail
+        self.runtime = runtime
         text = f"env server {server_index} (envs {self.env_indices}) died: {status}"
         if runtime:
             text += f" [runtime: {runtime}]"
@@ -144,6 +145,7 @@ class RestartLimitError(PortalError):
     def __init__(self, env_indices: list, restarts: int, runtime: str, cause: BaseException) -> None:
         self.env_indices = list(env_indices)
         self.restarts = restarts
+        self.runtime = runtime
         self.cause = cause
         super().__init__(
             f"envs {self.env_indices} failed after {restarts} restarts (max_restarts) "

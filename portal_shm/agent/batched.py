@@ -146,8 +146,7 @@ class AsyncBatches:
         envpool's ``async_reset``: ``reset()`` with async batches is this followed by ``recv()``.
         """
         self._require_batches("async_reset")
-        if self._state is not AsyncState.DEFAULT:
-            raise AlreadyPendingCallError("calling `async_reset` while waiting for a pending step", self._state.value)
+        self._pending.check_idle("async_reset")
         self._reset_batches(self._seeds(seed), options)
 
     def _servers_of(self, ids: np.ndarray) -> list:
@@ -202,8 +201,8 @@ class AsyncBatches:
         way (see the module docstring).
         """
         self._require_batches("recv")
-        if self._state is AsyncState.WAITING_STEP:
-            self._state = AsyncState.DEFAULT
+        if self._pending.state is AsyncState.WAITING_STEP:
+            self._pending.end()
         return self._recv_batch(timeout)
 
     def _recv_batch(self, timeout: Optional[float]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:

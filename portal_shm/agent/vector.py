@@ -21,9 +21,9 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium import logger
-from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+from gymnasium.error import ClosedEnvironmentError
 from gymnasium.spaces import Space
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
 from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
@@ -34,9 +34,10 @@ from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_PENDING, ring_lay
 from ..wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, space_to_schema
 from . import env_fns as F
 from .batched import AsyncBatches
+from .contract import PortalVectorEnv
 from .control import POLL_SLICE
 from .infos import add_info
-from .pending import AsyncState
+from .pending import AsyncState, PendingCall
 from .recovery import RESTARTABLE, Recovery, fixed_obs_views
 from .session import PortalSession, ServerLink
 from .spaces import schema_to_space
@@ -88,7 +89,7 @@ def _tree_copy(value: Any) -> Any:
     return copy_module.deepcopy(value)
 
 
-class VectorPortal(AsyncBatches, VectorEnv):
+class VectorPortal(AsyncBatches, PortalVectorEnv):
     """Steps envs that live in other runtimes as one batched gymnasium ``VectorEnv``.
 
     A drop-in for ``gymnasium.vector.AsyncVectorEnv``: ``VectorPortal(env_fns, ...)`` takes the same
@@ -205,7 +206,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self.step_timeout = step_timeout
         self.spin_wait = default_spin_wait() if spin_wait is None else max(0.0, float(spin_wait))
         self.closed = False
-        self._state = AsyncState.DEFAULT
+        self._pending = PendingCall()
         self._broken: Optional[BaseException] = None
         self._slot = -1
         self._raw_infos = False
@@ -435,17 +436,8 @@ class VectorPortal(AsyncBatches, VectorEnv):
         return _tree_copy(obs) if self.copy else obs
 
     # -- the gymnasium API ---------------------------------------------------------------
-    def reset(self, *, seed: int | list | None = None, options: dict | None = None) -> tuple[Any, dict]:
-        """Reset all envs (or those in ``options["reset_mask"]``) exactly as SyncVectorEnv does."""
-        self.reset_async(seed=seed, options=options)
-        return self.reset_wait()
-
     def _check_idle(self, what: str) -> None:
-        if self._state is not AsyncState.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `{what}` while waiting for a pending call to `{self._state.value}` to complete",
-                str(self._state.value),
-            )
+        self._pending.check_idle(what)
 
     def reset_async(self, seed: int | list | None = None, options: dict | None = None) -> None:
         """Send the reset to every server and return at once; ``reset_wait`` collects the results."""
@@ -472,7 +464,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
                     "env and recv() then hands them out batch by batch"
                 )
             self._reset_batches(seeds, options)
-            self._state = AsyncState.WAITING_RESET
+            self._pending.begin(AsyncState.WAITING_RESET)
             return
         messages = []
         k, prev = (self._slot + 1) % self.ring_depth, max(self._slot, 0)
@@ -497,19 +489,16 @@ class VectorPortal(AsyncBatches, VectorEnv):
         """Results of ``reset_async``; ``timeout`` (seconds) raises ``PortalTimeoutError``, also a
         ``multiprocessing.TimeoutError`` as with AsyncVectorEnv (the portal cannot continue then)."""
         self._check_usable()
-        if self._state is not AsyncState.WAITING_RESET:
-            raise NoAsyncCallError(
-                "Calling `reset_wait` without any prior call to `reset_async`.", AsyncState.WAITING_RESET.value
-            )
+        self._pending.check_waiting(AsyncState.WAITING_RESET)
         if self._async:
-            self._state = AsyncState.DEFAULT
+            self._pending.end()
             obs, _, _, _, infos = self.recv(timeout)
             return obs, infos
         k = self._slot
         try:
             extras, errors, failed = self._replies("reset", timeout, self._sent)
             failed.update(self._send_failed)
-            self._state = AsyncState.DEFAULT
+            self._pending.end()
             # -- recovery: restart failed servers and repeat the reset for their envs --
             restarted = []
             for server, cause in failed.items():
@@ -521,7 +510,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
             for i in restarted:
                 infos = add_info(infos, {"env_restarted": True}, i, self.num_envs)
         except BaseException as exc:
-            self._state = AsyncState.DEFAULT
+            self._pending.end()
             self._fail(exc)
             raise
         return self._observations(k), infos
@@ -596,7 +585,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self._check_idle("step_async")
         if self._async:
             self.send(actions)
-            self._state = AsyncState.WAITING_STEP
+            self._pending.begin(AsyncState.WAITING_STEP)
             return
         k = (self._slot + 1) % self.ring_depth
         cmd = P.CMD_STEP
@@ -619,7 +608,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
             if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
                 continue  # a restarted server's envs: reset instead of step, or end the episode
             server.post(cmd, k, pending=True)
-        self._state = AsyncState.WAITING_STEP
+        self._pending.begin(AsyncState.WAITING_STEP)
 
     def _send_actions(self, actions: Any) -> None:
         """Actions without a fixed layout: one message per server, each env's action as msgpack."""
@@ -673,12 +662,9 @@ class VectorPortal(AsyncBatches, VectorEnv):
         """
         if self.closed:
             raise ClosedEnvironmentError("this VectorPortal is closed")
-        if self._state is not AsyncState.WAITING_STEP:
-            raise NoAsyncCallError(
-                "Calling `step_wait` without any prior call to `step_async`.", AsyncState.WAITING_STEP.value
-            )
+        self._pending.check_waiting(AsyncState.WAITING_STEP)
         if self._async:
-            self._state = AsyncState.DEFAULT
+            self._pending.end()
             return self.recv(timeout)
         timeout = self.step_timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -730,22 +716,17 @@ class VectorPortal(AsyncBatches, VectorEnv):
             # -- recovery: restart failed servers, end their envs' episodes in this slot --
             for server, exc in failed:
                 infos = recovery.end_episodes(server, k, infos, exc)
-            self._state = AsyncState.DEFAULT
+            self._pending.end()
             if errors:
                 self._raise_env_errors(errors)
         except BaseException as exc:
-            self._state = AsyncState.DEFAULT
+            self._pending.end()
             self._fail(exc)
             raise
         reward, terminated, truncated = self._results_views[k]
         if self.copy:
             reward, terminated, truncated = reward.copy(), terminated.copy(), truncated.copy()
         return self._observations(k), reward, terminated, truncated, infos
-
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Step every env once; observations are ring views unless ``copy=True``."""
-        self.step_async(actions)
-        return self.step_wait()
 
     def _send_control(self, messages: list, what: str, state: AsyncState) -> None:
         """Send one control message per server and wake it; the replies are collected later."""
@@ -760,7 +741,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
         except BaseException as exc:
             self._fail(exc)
             raise
-        self._state = state
+        self._pending.begin(state)
 
     def _control_wait(self, what: str, timeout: Optional[float]) -> list:
         try:
@@ -770,10 +751,10 @@ class VectorPortal(AsyncBatches, VectorEnv):
             for server, exc in failed.items():
                 self._recovery.after_control_failure(server, exc)
         except BaseException as exc:
-            self._state = AsyncState.DEFAULT
+            self._pending.end()
             self._fail(exc)
             raise
-        self._state = AsyncState.DEFAULT
+        self._pending.end()
         if failed:
             raise next(iter(failed.values()))
         if errors:
@@ -786,11 +767,6 @@ class VectorPortal(AsyncBatches, VectorEnv):
         self._send_control(messages, what, AsyncState.WAITING_CALL)
         return self._control_wait(what, None)
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call ``name`` on every env (or read it, when it is not callable); results must be msgpack-able."""
-        self.call_async(name, *args, **kwargs)
-        return self.call_wait()
-
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
         if self._gymnasium_form and name in ("reset", "step", "close"):  # as AsyncVectorEnv refuses them
@@ -801,10 +777,7 @@ class VectorPortal(AsyncBatches, VectorEnv):
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Results of ``call_async``, one per env; ``timeout`` as for ``step_wait``."""
         self._check_usable()
-        if self._state is not AsyncState.WAITING_CALL:
-            raise NoAsyncCallError(
-                "Calling `call_wait` without any prior call to `call_async`.", AsyncState.WAITING_CALL.value
-            )
+        self._pending.check_waiting(AsyncState.WAITING_CALL)
         return tuple(self._control_wait("call", timeout))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
@@ -847,10 +820,11 @@ class VectorPortal(AsyncBatches, VectorEnv):
         As AsyncVectorEnv: a pending call is first waited for (up to ``timeout`` seconds), with a
         warning; ``terminate=True`` stops the servers at once instead of closing their envs.
         """
-        if self._state is not AsyncState.DEFAULT and not self._session.closed:
-            logger.warn(f"Calling `close` while waiting for a pending call to `{self._state.value}` to complete.")
+        if not self._pending.idle and not self._session.closed:
+            state = self._pending.state.value
+            logger.warn(f"Calling `close` while waiting for a pending call to `{state}` to complete.")
             try:
-                getattr(self, f"{self._state.value}_wait")(0 if terminate else timeout)
+                getattr(self, f"{state}_wait")(0 if terminate else timeout)
             except Exception:
                 self._session.graceful = False
         if terminate:

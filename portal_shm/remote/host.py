@@ -30,8 +30,9 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ..errors import PortalError
 from . import frames, keys
+from .error_data import to_data
 from .host_policy import HostPolicy
-from .host_session import HostSession, error_message
+from .host_session import HostSession
 
 log = logging.getLogger("portal_shm.host")
 
@@ -208,7 +209,7 @@ class Host:
             fds = session.begin_inline(header, arrays)
         except Exception as exc:
             session.inline = None
-            self.socket.send_multipart([identity] + session._frames({**error_message(exc), "re": header["seq"]}))
+            self.socket.send_multipart([identity] + session._frames({**to_data(exc), "re": header["seq"]}))
             return
         for fd in fds:
             self._poller.register(fd, zmq.POLLIN)

@@ -14,7 +14,6 @@ import queue
 import select
 import threading
 import time
-import traceback
 from typing import Any, Optional
 
 import numpy as np
@@ -27,6 +26,7 @@ from ..wire import protocol as P
 from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
 from ..wire.schema import is_fixed, space_to_schema
 from . import codecs, frames, trees
+from .error_data import to_data
 from .infos import unbatch
 from .reliable import Sequencer
 from .request_values import check_name
@@ -35,24 +35,6 @@ log = logging.getLogger("portal_shm.host")
 
 _STOP = object()
 _STATUS = MAILBOX_FIELDS.index("status")
-
-
-def error_message(exc: BaseException) -> dict:
-    """An exception of the local portal as data the agent turns back into the same error."""
-    out = {"cmd": "error", "kind": type(exc).__name__, "message": str(exc)}
-    if isinstance(exc, E.EnvError):
-        out["kind"] = "EnvNotFoundError" if isinstance(exc, E.EnvNotFoundError) else "EnvError"
-        out.update(
-            env_index=exc.env_index,
-            phase=exc.phase,
-            error_type=exc.error_type,
-            remote_message=exc.remote_message,
-            remote_traceback=exc.remote_traceback,
-            runtime=exc.runtime,
-        )
-    elif not isinstance(exc, E.PortalError):
-        out["remote_traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return out
 
 
 def _packable(mapping: dict) -> dict:
@@ -178,7 +160,7 @@ class HostSession(threading.Thread):
         try:
             obs, reward, terminated, truncated, infos = self.portal.step_wait()
         except Exception as exc:
-            return self._frames({**error_message(exc), "re": seq})
+            return self._frames({**to_data(exc), "re": seq})
         return self._result_frames(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
 
     def hand_over(self) -> None:
@@ -206,7 +188,7 @@ class HostSession(threading.Thread):
                 self._serve()
         except Exception as exc:  # a bug here must not take the host down: tell the agent and log
             log.exception("session %s failed", self.client)
-            self._emit(error_message(exc))
+            self._emit(to_data(exc))
         finally:
             if self.portal is not None:
                 try:
@@ -234,12 +216,12 @@ class HostSession(threading.Thread):
         except E.HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
             self.reserved = False  # (before the agent hears of it: its next hello may come at once)
-            self._emit({**error_message(exc), "re": 1})
+            self._emit({**to_data(exc), "re": 1})
             return False
         except Exception as exc:
             log.warning("session %s: cannot start %d x %s: %s", self.client, self.num_envs, hello.get("env_id"), exc)
             self.reserved = False  # (the portal cleaned up after itself)
-            self._emit({**error_message(exc), "re": 1})
+            self._emit({**to_data(exc), "re": 1})
             return False
         portal = self.portal
         _no_wakeup_preemption(portal)
@@ -272,6 +254,7 @@ class HostSession(threading.Thread):
                 "codec": self.codec,
                 "batched": self._batched,
                 "servers": [s["runtime"] for s in portal.servers],
+                "server_envs": [s["envs"] for s in portal.servers],
                 "host": self.host.name,
             }
         )
@@ -297,7 +280,7 @@ class HostSession(threading.Thread):
                     exc, E.PortalError
                 ):
                     log.warning("session %s: bad %s request: %s", self.client, cmd, exc)
-                self._emit({**error_message(exc), "re": header.get("seq")})
+                self._emit({**to_data(exc), "re": header.get("seq")})
             finally:
                 self.busy = False
 
@@ -413,7 +396,7 @@ class HostSession(threading.Thread):
             obs, reward, terminated, truncated, infos = portal.recv()
         except Exception as exc:
             self._in_flight = 0
-            self._emit(error_message(exc))
+            self._emit(to_data(exc))
             return
         ids = infos["env_id"]
         self._in_flight -= len(ids)
@@ -449,9 +432,7 @@ class HostSession(threading.Thread):
         try:
             data = frames.pack(header, arrays, self.codec, self.stats, compressible)
         except Exception as exc:  # values an agent cannot receive (unpackable infos or call results)
-            data = frames.pack(
-                {**error_message(exc), "re": header.get("re"), "seq": header["seq"], "ack": header["ack"]}
-            )
+            data = frames.pack({**to_data(exc), "re": header.get("re"), "seq": header["seq"], "ack": header["ack"]})
         self.seq.keep(header["seq"], data)
         return data
 

@@ -64,6 +64,8 @@ class HostLink:
         self.handshake: Optional[str] = None  # "ok", or why the last handshake failed
         self.codec = "none"
         self.established = False  # the host welcomed this link's session
+        self.servers: list = []  # the host's env servers (runtime descriptions), from its welcome
+        self.server_envs: list = []  # and the envs of each, as indices among this link's
         self.last_obs: list = []  # observation leaves of this host's envs as the last lockstep call left them
         self.last_obs_value: Any = None  # the same for spaces without a fixed layout
         self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)

@@ -47,12 +47,9 @@ class HostRecovery:
         portal = self.portal
         old: HostLink = portal._links[index]
         envs = old.env_indices
-        for i in envs:
-            if self.restarts[i] >= self.max_restarts:
-                raise E.RestartLimitError(
-                    f"env {i} on host {old.address} was restarted {self.restarts[i]} times (max_restarts="
-                    f"{self.max_restarts}); the last failure: {cause}"
-                ) from cause
+        spent = [i for i in envs if self.restarts[i] >= self.max_restarts]
+        if spent:
+            raise E.RestartLimitError(spent, self.restarts[spent[0]], f"host {old.address}", cause) from cause
         deadline = time.monotonic() + self.timeout
         address = portal._address_after_loss(index, old.address, deadline)
         old.close()

@@ -19,10 +19,12 @@ from typing import Any, Optional
 
 import numpy as np
 import zmq
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from .. import errors as E
+from ..agent.contract import PortalVectorEnv
+from ..agent.pending import AsyncState, PendingCall
 from ..agent.spaces import schema_to_space
 from ..agent.validate import check_schema
 from ..agent.vector import DEFAULT_RING_DEPTH, seed_list
@@ -30,47 +32,18 @@ from ..wire import protocol as P
 from ..wire.schema import is_fixed
 from . import codecs, frames, keys, trees
 from .backend import RemoteBackend, is_loopback
+from .error_data import from_data
 from .infos import batch as batch_infos
 from .link import HostLink, poller_of, wait
 from .recovery import HostRecovery
 
-_ERRORS = {
-    cls.__name__: cls
-    for cls in (
-        E.PortalError,
-        E.PortalTimeoutError,
-        E.ServerProtocolError,
-        E.RestartLimitError,
-        E.ServerDiedError,
-        E.ProtocolMismatchError,
-        E.HostPolicyError,
-    )
-}
-
 
 def _error(link: HostLink, header: dict) -> Exception:
-    """The host's error as the agent's own exception class, naming the host and global env indices."""
-    kind, message = str(header.get("kind")), str(header.get("message"))
-    if kind in ("EnvError", "EnvNotFoundError") and isinstance(header.get("env_index"), int):
-        cls = E.EnvNotFoundError if kind == "EnvNotFoundError" else E.env_error_class(str(header.get("error_type")))
-        return cls(
-            link.offset + header["env_index"],
-            str(header.get("phase")),
-            str(header.get("error_type")),
-            str(header.get("remote_message")),
-            str(header.get("remote_traceback") or ""),
-            f"host {link.address}: {header.get('runtime', '')}",
-        )
-    cls = _ERRORS.get(kind, E.PortalError)
-    exc = cls.__new__(cls)
-    text = f"env host {link.address} (envs {link.offset}-{link.offset + link.num_envs - 1}): {message}"
-    if header.get("remote_traceback"):
-        text += "\n\n--- traceback on the host ---\n" + str(header["remote_traceback"]).rstrip()
-    Exception.__init__(exc, text)
-    return exc
+    """The host's error as the agent's own exception, with this portal's env indices."""
+    return from_data(header, link.address, link.offset, link.num_envs)
 
 
-class RemoteVectorPortal(VectorEnv):
+class RemoteVectorPortal(PortalVectorEnv):
     """``num_envs`` copies of env ``env_id`` spread over the hosts of ``backend``.
 
     ``vector_kwargs`` are VectorPortal's (``autoreset_mode``, ``batch_size``, ``step_timeout``,
@@ -91,6 +64,8 @@ class RemoteVectorPortal(VectorEnv):
         self.num_envs = num_envs
         self.copy = copy
         self.closed = False
+        self._pending = PendingCall()
+        self._request: Optional[dict] = None  # the requests of the pending call
         self._links: list[HostLink] = []
         self.autoreset_mode = AutoresetMode(vector_kwargs.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         vector_kwargs["autoreset_mode"] = self.autoreset_mode.value
@@ -227,6 +202,13 @@ class RemoteVectorPortal(VectorEnv):
         link.established = True
         link.codec = header.get("codec") if header.get("codec") in codecs.PREFERENCE else codecs.NONE
         link.servers = [str(s) for s in header.get("servers") or []]
+        envs = header.get("server_envs")
+        valid = (
+            isinstance(envs, list)
+            and len(envs) == len(link.servers)
+            and all(isinstance(e, list) and all(isinstance(i, int) and 0 <= i < link.num_envs for i in e) for e in envs)
+        )
+        link.server_envs = envs if valid else [[] for _ in link.servers]
         return header
 
     @staticmethod
@@ -243,12 +225,13 @@ class RemoteVectorPortal(VectorEnv):
             raise ClosedEnvironmentError("this RemoteVectorPortal is closed")
 
     def _request_all(self, headers: list, arrays: Optional[list] = None, what: str = "") -> list:
-        """Send one request per host and wait for all replies: [(link, header, arrays)] in host order.
+        """Send one request per host and wait for all replies: [(link, header, arrays)] in host order."""
+        request = self._post_all(headers, arrays, what)
+        return self._collect_all(request)
 
-        A host whose header is None is not asked: its stand-in answers (a restarted host's reset
-        in NextStep mode), or for a masked reset its last observation. With the restart policy a
-        lost host is reconnected (``recovery.py``) while the others' replies are kept.
-        """
+    def _post_all(self, headers: list, arrays: Optional[list] = None, what: str = "") -> dict:
+        """Send one request per host (a host whose header is None is not asked); returns at once with
+        what ``_collect_all`` needs to wait for the replies."""
         arrays = arrays or [()] * len(self._links)
         if not self._batched and self._obs_fixed:
             for link in self._links:
@@ -260,12 +243,25 @@ class RemoteVectorPortal(VectorEnv):
             for i, (link, header) in enumerate(zip(self._links, headers))
             if header is not None
         }
+        return {"pending": pending, "headers": headers, "arrays": arrays, "what": what}
+
+    def _collect_all(self, request: dict, timeout: Optional[float] = None) -> list:
+        """The replies of ``_post_all``'s requests, in host order: [(link, header, arrays)].
+
+        A host that was not asked answers with its stand-in (a restarted host's reset in NextStep
+        mode), or for a masked reset its last observation. With the restart policy a lost host is
+        reconnected (``recovery.py``) while the others' replies are kept. ``timeout`` (seconds, or
+        ``step_timeout`` and 5 s for the link) raises ``PortalTimeoutError``.
+        """
+        pending, headers, arrays, what = request["pending"], request["headers"], request["arrays"], request["what"]
         lost: dict = {}
 
         def waiting() -> list:
             return [self._links[i] for i, seq in pending.items() if i not in lost and seq not in self._links[i].results]
 
-        deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout + 5.0
+        if timeout is None and self.step_timeout is not None:
+            timeout = self.step_timeout + 5.0
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 wait(self._links, waiting, deadline, what, self._poller())
@@ -377,23 +373,40 @@ class RemoteVectorPortal(VectorEnv):
     # -- the gymnasium API --------------------------------------------------------------------------
     def async_reset(self, seed: Any = None, options: Optional[dict] = None) -> None:
         """Reset every env; ``recv()`` then hands out the reset batches (envpool's ``async_reset``)."""
+        self._check_open()
         if not self._batched:
             raise E.PortalError("async_reset() is for async batches: pass vector_kwargs={'batch_size': B}")
-        self._reset_request(seed, options)
+        self._pending.check_idle("async_reset")
+        request = self._reset_request(seed, options)
+        self._collect_all(request)
+        self._mark_batched_reset(request)
 
-    def reset(self, *, seed: Any = None, options: Optional[dict] = None) -> tuple[Any, dict]:
-        """Reset all envs (lockstep), or start over and return the first batch (async batches)."""
-        replies = self._reset_request(seed, options)
+    def reset_async(self, seed: Any = None, options: Optional[dict] = None) -> None:
+        """Send the reset to every host and return at once; ``reset_wait`` collects the results."""
+        self._check_open()
+        self._pending.check_idle("reset_async")
+        self._request = self._reset_request(seed, options)
+        self._pending.begin(AsyncState.WAITING_RESET)
+
+    def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict]:
+        """Results of ``reset_async``: all envs (lockstep), or the first batch (async batches)."""
+        self._check_open()
+        self._pending.check_waiting(AsyncState.WAITING_RESET)
+        request, self._request = self._request, None
+        try:
+            replies = self._collect_all(request, timeout)
+        finally:
+            self._pending.end()
         if self._batched:
-            obs, _, _, _, infos = self._recv_batch()
+            self._mark_batched_reset(request)
+            obs, _, _, _, infos = self._recv_batch(timeout)
             return obs, infos
         counts = [link.num_envs for link in self._links]
         return self._observations(replies, counts), self._infos(
             replies, [lk.offset for lk in self._links], self.num_envs
         )
 
-    def _reset_request(self, seed: Any, options: Optional[dict]) -> list:
-        self._check_open()
+    def _reset_request(self, seed: Any, options: Optional[dict]) -> dict:
         seeds = seed_list(seed, self.num_envs)
         self._recovery.note_reset(seeds, options)
         headers = []
@@ -406,27 +419,45 @@ class RemoteVectorPortal(VectorEnv):
                 continue
             link.stand_in = None
             headers.append({"cmd": "reset", "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
-        replies = self._request_all(headers, what="reset")
-        for link, header in zip(self._links, headers):
-            if header is not None and self._batched:
-                link.in_flight = link.num_envs
-        return replies
+        return self._post_all(headers, what="reset")
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def _mark_batched_reset(self, request: dict) -> None:
+        """The hosts that reset now step every env, batches of which ``recv`` hands out."""
+        for link, header in zip(self._links, request["headers"]):
+            if header is not None:
+                link.in_flight = link.num_envs
+
+    def step_async(self, actions: Any) -> None:
+        """Send each host its envs' actions and return at once (with async batches: ``send``)."""
         self._check_open()
+        self._pending.check_idle("step_async")
         if self._batched:
             self.send(actions)
-            return self.recv()
-        parts = self._split_actions(
-            actions,
-            self.num_envs,
-            lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
-        )
-        headers = [
-            None if link.stand_in is not None else {"cmd": "step", **fields}
-            for link, (fields, _) in zip(self._links, parts)
-        ]
-        replies = self._request_all(headers, [a for _, a in parts], "step")
+        else:
+            parts = self._split_actions(
+                actions,
+                self.num_envs,
+                lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
+            )
+            headers = [
+                None if link.stand_in is not None else {"cmd": "step", **fields}
+                for link, (fields, _) in zip(self._links, parts)
+            ]
+            self._request = self._post_all(headers, [a for _, a in parts], "step")
+        self._pending.begin(AsyncState.WAITING_STEP)
+
+    def step_wait(self, timeout: Optional[float] = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Results of ``step_async`` (with async batches: the next ``recv``)."""
+        self._check_open()
+        self._pending.check_waiting(AsyncState.WAITING_STEP)
+        if self._batched:
+            self._pending.end()
+            return self._recv_batch(timeout)
+        request, self._request = self._request, None
+        try:
+            replies = self._collect_all(request, timeout)
+        finally:
+            self._pending.end()
         counts = [link.num_envs for link in self._links]
         obs = self._observations(replies, counts)
         reward, terminated, truncated = self._flags(replies, counts)
@@ -508,8 +539,7 @@ class RemoteVectorPortal(VectorEnv):
         return obs, reward, terminated, truncated, infos
 
     # -- calls --------------------------------------------------------------------------------------
-    def _values(self, header: dict, what: str) -> tuple:
-        replies = self._request_all([dict(header) for _ in self._links], what=what)
+    def _values(self, replies: list, what: str) -> tuple:
         values: list = []
         for link, reply, _ in replies:
             part = reply.get("values")
@@ -518,16 +548,36 @@ class RemoteVectorPortal(VectorEnv):
             values.extend(part)
         return tuple(values)
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+    def _ask_all(self, header: dict, what: str) -> tuple:
+        """One request to every host, waited for: the hosts' values in env order."""
         self._check_open()
-        return self._values({"cmd": "call", "name": name, "args": list(args), "kwargs": kwargs}, f"call({name!r})")
+        self._pending.check_idle(what)
+        return self._values(self._request_all([dict(header) for _ in self._links], what=what), what)
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
+        self._check_open()
+        self._pending.check_idle("call_async")
+        header = {"cmd": "call", "name": name, "args": list(args), "kwargs": kwargs}
+        self._request = self._post_all([dict(header) for _ in self._links], what=f"call({name!r})")
+        self._pending.begin(AsyncState.WAITING_CALL)
+
+    def call_wait(self, timeout: Optional[float] = None) -> tuple:
+        """Results of ``call_async``, one per env."""
+        self._check_open()
+        self._pending.check_waiting(AsyncState.WAITING_CALL)
+        request, self._request = self._request, None
+        try:
+            return self._values(self._collect_all(request, timeout), request["what"])
+        finally:
+            self._pending.end()
 
     def get_attr(self, name: str) -> tuple:
-        self._check_open()
-        return self._values({"cmd": "get_attr", "name": name}, f"get_attr({name!r})")
+        return self._ask_all({"cmd": "get_attr", "name": name}, f"get_attr({name!r})")
 
     def set_attr(self, name: str, values: Any) -> None:
         self._check_open()
+        self._pending.check_idle(f"set_attr({name!r})")
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
@@ -542,7 +592,7 @@ class RemoteVectorPortal(VectorEnv):
         self._check_open()
         if self.render_mode is None:
             return None
-        return self._values({"cmd": "render"}, "render")
+        return self._ask_all({"cmd": "render"}, "render")
 
     # -- status and shutdown ------------------------------------------------------------------------
     def wire_stats(self) -> list[dict]:
@@ -551,9 +601,27 @@ class RemoteVectorPortal(VectorEnv):
         return [{"address": link.address, **link.stats.as_dict(link.codec)} for link in self._links]
 
     @property
+    def servers(self) -> list[dict]:
+        """Where each env lives: the env servers of every host in env order (``envs`` are this portal's
+        env indices; ``pid`` is None: it is the host's to know), with the ``host`` that runs them."""
+        out = []
+        for link in self._links:
+            for runtime, envs in zip(link.servers, link.server_envs):
+                out.append(
+                    {
+                        "server": len(out),
+                        "envs": [link.offset + i for i in envs],
+                        "runtime": f"{runtime} on host {link.address}",
+                        "pid": None,
+                        "host": link.address,
+                    }
+                )
+        return out
+
+    @property
     def hosts(self) -> list[dict]:
         return [
-            {"address": lk.address, "envs": lk.env_indices, "servers": getattr(lk, "servers", []), "codec": lk.codec}
+            {"address": lk.address, "envs": lk.env_indices, "servers": lk.servers, "codec": lk.codec}
             for lk in self._links
         ]
 

@@ -1,0 +1,85 @@
+"""The one promise every portal kind keeps: ``PortalVectorEnv``, what ``make_vec`` returns.
+
+A local ``VectorPortal``, a ``RemoteVectorPortal`` (hosts elsewhere) and a ``RayVectorPortal``
+(hosts Ray placed) are all this: gymnasium's ``VectorEnv`` with ``AsyncVectorEnv``'s async pairs
+(``reset_async``/``reset_wait``, ``step_async``/``step_wait``, ``call_async``/``call_wait``, each
+wait with a ``timeout``, gymnasium's errors for calls out of order), envpool's async batches
+(``send``/``recv``/``async_reset``), ``call``/``get_attr``/``set_attr``/``render``, ``servers``
+(where each env lives) and SyncVectorEnv's results. The blocking calls are their async pair, once,
+here; each kind implements the pairs. ``tests/contract`` runs one suite over every kind.
+"""
+
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium.vector import VectorEnv
+
+StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]
+
+
+class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
+    """A gymnasium ``VectorEnv`` whose envs live in isolated runtimes (see the module docstring)."""
+
+    def reset(self, *, seed: int | list | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        """Reset all envs (lockstep; ``options["reset_mask"]`` for some), or every env and return the
+        first batch (async batches)."""
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def step(self, actions: Any) -> StepResult:
+        """Step every env once (lockstep), or ``send`` the last batch's envs and ``recv`` the next."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` on every env (or read it, when it is not callable); one result per env."""
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    @abstractmethod
+    def reset_async(self, seed: int | list | None = None, options: dict | None = None) -> None: ...
+
+    @abstractmethod
+    def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict]: ...
+
+    @abstractmethod
+    def step_async(self, actions: Any) -> None: ...
+
+    @abstractmethod
+    def step_wait(self, timeout: Optional[float] = None) -> StepResult: ...
+
+    @abstractmethod
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None: ...
+
+    @abstractmethod
+    def call_wait(self, timeout: Optional[float] = None) -> tuple[Any, ...]: ...
+
+    @abstractmethod
+    def get_attr(self, name: str) -> tuple[Any, ...]: ...
+
+    @abstractmethod
+    def set_attr(self, name: str, values: list | tuple | Any) -> None: ...
+
+    @abstractmethod
+    def render(self) -> tuple[Any, ...] | None: ...
+
+    @abstractmethod
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the last ``recv``'s) and return at once (async batches)."""
+
+    @abstractmethod
+    def recv(self, timeout: Optional[float] = None) -> StepResult:
+        """The next ``batch_size`` envs to finish; ``infos["env_id"]`` says which (async batches)."""
+
+    @abstractmethod
+    def async_reset(self, seed: int | list | None = None, options: dict | None = None) -> None:
+        """Reset every env; ``recv()`` then hands out the reset batches (async batches)."""
+
+    @property
+    @abstractmethod
+    def servers(self) -> list[dict]:
+        """Where each env lives: one dict per env server with ``server`` (its index), ``envs`` (the
+        env indices it hosts), ``runtime`` (a description) and ``pid`` (on its host, where known)."""

@@ -1,0 +1,101 @@
+"""A local portal's error as data on the host, and the same error, with its fields, on the agent.
+
+Both sides of one rule: ``to_data`` (host) says which fields each kind carries, ``from_data``
+(agent) rebuilds the exception through its constructor, so an error from a host has the fields it
+has locally (``RestartLimitError.env_indices``, ``ServerDiedError.status``, ``EnvError.env_index``
+...), with env indices made this portal's (the host's plus its offset). What a host sends is
+untrusted: every field is type-checked and clipped, an unknown kind becomes a ``PortalError``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from .. import errors as E
+
+MAX_TEXT = 64 * 1024  # characters of a message or traceback kept from a host
+
+_PLAIN = {
+    cls.__name__: cls
+    for cls in (
+        E.PortalError,
+        E.PortalTimeoutError,
+        E.ServerProtocolError,
+        E.ProtocolMismatchError,
+        E.HostPolicyError,
+    )
+}
+
+
+def to_data(exc: BaseException) -> dict:
+    """``exc`` as the fields of an error message (host side)."""
+    out: dict = {"cmd": "error", "kind": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, E.EnvError):
+        out.update(
+            kind="EnvNotFoundError" if isinstance(exc, E.EnvNotFoundError) else "EnvError",
+            env_index=exc.env_index,
+            phase=exc.phase,
+            error_type=exc.error_type,
+            remote_message=exc.remote_message,
+            remote_traceback=exc.remote_traceback,
+            runtime=exc.runtime,
+        )
+    elif isinstance(exc, E.RestartLimitError):
+        out.update(env_indices=exc.env_indices, restarts=exc.restarts, runtime=exc.runtime, cause=str(exc.cause))
+    elif isinstance(exc, E.ServerDiedError):
+        out.update(
+            server_index=exc.server_index,
+            env_indices=exc.env_indices,
+            status=exc.status,
+            log_tail=exc.log_tail,
+            runtime=exc.runtime,
+        )
+    elif not isinstance(exc, E.PortalError):
+        out["remote_traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return out
+
+
+def _text(header: dict, key: str) -> str:
+    value = header.get(key)
+    return value[:MAX_TEXT] if isinstance(value, str) else ""
+
+
+def _int(header: dict, key: str, low: int, high: int) -> Any:
+    value = header.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and low <= value < high else None
+
+
+def _indices(header: dict, offset: int, count: int) -> Any:
+    value = header.get("env_indices")
+    if not isinstance(value, list) or not all(isinstance(i, int) and 0 <= i < count for i in value):
+        return None
+    return [offset + i for i in value]
+
+
+def from_data(header: dict, host: str, offset: int, count: int) -> Exception:
+    """The host's error as the agent's own exception, naming ``host`` and this portal's env indices
+    (the host serves envs ``offset`` to ``offset + count - 1``)."""
+    kind, message = _text(header, "kind"), _text(header, "message")
+    runtime = f"host {host}: {_text(header, 'runtime')}".rstrip(": ")
+    if kind in ("EnvError", "EnvNotFoundError") and _int(header, "env_index", 0, count) is not None:
+        cls = E.EnvNotFoundError if kind == "EnvNotFoundError" else E.env_error_class(_text(header, "error_type"))
+        return cls(
+            offset + header["env_index"],
+            _text(header, "phase"),
+            _text(header, "error_type"),
+            _text(header, "remote_message"),
+            _text(header, "remote_traceback"),
+            runtime,
+        )
+    indices = _indices(header, offset, count)
+    if kind == "RestartLimitError" and indices is not None and _int(header, "restarts", 0, 1 << 31) is not None:
+        return E.RestartLimitError(indices, header["restarts"], runtime, E.PortalError(_text(header, "cause")))
+    if kind == "ServerDiedError" and indices is not None and _int(header, "server_index", 0, 1 << 31) is not None:
+        return E.ServerDiedError(
+            header["server_index"], indices, _text(header, "status"), _text(header, "log_tail"), runtime
+        )
+    text = f"env host {host} (envs {offset}-{offset + count - 1}): {message}"
+    if header.get("remote_traceback"):
+        text += "\n\n--- traceback on the host ---\n" + _text(header, "remote_traceback").rstrip()
+    return _PLAIN.get(kind, E.PortalError)(text)
