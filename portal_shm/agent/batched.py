@@ -21,7 +21,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from ..errors import PortalError, PortalTimeoutError, ServerProtocolError
 from ..wire import protocol as P
 from ..wire.doorbell import AnyDone
-from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
+from ..wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_OK
 from .batches import ServerQueue, default_envs_per_server, server_sizes_error
 from .infos import add_info
 from .pending import AsyncState
@@ -29,7 +29,6 @@ from .recovery import RESTARTABLE, StandIn
 from .session import group_envs
 from .validate import check_blobs
 
-_STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
 _MAX_PLANS = 4096  # batch plans kept: one per set of servers seen together, few in practice
 
 
@@ -267,7 +266,7 @@ class AsyncBatches:
     def _step_message(self, index: int) -> Optional[dict]:
         """The ERROR or EXTRA message a finished server sent with its step, if any."""
         row = self._mailbox[index]
-        if row[_STATUS] != STATUS_ERROR and not row[_EXTRA]:
+        if row[STATUS] != STATUS_ERROR and not row[EXTRA]:
             return None
         server = self._session.servers[index]
         message = server.recv(self.step_timeout, "step")
@@ -431,8 +430,8 @@ class AsyncBatches:
             if errors:
                 self._raise_env_errors(errors)
             self._reset_extras = extras
-            self._mailbox[:, _STATUS] = STATUS_OK
-            self._mailbox[:, _EXTRA] = 0
+            self._mailbox[:, STATUS] = STATUS_OK
+            self._mailbox[:, EXTRA] = 0
             self._queue.reset_all_ready([server.index for server in self._session.servers])
         except BaseException as exc:
             self._fail(exc)

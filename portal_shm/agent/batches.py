@@ -21,9 +21,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..wire.doorbell import AnyDone, spin_until
-from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
+from ..wire.layout import STATUS, STATUS_PENDING
 
-_STATUS = MAILBOX_FIELDS.index("status")
 _WAIT_SLICE = 0.05
 
 
@@ -48,7 +47,7 @@ class ServerQueue:
     """Which servers are stepping, which have results waiting, and in what order they finished."""
 
     def __init__(self, num_servers: int, mailbox: np.ndarray, done: AnyDone, spin: float = 0.0) -> None:
-        self.status = mailbox[:, _STATUS]
+        self.status = mailbox[:, STATUS]
         self.done = done
         self.spin = spin  # seconds to watch the status words (while a core is idle) before sleeping
         self.pending: list[int] = []

@@ -28,13 +28,11 @@ from ..runtimes.resources import PortalResources
 from ..wire import protocol as P
 from ..wire.doorbell import Bell, Waiter, bell_pipe, close_all
 from ..wire.handoff import SegmentOffer
-from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
+from ..wire.layout import CMD, SEQ, SLOT, STATUS, STATUS_PENDING
 from ..wire.ring import Ring
 from .control import ControlChannel
 from .spec import EnvSpec
 from .validate import check_error, check_hello
-
-_CMD, _SLOT, _STATUS, _SEQ = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "status", "seq"))
 
 
 class ServerLink:
@@ -63,12 +61,12 @@ class ServerLink:
         are seen in program order; elsewhere the agent does not ask servers to spin).
         """
         box = self.mailbox
-        box[_CMD] = cmd
-        box[_SLOT] = slot
+        box[CMD] = cmd
+        box[SLOT] = slot
         if pending:
-            box[_STATUS] = STATUS_PENDING
+            box[STATUS] = STATUS_PENDING
         self.seq += 1
-        box[_SEQ] = self.seq
+        box[SEQ] = self.seq
         self.go.ring()
 
     def describe(self) -> str:
@@ -242,7 +240,7 @@ class PortalSession:
         done_read, done_write = bell_pipe()
         server.go, server.done = Bell(go_write), Waiter(done_read)
         server.mailbox = memoryview(self.ring.views["mailbox"][server.index])
-        server.seq = server.mailbox[_SEQ]
+        server.seq = server.mailbox[SEQ]
         self._offer.expect(server.token, [go_read, done_write])
 
     def _attach_message(self) -> dict:

@@ -17,12 +17,12 @@ import numpy as np
 
 from ..errors import ServerProtocolError
 from ..wire import protocol as P
+from ..wire.dtypes import RING_KINDS, allowed, safe_dtype
 from ..wire.schema import CONTAINER_KINDS, MAX_SCHEMA_DEPTH
 
 MAX_LEAF_BYTES = 1 << 30  # one env's observation leaf: a 1 GiB frame is already absurd
 MAX_LEAVES = 4096
 MAX_TEXT = 64 * 1024  # error messages and tracebacks are clipped to this many characters
-_SAFE_DTYPES = frozenset("biuf?")
 
 
 def _fail(what: str) -> ServerProtocolError:
@@ -41,14 +41,9 @@ def _int(value: Any, what: str, low: int = -(2**63), high: int = 2**63 - 1) -> i
 
 
 def _dtype(value: Any, what: str) -> np.dtype:
-    if not isinstance(value, str) or len(value) > 8:
-        raise _fail(f"{what} has an invalid dtype {_clip(value)[:80]}")
-    try:
-        dtype = np.dtype(value)
-    except Exception:
-        raise _fail(f"{what} has an invalid dtype {value!r}") from None
-    if dtype.kind not in _SAFE_DTYPES or dtype.fields is not None or dtype.subdtype is not None:
-        raise _fail(f"{what} has a dtype not allowed in the ring: {value!r}")
+    dtype = safe_dtype(value, RING_KINDS)
+    if dtype is None:
+        raise _fail(f"{what} has a dtype not allowed in the ring: {_clip(value)[:80]}")
     return dtype
 
 
@@ -68,7 +63,7 @@ def _bounded(shape: tuple, itemsize: int, what: str) -> None:
 
 def _array_like(value: Any, shape: Optional[tuple], what: str) -> None:
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in _SAFE_DTYPES:
+        if not allowed(value.dtype, RING_KINDS):
             raise _fail(f"{what} is an array of dtype {value.dtype}")
         if shape is not None and value.shape not in ((), shape):
             raise _fail(f"{what} has shape {value.shape}, the space's is {shape}")

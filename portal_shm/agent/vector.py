@@ -30,7 +30,7 @@ from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitErro
 from ..runtimes.backend import Backend
 from ..wire import protocol as P
 from ..wire.doorbell import spin_until
-from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_PENDING, ring_layout
+from ..wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING, ring_layout
 from ..wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, space_to_schema
 from . import env_fns as F
 from .batched import AsyncBatches
@@ -45,7 +45,6 @@ from .spec import EnvSpec
 from .spin import default_spin_wait, server_spin
 from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 
-_STATUS, _EXTRA = (MAILBOX_FIELDS.index(n) for n in ("status", "extra"))
 DEFAULT_RING_DEPTH = 4  # batches the ring holds (remote lockstep replies reuse as many arrays)
 
 
@@ -349,13 +348,13 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
         """Wait until ``server`` replaced its PENDING status: spin a while, then sleep on its pipe
         (whose rings may be left from steps seen while spinning: the status word is the truth)."""
         words = server.mailbox
-        if spin_until(lambda: words[_STATUS] != STATUS_PENDING, self.spin_wait):
+        if spin_until(lambda: words[STATUS] != STATUS_PENDING, self.spin_wait):
             server.done.skipped()
             return
         done = server.done
         check_at = time.monotonic() + POLL_SLICE
         while True:
-            if done.wait(POLL_SLICE) and words[_STATUS] != STATUS_PENDING:
+            if done.wait(POLL_SLICE) and words[STATUS] != STATUS_PENDING:
                 return
             now = time.monotonic()
             if now >= check_at:
@@ -691,7 +690,7 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
                     else:
                         self._wait_done(server, deadline)
                         row = self._mailbox[server.index]
-                        if row[_STATUS] == STATUS_ERROR or row[_EXTRA]:
+                        if row[STATUS] == STATUS_ERROR or row[EXTRA]:
                             message = server.recv(timeout, "step")
                             if message["cmd"] == P.ERROR:
                                 server_errors = server.errors(message)

@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..wire import protocol as P
+from ..wire.dtypes import RING_KINDS, allowed, safe_dtype
 from . import codecs
 
 # The host protocol both sides check at hello; raised whenever this format changes
@@ -21,7 +22,6 @@ from . import codecs
 PROTOCOL = 2
 MAX_ARRAYS = 4096
 MAX_DIMS = 16
-_SAFE_KINDS = frozenset("biuf?")
 
 
 class FrameError(Exception):
@@ -52,7 +52,7 @@ def pack(
     limit = len(arrays) if compressible is None else compressible
     for index, array in enumerate(arrays):
         array = np.asarray(array)
-        if array.nbytes < INLINE_BYTES and array.dtype.kind in _SAFE_KINDS:
+        if array.nbytes < INLINE_BYTES and allowed(array.dtype, RING_KINDS):
             specs.append([array.dtype.str, list(array.shape), INLINE, array.tobytes()])
             if stats is not None and index < limit:
                 stats.count(array.nbytes, array.nbytes)
@@ -74,23 +74,10 @@ def pack(
     return [P.packb({**header, "arrays": specs})] + out
 
 
-_DTYPES: dict = {}
-
-
 def _dtype(descr: Any) -> np.dtype:
-    dtype = _DTYPES.get(descr) if isinstance(descr, str) else None
-    if dtype is not None:
-        return dtype
-    if not isinstance(descr, str) or len(descr) > 8:
-        raise FrameError(f"invalid dtype {descr!r:.40}")
-    try:
-        dtype = np.dtype(descr)
-    except TypeError:
-        raise FrameError(f"invalid dtype {descr!r:.40}") from None
-    if dtype.kind not in _SAFE_KINDS or dtype.hasobject:
-        raise FrameError(f"dtype {dtype} is not allowed in a frame")
-    if len(_DTYPES) < 64:
-        _DTYPES[descr] = dtype
+    dtype = safe_dtype(descr, RING_KINDS)
+    if dtype is None:
+        raise FrameError(f"dtype {str(descr)[:40]!r} is not allowed in a frame")
     return dtype
 
 
@@ -132,7 +119,7 @@ def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.
     count = 0
     for spec in specs:
         if isinstance(spec, np.ndarray):  # inline: msgpack's numpy decoding checked it already
-            if spec.dtype.kind not in _SAFE_KINDS:
+            if not allowed(spec.dtype, RING_KINDS):
                 raise FrameError(f"dtype {spec.dtype} is not allowed in a message")
             if stats is not None:
                 stats.count(spec.nbytes, spec.nbytes)

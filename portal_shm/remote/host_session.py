@@ -23,7 +23,7 @@ from .. import errors as E
 from ..agent.spec import EnvSpec
 from ..agent.vector import VectorPortal
 from ..wire import protocol as P
-from ..wire.layout import MAILBOX_FIELDS, STATUS_PENDING
+from ..wire.layout import STATUS, STATUS_PENDING
 from ..wire.schema import is_fixed, space_to_schema
 from . import codecs, frames, trees
 from .error_data import to_data
@@ -34,7 +34,6 @@ from .request_values import check_name
 log = logging.getLogger("portal_shm.host")
 
 _STOP = object()
-_STATUS = MAILBOX_FIELDS.index("status")
 
 
 def _packable(mapping: dict) -> dict:
@@ -150,7 +149,7 @@ class HostSession(threading.Thread):
                 done._take()
                 if done.closed:
                     return None
-            if server.mailbox[_STATUS] == STATUS_PENDING:
+            if server.mailbox[STATUS] == STATUS_PENDING:
                 finished = False
         return finished
 

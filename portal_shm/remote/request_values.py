@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import HostPolicyError
 from ..wire import protocol as P
+from ..wire.dtypes import MESSAGE_KINDS, allowed
 
 MAX_DEPTH = 8
 MAX_ITEMS = 1024  # entries of one list or dict
@@ -57,8 +58,8 @@ def _walk(value: Any, what: str, depth: int) -> None:
     if value is None or isinstance(value, (bool, numbers.Number, str, bytes, np.generic)):
         return
     if isinstance(value, np.ndarray):
-        if value.dtype.hasobject:
-            raise HostPolicyError(f"{what} holds an object array")
+        if not allowed(value.dtype, MESSAGE_KINDS):
+            raise HostPolicyError(f"{what} holds an array of dtype {value.dtype}")
         return
     if isinstance(value, (list, tuple)):
         items: Any = value

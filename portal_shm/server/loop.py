@@ -20,7 +20,7 @@ import zmq
 from ..wire import protocol as P
 from ..wire.doorbell import Bell, Waiter, close_all, spin_until
 from ..wire.handoff import fetch_descriptors
-from ..wire.layout import MAILBOX_FIELDS, STATUS_ERROR, STATUS_OK
+from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
@@ -28,8 +28,6 @@ from .envs import get_attr, set_attr
 IDLE_CHECK_SECONDS = 0.5
 WATCHDOG_GRACE_SECONDS = 3.0
 NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
-
-_CMD, _SLOT, _STATUS, _EXTRA, _SEQ = (MAILBOX_FIELDS.index(n) for n in ("cmd", "slot", "status", "extra", "seq"))
 
 
 class AgentGone(Exception):
@@ -198,7 +196,7 @@ class EnvServer:
         views = self.ring.views
         self.mailbox = views["mailbox"][self.config["server_index"]]
         self._words = memoryview(self.mailbox)  # reads a word in 40 ns, a numpy index in 55
-        self._seq = self._words[_SEQ]
+        self._seq = self._words[SEQ]
         self.obs_fixed = []
         self.obs_var = []
         for index, (path, leaf) in enumerate(leaves(obs_schema)):
@@ -234,13 +232,13 @@ class EnvServer:
         if self.spin is None:
             return self.go.wait(IDLE_CHECK_SECONDS)
         words, seq = self._words, self._seq
-        if self.spin > 0 and spin_until(lambda: words[_SEQ] != seq, self.spin, only_idle=False):
+        if self.spin > 0 and spin_until(lambda: words[SEQ] != seq, self.spin, only_idle=False):
             self.go.skipped()
         else:
-            while words[_SEQ] == seq:
+            while words[SEQ] == seq:
                 if not self.go.wait(IDLE_CHECK_SECONDS):
                     return False
-        self._seq = words[_SEQ]
+        self._seq = words[SEQ]
         return True
 
     def serve_forever(self) -> None:
@@ -250,9 +248,9 @@ class EnvServer:
                 if not self.agent_alive():
                     raise AgentGone()
                 continue
-            cmd = int(mailbox[_CMD])
+            cmd = int(mailbox[CMD])
             if cmd == P.CMD_STEP or cmd == P.CMD_STEP_ACTIONS:
-                self.step(int(mailbox[_SLOT]), cmd == P.CMD_STEP_ACTIONS)
+                self.step(int(mailbox[SLOT]), cmd == P.CMD_STEP_ACTIONS)
                 self.done.ring()
             elif cmd == P.CMD_CONTROL:
                 try:
@@ -368,13 +366,13 @@ class EnvServer:
         self._write_results(k, rewards, terminateds, truncateds, lengths, errors)
         if errors:
             self.send(dict(errors[0], more=errors[1:]))
-            mailbox[_STATUS] = STATUS_ERROR
-            mailbox[_EXTRA] = 0
+            mailbox[STATUS] = STATUS_ERROR
+            mailbox[EXTRA] = 0
             return
         if extras:
             self.send({"cmd": P.EXTRA, "blobs": extras})
-        mailbox[_EXTRA] = 1 if extras else 0
-        mailbox[_STATUS] = STATUS_OK
+        mailbox[EXTRA] = 1 if extras else 0
+        mailbox[STATUS] = STATUS_OK
 
     def _write_results(
         self, k: int, rewards: list, terminateds: list, truncateds: list, lengths: list, errors: list

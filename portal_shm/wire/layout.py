@@ -15,7 +15,10 @@ import numpy as np
 from .schema import is_fixed, leaf_shape_dtype, leaves
 
 ALIGN = 64
+# A server's mailbox row: 8 int64 words, one cache line, so servers never share one (the last
+# three are that line's padding, and keep the indices of a row fixed across versions).
 MAILBOX_FIELDS = ("cmd", "slot", "prev_slot", "status", "extra", "seq", "pid", "spare")
+CMD, SLOT, STATUS, EXTRA, SEQ = (MAILBOX_FIELDS.index(name) for name in ("cmd", "slot", "status", "extra", "seq"))
 STATUS_OK = 0
 STATUS_ERROR = 1
 STATUS_PENDING = 2

@@ -13,6 +13,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from .dtypes import MESSAGE_KINDS, allowed, safe_dtype
+
 PROTOCOL_VERSION = 1
 
 # Control message kinds (the "cmd" field).
@@ -41,7 +43,6 @@ _EXT_NDARRAY = 1
 _EXT_NUMPY_SCALAR = 2
 _EXT_TUPLE = 3
 
-_SAFE_DTYPE_KINDS = frozenset("biufcSU?")
 # Each tuple is decoded by a nested msgpack call: without a bound, a few kilobytes of nested
 # tuples overflow the C stack (a crash, not an exception). No honest message nests this deep.
 MAX_TUPLE_NESTING = 32
@@ -52,34 +53,21 @@ class ProtocolError(Exception):
     """A message that does not follow the protocol: corrupt, oversized or of an unsafe type."""
 
 
-_DTYPES: dict = {}  # descriptors already checked (every step's infos repeat the same few)
-
-
 def _checked_dtype(descr: Any) -> np.dtype:
-    dtype = _DTYPES.get(descr) if isinstance(descr, str) else None
-    if dtype is not None:
-        return dtype
-    if not isinstance(descr, str) or len(descr) > 16:
-        raise ProtocolError(f"invalid dtype descriptor {descr!r}")
-    try:
-        dtype = np.dtype(descr)
-    except TypeError as exc:
-        raise ProtocolError(f"invalid dtype descriptor {descr!r}") from exc
-    if dtype.kind not in _SAFE_DTYPE_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        raise ProtocolError(f"dtype {descr!r} is not allowed across the isolation boundary")
-    if len(_DTYPES) < 64:
-        _DTYPES[descr] = dtype
+    dtype = safe_dtype(descr, MESSAGE_KINDS)
+    if dtype is None:
+        raise ProtocolError(f"dtype {str(descr)[:40]!r} is not allowed across the isolation boundary")
     return dtype
 
 
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
-        if obj.dtype.kind not in _SAFE_DTYPE_KINDS:
+        if not allowed(obj.dtype, MESSAGE_KINDS):
             raise TypeError(f"numpy arrays of dtype {obj.dtype} cannot be sent (object arrays are not allowed)")
         header = msgpack.packb([obj.dtype.str, list(obj.shape)])
         return msgpack.ExtType(_EXT_NDARRAY, header + np.ascontiguousarray(obj).tobytes())
     if isinstance(obj, np.generic):
-        if obj.dtype.kind not in _SAFE_DTYPE_KINDS:
+        if not allowed(obj.dtype, MESSAGE_KINDS):
             raise TypeError(f"numpy scalars of dtype {obj.dtype} cannot be sent")
         return msgpack.ExtType(_EXT_NUMPY_SCALAR, msgpack.packb(obj.dtype.str) + obj.tobytes())
     if isinstance(obj, tuple):
