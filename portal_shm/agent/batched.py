@@ -204,6 +204,12 @@ class AsyncBatches:
             self._pending.end()
         return self._recv_batch(timeout)
 
+    def batch_ready(self) -> bool:
+        """Whether ``recv`` would return at once: enough servers finished for a batch."""
+        queue = self._queue
+        queue.collect()
+        return len(queue.ready) >= self.batch_size // self._server_size
+
     def _recv_batch(self, timeout: Optional[float]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         queue = self._queue
         wanted = self.batch_size // self._server_size

@@ -82,7 +82,7 @@ class ServerQueue:
         self.idle.clear()
         self.pending.clear()
 
-    def _collect(self) -> None:
+    def collect(self) -> None:
         """Move servers whose status is no longer PENDING to ``ready``, in finishing order."""
         for server in list(self.pending):
             if self.status[server] != STATUS_PENDING:
@@ -105,7 +105,7 @@ class ServerQueue:
         """
         servers_needed = min(servers_needed, len(self.ready) + len(self.pending))
         while True:
-            self._collect()
+            self.collect()
             if time.monotonic() >= self._next_check:
                 self._check_pending(check)
             if len(self.ready) >= servers_needed:
@@ -123,7 +123,7 @@ class ServerQueue:
 
     def _check_pending(self, check: Callable[[int], None]) -> None:
         for server in list(self.pending):
-            self._collect()  # a server that finished meanwhile (say during a restart) is not checked
+            self.collect()  # a server that finished meanwhile (say during a restart) is not checked
             if server in self.pending:
                 check(server)
         self._next_check = time.monotonic() + _WAIT_SLICE

@@ -830,6 +830,37 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
             self._session.graceful = False
         self._finalizer()
 
+    # -- for a driver outside this portal's thread (an env host's router steps lockstep itself) --------
+    def doorbells(self) -> list:
+        """The servers' done pipes (``Waiter``s, their ``fd`` to poll): readable when a server rang back."""
+        return [server.done for server in self._session.servers]
+
+    def step_finished(self, readable: Any) -> Optional[bool]:
+        """After ``step_async``: whether every server finished, once the rings of the done pipes whose
+        fds are in ``readable`` are read (None: a pipe closed, ``step_wait`` says why).
+
+        Each ring is read as it comes: a pipe left readable would wake the caller's poll again at
+        once, and it would spin until the slowest server finished, on the cores the servers need.
+        The status words, not the rings, say who finished.
+        """
+        finished = True
+        for server in self._session.servers:
+            done = server.done
+            if done.fd in readable:
+                done.take()
+                if done.closed:
+                    return None
+            if server.mailbox[STATUS] == STATUS_PENDING:
+                finished = False
+        return finished
+
+    @property
+    def recovering(self) -> bool:
+        """Whether the restart policy has a step to change (a restarted server's envs): then only
+        ``step_wait`` finishes the step."""
+        recovery = self._recovery
+        return bool(recovery.resetting or recovery.ended or recovery.failed_early)
+
     @property
     def servers(self) -> list[dict]:
         """Where each env lives: server index, env indices, runtime description, and the server's

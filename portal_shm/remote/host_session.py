@@ -23,7 +23,6 @@ from .. import errors as E
 from ..agent.spec import EnvSpec
 from ..agent.vector import VectorPortal
 from ..wire import protocol as P
-from ..wire.layout import STATUS, STATUS_PENDING
 from ..wire.schema import is_fixed, space_to_schema
 from . import codecs, frames, trees
 from .error_data import to_data
@@ -125,33 +124,18 @@ class HostSession(threading.Thread):
     def can_step_inline(self) -> bool:
         if not self.started or self.busy or self._batched or self._whole or self.inline is not None:
             return False
-        recovery = self.portal._recovery
-        return not (recovery.resetting or recovery.ended or recovery.failed_early)
+        return not self.portal.recovering
 
     def begin_inline(self, header: dict, arrays: list) -> list:
         """Start the step (actions into the ring, servers rung); the done fds the router polls."""
         self.portal.step_async(self._actions(header, arrays, self.num_envs))
         self.inline = {"seq": header["seq"], "since": time.monotonic()}
-        return [server.done.fd for server in self.portal._session.servers]
+        return [done.fd for done in self.portal.doorbells()]
 
     def inline_done(self, readable: Any) -> Optional[bool]:
-        """Whether every server finished the router's step, after reading the rings of the done
-        pipes in ``readable`` (None: a server's pipe closed, its thread must see to it).
-
-        Each ring is read as it comes: a pipe left readable would wake the router's poll again at
-        once, and the router would spin until the slowest server finished, on the cores the
-        servers need. The status words, not the rings, say who finished.
-        """
-        finished = True
-        for server in self.portal._session.servers:
-            done = server.done
-            if done.fd in readable:
-                done._take()
-                if done.closed:
-                    return None
-            if server.mailbox[STATUS] == STATUS_PENDING:
-                finished = False
-        return finished
+        """Whether every server finished the router's step (None: a server's pipe closed, its
+        thread must see to it)."""
+        return self.portal.step_finished(readable)
 
     def finish_inline(self) -> list:
         """The reply's frames, once every server is done (the router saw all done fds readable)."""
@@ -294,11 +278,9 @@ class HostSession(threading.Thread):
         if not (self._batched and self._in_flight >= self.portal.batch_size):
             return self.inbox.get()
         portal = self.portal
-        wanted = portal.batch_size // portal._server_size
         deadline = time.monotonic() + self.STALL_SECONDS
         while True:
-            portal._queue._collect()
-            if len(portal._queue.ready) >= wanted:
+            if portal.batch_ready():
                 self._ship_batch()
                 return None
             try:
@@ -309,11 +291,11 @@ class HostSession(threading.Thread):
             if remaining <= 0:
                 self._ship_batch()
                 return None
-            done = [server.done for server in portal._session.servers if not server.done.closed]
+            done = [waiter for waiter in portal.doorbells() if not waiter.closed]
             readable = select.select([self._wake_r] + [w.fd for w in done], [], [], remaining)[0]
             for waiter in done:
                 if waiter.fd in readable:
-                    waiter._take()  # the status words say who finished; the rings only wake us
+                    waiter.take()  # the status words say who finished; the rings only wake us
             if self._wake_r in readable:
                 try:
                     os.read(self._wake_r, 4096)

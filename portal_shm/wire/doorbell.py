@@ -80,7 +80,8 @@ class Waiter:
         self._skipped = 0
         self.closed = False  # the ringing end is closed everywhere
 
-    def _take(self) -> bool:
+    def take(self) -> bool:
+        """Read the rings waiting in the pipe: False when there were none (or the pipe closed)."""
         try:
             count = os.readv(self.fd, self._buffer)
         except BlockingIOError:
@@ -95,14 +96,14 @@ class Waiter:
         self._skipped += 1
         if self._skipped >= _CHUNK // 2:
             self._skipped = 0
-            self._take()
+            self.take()
 
     def wait(self, timeout: float) -> bool:
         if self.closed:
             time.sleep(timeout)  # nothing will ring again: the caller's checks find out why
             return False
         # poll first: a read that finds nothing costs a Python exception, dearer than a poll
-        return bool(self._poll.poll(timeout * 1000)) and self._take()
+        return bool(self._poll.poll(timeout * 1000)) and self.take()
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -144,7 +145,7 @@ class AnyDone:
             rung = False
             for fd, _ in events or ():
                 waiter = self._by_fd[fd]
-                rung = waiter._take() or rung
+                rung = waiter.take() or rung
                 if waiter.closed:
                     self._poll.unregister(fd)
                     del self._by_fd[fd]
