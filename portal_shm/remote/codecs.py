@@ -1,11 +1,11 @@
 """Compression of observation frames between host and agent: lz4 or zstd where installed.
 
-Atari frames compress 15-120x with lz4 and 70-1,000x with zstd level 1 at about 1 ms per 64-frame
-batch, which over a 100 Mbit/s link is the difference between about 124 raw Pong frames/s and
-thousands. ``"auto"`` compresses image observations: with zstd off loopback, where the ratio is
-what counts, and with lz4 on loopback, where only time counts and lz4 still beats copying and
-encrypting raw frames (Pong N=8 lockstep through a host on this 2-core machine, with CURVE: lz4
-0.62x the local portal, raw frames 0.37x; ``benchmarks/results/remote_loopback*``). The agent names what
+Atari frames compress by one to three orders of magnitude (zstd level 1 far more than lz4) at
+about a millisecond per batch, which over a 100 Mbit/s link is the difference between about a
+hundred raw Pong frames/s and thousands. ``"auto"`` compresses image observations: with zstd off
+loopback, where the ratio is what counts, and with lz4 on loopback, where only time counts and lz4
+still beats copying and encrypting raw frames (README "Envs on another machine" and
+``benchmarks/results/remote_loopback*`` have the figures). The agent names what
 it can decode; the host picks, and sends a frame raw whenever compressing it does not pay
 (``worth``), so every frame says its own codec.
 """

@@ -53,10 +53,9 @@ def _no_wakeup_preemption(portal: VectorPortal) -> None:
 
     The router wakes a lockstep step's servers one after the other, each by a pipe write; a woken
     server used to take the router's core at once, so the next server was rung only when the router
-    ran again, and the step waited for that straggler (Pong N=8 through a host on 2 cores: the
-    router took 289 us per step from a request to the last ring, 71 us with this; the step's p50
-    2,069 -> 1,948 us, p99 4,316 -> 3,692 us, measured side by side). Where the policy cannot be
-    set (other systems, a container's process not ours) the servers keep the default.
+    ran again, and the step waited for that straggler (README "Envs on another machine" has the
+    figures). Where the policy cannot be set (other systems, a container's process not ours) the
+    servers keep the default.
     """
     setter = getattr(os, "sched_setscheduler", None)
     if setter is None:
