@@ -19,6 +19,8 @@ import pytest
 import portal_shm
 from tests.compare import assert_same, follow_each_env, rollout
 
+pytestmark = pytest.mark.docker
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -14,6 +14,8 @@ import portal_shm
 from portal_shm import DockerBackend, EnvSpec, VectorPortal
 from tests.integration.test_docker import _docker_or_skip, portal_containers
 
+pytestmark = pytest.mark.docker
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 

@@ -131,6 +131,7 @@ def test_what_the_cluster_cannot_place_is_refused_clearly(cluster):
     assert all_cpus_free(), "a refused portal kept its placement group or its hosts"
 
 
+@pytest.mark.docker
 def test_docker_envs_on_the_nodes(cluster):
     from tests.integration.test_docker import _docker_or_skip, ensure_image
 

@@ -437,6 +437,7 @@ def test_sb3_adapter_over_two_hosts_matches_sb3s_own_vec_env(host, second_host, 
         reference.close()
 
 
+@pytest.mark.docker
 def test_docker_envs_behind_a_host_match_sync_vector_env(host, keys):
     from tests.integration.test_docker import _docker_or_skip, ensure_image
 

@@ -11,6 +11,8 @@ import portal_shm
 from portal_shm import presets
 from tests.integration.test_docker import _docker_or_skip
 
+pytestmark = pytest.mark.docker
+
 
 @pytest.fixture(scope="module")
 def train_images():
