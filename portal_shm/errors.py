@@ -62,7 +62,7 @@ class ServerDiedError(PortalError):
     """An env server process or container exited while the agent needed it."""
 
     def __init__(
-        self, server_index: int, env_indices: list, status: str, log_tail: str = "", runtime: str = ""
+        self, server_index: int, env_indices: list[int], status: str, log_tail: str = "", runtime: str = ""
     ) -> None:
         self.server_index = server_index
         self.env_indices = list(env_indices)
@@ -105,10 +105,10 @@ _NOT_MIRRORED = {
     "ExceptionGroup",
     "BaseExceptionGroup",
 }
-_mirrors: dict = {}
+_mirrors: dict[tuple[type[EnvError], type[Exception]], type[EnvError]] = {}
 
 
-def env_error_class(error_type: str, base: type = EnvError) -> type:
+def env_error_class(error_type: str, base: type[EnvError] = EnvError) -> type[EnvError]:
     """The agent-side class for an env's exception named ``error_type``.
 
     An env that raises ``ValueError`` gives an ``EnvError`` that is also a ``ValueError`` (likewise
@@ -142,7 +142,7 @@ def env_error_class(error_type: str, base: type = EnvError) -> type:
 class RestartLimitError(PortalError):
     """An env failed again after using up its restarts (``on_env_failure="restart"``)."""
 
-    def __init__(self, env_indices: list, restarts: int, runtime: str, cause: BaseException) -> None:
+    def __init__(self, env_indices: list[int], restarts: int, runtime: str, cause: BaseException) -> None:
         self.env_indices = list(env_indices)
         self.restarts = restarts
         self.runtime = runtime
@@ -162,13 +162,13 @@ class HostPolicyError(PortalError):
 class HostLostError(PortalError):
     """A remote env host stopped answering (killed, cut off, or its network down)."""
 
-    def __init__(self, host: str, env_indices: list, detail: str) -> None:
+    def __init__(self, host: str, env_indices: list[int], detail: str) -> None:
         self.host = host
         self.env_indices = list(env_indices)
         super().__init__(f"lost env host {host} (envs {_span(self.env_indices)}): {detail}")
 
 
-def _span(indices: list) -> str:
+def _span(indices: list[int]) -> str:
     if len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1)):
         return f"{indices[0]}-{indices[-1]}"
     return ", ".join(map(str, indices))

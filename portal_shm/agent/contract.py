@@ -17,13 +17,15 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium.vector import VectorEnv
 
-StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]
+StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 
 class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     """A gymnasium ``VectorEnv`` whose envs live in isolated runtimes (see the module docstring)."""
 
-    def reset(self, *, seed: int | list | None = None, options: dict | None = None) -> tuple[Any, dict]:
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         """Reset all envs (lockstep; ``options["reset_mask"]`` for some), or every env and return the
         first batch (async batches)."""
         self.reset_async(seed=seed, options=options)
@@ -40,10 +42,10 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         return self.call_wait()
 
     @abstractmethod
-    def reset_async(self, seed: int | list | None = None, options: dict | None = None) -> None: ...
+    def reset_async(self, seed: int | list[int] | None = None, options: dict[str, Any] | None = None) -> None: ...
 
     @abstractmethod
-    def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict]: ...
+    def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict[str, Any]]: ...
 
     @abstractmethod
     def step_async(self, actions: Any) -> None: ...
@@ -61,7 +63,7 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     def get_attr(self, name: str) -> tuple[Any, ...]: ...
 
     @abstractmethod
-    def set_attr(self, name: str, values: list | tuple | Any) -> None: ...
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None: ...
 
     @abstractmethod
     def render(self) -> tuple[Any, ...] | None: ...
@@ -75,11 +77,11 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         """The next ``batch_size`` envs to finish; ``infos["env_id"]`` says which (async batches)."""
 
     @abstractmethod
-    def async_reset(self, seed: int | list | None = None, options: dict | None = None) -> None:
+    def async_reset(self, seed: int | list[int] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env; ``recv()`` then hands out the reset batches (async batches)."""
 
     @property
     @abstractmethod
-    def servers(self) -> list[dict]:
+    def servers(self) -> list[dict[str, Any]]:
         """Where each env lives: one dict per env server with ``server`` (its index), ``envs`` (the
         env indices it hosts), ``runtime`` (a description) and ``pid`` (on its host, where known)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
@@ -40,6 +40,10 @@ _CHUNK = 4096  # rings left while the waiter spun pile up: read them into one re
 _TURNS = 8  # spin turns (a yield and a look, ~1 us) between looks at the running count
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 _loadavg: Optional[int] = None
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
 
 
 def bell_pipe() -> tuple[int, int]:
@@ -119,9 +123,9 @@ class AnyDone:
     takes its predecessor's place.
     """
 
-    def __init__(self, waiters: Callable[[], Sequence[Waiter]]) -> None:
+    def __init__(self, waiters: Callable[[], Sequence[Optional[Waiter]]]) -> None:
         self._waiters = waiters
-        self._known: list = []
+        self._known: list[Waiter] = []
         self._poll = select.poll()
         self._by_fd: dict[int, Waiter] = {}
 
@@ -141,9 +145,13 @@ class AnyDone:
         deadline = time.monotonic() + timeout
         while True:
             remaining = max(0.0, deadline - time.monotonic())
-            events = self._poll.poll(remaining * 1000) if self._by_fd else time.sleep(remaining)
+            if self._by_fd:
+                events = self._poll.poll(remaining * 1000)
+            else:
+                time.sleep(remaining)
+                events = []
             rung = False
-            for fd, _ in events or ():
+            for fd, _ in events:
                 waiter = self._by_fd[fd]
                 rung = waiter.take() or rung
                 if waiter.closed:
@@ -192,7 +200,7 @@ def cores_idle() -> bool:
         return False
 
 
-def close_all(ends: Sequence[Optional[object]]) -> None:
+def close_all(ends: Sequence[Optional[_Closable]]) -> None:
     for end in ends:
         if end is not None:
             end.close()

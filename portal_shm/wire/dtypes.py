@@ -16,10 +16,11 @@ RING_KINDS = frozenset("biuf?")
 MESSAGE_KINDS = RING_KINDS | frozenset("cSU")
 MAX_DESCRIPTOR = 16
 
-_checked: dict = {}  # (descriptor, kinds) -> dtype: every step's messages repeat the same few
+# (descriptor, kinds) -> dtype: every step's messages repeat the same few
+_checked: dict[tuple[str, frozenset[str]], np.dtype] = {}
 
 
-def safe_dtype(descr: Any, kinds: frozenset = RING_KINDS) -> Optional[np.dtype]:
+def safe_dtype(descr: Any, kinds: frozenset[str] = RING_KINDS) -> Optional[np.dtype]:
     """The dtype of the descriptor ``descr`` (``"<f4"``), or None when it is not one of ``kinds``."""
     key = (descr, kinds)
     dtype = _checked.get(key) if isinstance(descr, str) else None
@@ -38,6 +39,6 @@ def safe_dtype(descr: Any, kinds: frozenset = RING_KINDS) -> Optional[np.dtype]:
     return dtype
 
 
-def allowed(dtype: np.dtype, kinds: frozenset = RING_KINDS) -> bool:
+def allowed(dtype: np.dtype, kinds: frozenset[str] = RING_KINDS) -> bool:
     """Whether an array or scalar already built has a dtype of ``kinds`` (plain, not structured)."""
     return dtype.kind in kinds and dtype.fields is None and dtype.subdtype is None

@@ -31,7 +31,7 @@ class SegmentOffer:
     def __init__(self, path: str, segment_fd: int) -> None:
         self.path = path
         self._segment_fd = segment_fd
-        self._expected: dict[bytes, list] = {}
+        self._expected: dict[bytes, list[int]] = {}
         self._lock = threading.Lock()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -43,7 +43,7 @@ class SegmentOffer:
             raise
         self._thread: Optional[threading.Thread] = None
 
-    def expect(self, token: str, fds: list) -> None:
+    def expect(self, token: str, fds: list[int]) -> None:
         """Hand ``fds`` (after the ring's) to the server presenting ``token``; they are ours to close."""
         with self._lock:
             self._expected[token.encode()] = fds
@@ -109,7 +109,7 @@ class SegmentOffer:
             pass
 
 
-def fetch_descriptors(path: str, token: str, count: int, timeout: float) -> list:
+def fetch_descriptors(path: str, token: str, count: int, timeout: float) -> list[int]:
     """Server side: present ``token`` on the agent's socket and return the ``count`` descriptors
     it sends (the ring's first)."""
     fd_size = array.array("i").itemsize

@@ -9,21 +9,25 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 from . import protocol as P
 
 CONFIG_ENV_VAR = "PORTAL_SHM_SERVER_CONFIG"
 
 
-def encode_config(config: dict) -> str:
+def encode_config(config: dict[str, Any]) -> str:
     """The config as one environment-variable-safe string (msgpack keeps tuples and arrays)."""
     return "b64:" + base64.b64encode(P.packb(config)).decode("ascii")
 
 
-def decode_config(raw: str) -> dict:
+def decode_config(raw: str) -> dict[str, Any]:
+    config: dict[str, Any]
     if raw.startswith("b64:"):
-        return P.unpackb(base64.b64decode(raw[4:]))
-    return json.loads(raw)
+        config = P.unpackb(base64.b64decode(raw[4:]))
+    else:
+        config = json.loads(raw)
+    return config
 
 
 def read_tail(path: str, lines: int) -> str:

@@ -29,13 +29,18 @@ def _align(offset: int) -> int:
 
 
 def ring_layout(
-    obs_schema: dict, act_schema: dict, num_envs: int, depth: int, num_servers: int, info_capacity: int
-) -> dict:
+    obs_schema: dict[str, Any],
+    act_schema: dict[str, Any],
+    num_envs: int,
+    depth: int,
+    num_servers: int,
+    info_capacity: int,
+) -> dict[str, Any]:
     """Compute the byte layout of a ring for these spaces; returns a msgpack-able dict."""
-    fields: list[dict] = []
+    fields: list[dict[str, Any]] = []
     offset = 0
 
-    def add(name: str, shape: tuple, dtype: Any) -> None:
+    def add(name: str, shape: tuple[int, ...], dtype: Any) -> None:
         nonlocal offset
         dtype = np.dtype(dtype)
         offset = _align(offset)
@@ -63,7 +68,7 @@ def ring_layout(
     }
 
 
-def field_views(layout: dict, buffer: Any) -> dict[str, np.ndarray]:
+def field_views(layout: dict[str, Any], buffer: Any) -> dict[str, np.ndarray]:
     """Numpy views of every array of the layout over ``buffer`` (an mmap of the ring)."""
     size = len(buffer)
     views = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class Ring:
     a server closes it once mapped.
     """
 
-    def __init__(self, layout: dict, fd: int) -> None:
+    def __init__(self, layout: dict[str, Any], fd: int) -> None:
         self.layout = layout
         self.fd: Optional[int] = fd
         size = int(layout["size"])
@@ -51,7 +51,7 @@ class Ring:
         self.views: dict[str, np.ndarray] = field_views(layout, self._mmap)
 
     @classmethod
-    def create(cls, name: str, layout: dict) -> "Ring":
+    def create(cls, name: str, layout: dict[str, Any]) -> "Ring":
         fd = create_segment(name, int(layout["size"]))
         try:
             return cls(layout, fd)

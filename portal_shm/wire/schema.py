@@ -28,7 +28,7 @@ def space_kind(space: Any) -> str:
     return type(space).__name__
 
 
-def space_to_schema(space: Any) -> dict:
+def space_to_schema(space: Any) -> dict[str, Any]:
     """Describe a space (gymnasium, gym or compatible) as msgpack-able data."""
     kind = space_kind(space)
     if kind == "Box":
@@ -87,7 +87,7 @@ def space_to_schema(space: Any) -> dict:
     return {"kind": "Opaque", "name": f"{type(space).__module__}.{type(space).__qualname__}", "repr": text}
 
 
-def is_fixed(schema: dict) -> bool:
+def is_fixed(schema: dict[str, Any]) -> bool:
     """Whether every leaf of the space has a fixed shape and dtype, so it can live in the ring."""
     kind = schema["kind"]
     if kind in FIXED_KINDS:
@@ -108,7 +108,7 @@ def has_opaque(schema: Any) -> bool:
     return False
 
 
-def leaf_shape_dtype(schema: dict) -> tuple[tuple[int, ...], np.dtype]:
+def leaf_shape_dtype(schema: dict[str, Any]) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype of one fixed leaf, as gymnasium's ``batch_space`` would batch it."""
     kind = schema["kind"]
     if kind == "Box":
@@ -123,7 +123,7 @@ def leaf_shape_dtype(schema: dict) -> tuple[tuple[int, ...], np.dtype]:
     raise ValueError(f"{kind} has no fixed layout")
 
 
-def leaves(schema: dict, path: tuple = ()) -> list[tuple[tuple, dict]]:
+def leaves(schema: dict[str, Any], path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
     """All leaves in a stable order, each with its path of Dict keys and Tuple indices."""
     kind = schema["kind"]
     if kind == "Dict":
