@@ -854,6 +854,16 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
                 finished = False
         return finished
 
+    def abort(self) -> None:
+        """Stop every env server now, from any thread (an env host freeing the envs of an agent that
+        went away while they hang): what waits on them fails at once, ``close()`` still cleans up."""
+        for server in list(self._session.servers):
+            if server.handle is not None:
+                try:
+                    server.handle.stop(0)
+                except Exception:
+                    pass  # gone already, or its runtime failed: close() reports nothing more either
+
     @property
     def recovering(self) -> bool:
         """Whether the restart policy has a step to change (a restarted server's envs): then only

@@ -101,6 +101,8 @@ class HostSession(threading.Thread):
 
     # -- router side ------------------------------------------------------------------------
     def deliver(self, header: dict, arrays: list) -> None:
+        if header["cmd"] == "close" and self.busy:
+            self._abort()  # the agent is done with a request still running (one that timed out on its side)
         self.busy = True
         self._put((header, arrays))
 
@@ -159,7 +161,16 @@ class HostSession(threading.Thread):
         self._wake_r = self._wake_w = -1
 
     def stop(self) -> None:
+        """Free the envs: at once when the thread is idle, by stopping the servers under a request that
+        is still running (a hung env would keep the thread, and the envs, forever)."""
+        if self.busy:
+            self._abort()
         self._put(_STOP)
+
+    def _abort(self) -> None:
+        portal = self.portal
+        if portal is not None:  # (not from the router thread: stopping containers takes seconds)
+            threading.Thread(target=portal.abort, name=f"portal-shm abort {self.client}", daemon=True).start()
 
     # -- session thread ---------------------------------------------------------------------
     def run(self) -> None:

@@ -66,6 +66,8 @@ class RemoteVectorPortal(PortalVectorEnv):
         self.closed = False
         self._pending = PendingCall()
         self._request: Optional[dict] = None  # the requests of the pending call
+        self._broken: Optional[BaseException] = None  # a failure after which only close() is left
+        self._closed_servers: list = []  # what ``servers`` says once closed
         self._links: list[HostLink] = []
         self.autoreset_mode = AutoresetMode(vector_kwargs.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         vector_kwargs["autoreset_mode"] = self.autoreset_mode.value
@@ -223,6 +225,17 @@ class RemoteVectorPortal(PortalVectorEnv):
             from gymnasium.error import ClosedEnvironmentError
 
             raise ClosedEnvironmentError("this RemoteVectorPortal is closed")
+        if self._broken is not None:
+            raise E.PortalError(f"this RemoteVectorPortal cannot continue after an earlier failure: {self._broken}")
+
+    def _wait(self, ready: Any, deadline: Optional[float], what: str) -> None:
+        """``wait`` on the links; a timeout leaves the hosts mid-request, so the portal cannot go on
+        (as a local portal cannot): only ``close()`` is left, which frees the hosts' envs."""
+        try:
+            wait(self._links, ready, deadline, what, self._poller())
+        except E.PortalTimeoutError as exc:
+            self._broken = exc
+            raise
 
     def _request_all(self, headers: list, arrays: Optional[list] = None, what: str = "") -> list:
         """Send one request per host and wait for all replies: [(link, header, arrays)] in host order."""
@@ -264,7 +277,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                wait(self._links, waiting, deadline, what, self._poller())
+                self._wait(waiting, deadline, what)
                 break
             except E.HostLostError as exc:
                 if not self._recovery.enabled or self._batched:
@@ -501,13 +514,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                wait(
-                    self._links,
-                    lambda: [] if any(lk.batches for lk in self._links) else self._links,
-                    deadline,
-                    "recv",
-                    self._poller(),
-                )
+                self._wait(lambda: [] if any(lk.batches for lk in self._links) else self._links, deadline, "recv")
                 now = time.monotonic()
                 for link in self._links:  # a host with envs in flight is watched while others deliver
                     link.tick(now, link.in_flight > 0 and not link.batches)
@@ -604,6 +611,9 @@ class RemoteVectorPortal(PortalVectorEnv):
     def servers(self) -> list[dict]:
         """Where each env lives: the env servers of every host in env order (``envs`` are this portal's
         env indices; ``pid`` is None: it is the host's to know), with the ``host`` that runs them."""
+        return list(self._closed_servers) if self.closed else self._server_list()
+
+    def _server_list(self) -> list[dict]:
         out = []
         for link in self._links:
             for runtime, envs in zip(link.servers, link.server_envs):
@@ -626,6 +636,14 @@ class RemoteVectorPortal(PortalVectorEnv):
         ]
 
     def close_extras(self, **kwargs: Any) -> None:
+        if not self._pending.idle:
+            from gymnasium import logger
+
+            logger.warn(
+                f"Calling `close` while waiting for a pending call to `{self._pending.state.value}` to complete."
+            )
+            self._pending.end()
+        self._closed_servers = self._server_list()
         live = [link for link in self._links if link.established]  # (a refused hello has no session to close)
         try:
             seqs = {id(link): link.send({"cmd": "close"}) for link in live}

@@ -295,6 +295,9 @@ class RuntimeHandle(ServerHandle):
     def describe(self) -> str:
         return f"{self.label}, {self.inner.describe()}"
 
+    def host_pid(self) -> Optional[int]:
+        return self.inner.host_pid()
+
 
 @functools.lru_cache(maxsize=None)
 def python_version(python: str) -> str:

@@ -12,11 +12,10 @@ import sys
 import textwrap
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, follow_each_env, rollout
+from tests.compare import assert_same, rollout
 
 ray = pytest.importorskip("ray")
 from tests.integration.ray_cluster import (  # noqa: E402
@@ -58,58 +57,6 @@ def test_envs_run_on_two_nodes_and_match_sync_vector_env(cluster):
         expected_envs.close()
     assert wait_gone(hosts + servers, 20) < 20, "close() left actors or env servers alive"
     assert all_cpus_free(), "close() left actors or the placement group holding CPUs"
-
-
-@pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
-def test_other_autoreset_modes_match_too(cluster, mode):
-    expected_envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("CartPole-v1", max_episode_steps=20)] * 3, autoreset_mode=mode
-    )
-    envs = portal_shm.make_vec(
-        "CartPole-v1", 3, backend="ray", num_hosts=2, max_episode_steps=20, vector_kwargs={"autoreset_mode": mode}
-    )
-    try:
-        assert_same(rollout(envs, 60, seed=5, mode=mode), rollout(expected_envs, 60, seed=5, mode=mode))
-    finally:
-        envs.close()
-        expected_envs.close()
-
-
-def test_async_batches_across_nodes_follow_each_env(cluster):
-    kwargs, seed, n = {"max_episode_steps": 12}, 4, 6
-    envs = portal_shm.make_vec("CartPole-v1", n, backend="ray", num_hosts=2, **kwargs, vector_kwargs={"batch_size": 2})
-    expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs)]) for _ in range(n)]
-    try:
-        assert len(set(envs.host_nodes())) == 2
-        seen = follow_each_env(envs, expected_envs, seed, 120)
-        assert seen == set(range(n))
-    finally:
-        envs.close()
-        for env in expected_envs:
-            env.close()
-
-
-def test_env_errors_carry_the_remote_traceback(cluster):
-    envs = portal_shm.make_vec(
-        "portal_shm.server.example_envs:FaultyEnv",
-        4,
-        backend="ray",
-        num_hosts=2,
-        fault="raise",
-        phase="step",
-        after=2,
-        host_policy=portal_shm.HostPolicy(entry_points=("portal_shm.server.example_envs:*",)),
-    )
-    try:
-        envs.reset(seed=0)
-        with pytest.raises(ValueError) as info:
-            for _ in range(5):
-                envs.step(np.zeros(4, np.int64))
-        error = info.value
-        assert isinstance(error, portal_shm.EnvError) and error.env_index in range(4)
-        assert "FaultyEnv failed in step on purpose" in error.remote_traceback
-    finally:
-        envs.close()
 
 
 def test_what_the_cluster_cannot_place_is_refused_clearly(cluster):

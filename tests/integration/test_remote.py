@@ -18,7 +18,7 @@ import pytest
 import portal_shm
 from portal_shm.remote import frames
 from portal_shm.server.example_envs import NestedEnv
-from tests.compare import assert_same, check_batch, follow_each_env, rollout
+from tests.compare import assert_same, check_batch, rollout
 from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
 
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -48,22 +48,6 @@ def remote(envs_id, n, hosts, keys, **kwargs):
     return portal_shm.make_vec(
         envs_id, n, backend="remote", hosts=[h.address for h in hosts], **keys.options(), **kwargs
     )
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_cartpole_through_a_host_matches_sync_vector_env(host, keys, mode):
-    expected_envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("CartPole-v1", max_episode_steps=30)] * 3, autoreset_mode=mode
-    )
-    envs = remote("CartPole-v1", 3, [host], keys, max_episode_steps=30, vector_kwargs={"autoreset_mode": mode})
-    try:
-        assert envs.single_observation_space == expected_envs.single_observation_space
-        assert envs.action_space == expected_envs.action_space
-        assert envs.metadata == expected_envs.metadata
-        assert_same(rollout(envs, 120, seed=11, mode=mode), rollout(expected_envs, 120, seed=11, mode=mode))
-    finally:
-        envs.close()
-        expected_envs.close()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -141,20 +125,6 @@ def test_auto_compression_is_lz4_for_images_on_loopback_and_off_for_vectors(host
             envs.close()
 
 
-def test_async_batches_over_two_hosts_follow_each_env(host, second_host, keys):
-    kwargs, seed, n = {"max_episode_steps": 12}, 9, 8
-    envs = remote("CartPole-v1", n, [host, second_host], keys, **kwargs, vector_kwargs={"batch_size": 2})
-    expected_envs = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **kwargs)]) for _ in range(n)]
-    try:
-        assert envs.action_space == gym.vector.utils.batch_space(envs.single_action_space, 2)
-        seen = follow_each_env(envs, expected_envs, seed, 200)
-        assert seen == set(range(n))
-    finally:
-        envs.close()
-        for env in expected_envs:
-            env.close()
-
-
 def test_call_get_attr_set_attr_and_render_span_hosts(host, second_host, keys):
     envs = remote(
         "portal_shm.server.example_envs:NullEnv", 3, [host, second_host], keys, shape=(4, 4, 3), render_mode="rgb_array"
@@ -167,31 +137,6 @@ def test_call_get_attr_set_attr_and_render_span_hosts(host, second_host, keys):
         frames_ = envs.render()
         assert len(frames_) == 3 and all(f.shape == (4, 4, 3) for f in frames_)
         assert len(envs.call("render")) == 3
-    finally:
-        envs.close()
-
-
-def test_env_error_names_the_global_env_and_carries_the_remote_traceback(host, second_host, keys):
-    envs = remote(
-        "portal_shm.server.example_envs:FaultyEnv",
-        4,
-        [host, second_host],
-        keys,
-        counts=[2, 2],
-        fault="raise",
-        phase="step",
-        after=100,
-    )
-    try:
-        envs.reset(seed=0)
-        envs.set_attr("after", [100, 100, 100, 2])  # only env 3, the second host's second env, fails
-        with pytest.raises(ValueError) as info:
-            for _ in range(5):
-                envs.step(np.zeros(4, np.int64))
-        error = info.value
-        assert isinstance(error, portal_shm.EnvError) and error.env_index == 3
-        assert "FaultyEnv failed in step on purpose" in error.remote_traceback
-        assert second_host.address in str(error)
     finally:
         envs.close()
 

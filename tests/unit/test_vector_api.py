@@ -3,7 +3,6 @@
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import portal_shm
 
@@ -13,27 +12,6 @@ def cartpole():
     envs = portal_shm.make_vec("CartPole-v1", 3)
     yield envs
     envs.close()
-
-
-def test_is_a_gymnasium_vector_env(cartpole):
-    assert isinstance(cartpole, gym.vector.VectorEnv)
-    assert cartpole.num_envs == 3
-    assert cartpole.observation_space.shape == (3, 4)
-    assert cartpole.action_space == gym.spaces.MultiDiscrete([2, 2, 2])
-    assert cartpole.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
-
-
-def test_async_state_machine(cartpole):
-    cartpole.reset(seed=0)
-    with pytest.raises(NoAsyncCallError):
-        cartpole.step_wait()
-    cartpole.step_async(np.zeros(3, np.int64))
-    with pytest.raises(AlreadyPendingCallError):
-        cartpole.step_async(np.zeros(3, np.int64))
-    with pytest.raises(AlreadyPendingCallError):
-        cartpole.reset()
-    obs, reward, terminated, truncated, infos = cartpole.step_wait()
-    assert obs.shape == (3, 4) and reward.dtype == np.float64 and terminated.dtype == np.bool_
 
 
 def test_call_get_attr_set_attr(cartpole):
@@ -111,13 +89,6 @@ def test_bad_actions_are_rejected_with_the_expected_shape(cartpole):
     with pytest.raises(ValueError, match=r"expected shape \(3,\)"):
         cartpole.step(np.zeros(2, np.int64))
     cartpole.step(np.zeros(3, np.int64))
-
-
-def test_closed_portal_raises(cartpole):
-    cartpole.close()
-    with pytest.raises(ClosedEnvironmentError):
-        cartpole.reset()
-    cartpole.close()
 
 
 def test_disabled_mode_refuses_to_step_a_finished_env():
