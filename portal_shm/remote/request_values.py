@@ -46,7 +46,10 @@ def check_plain(value: Any, what: str, max_bytes: int = MAX_PACKED_BYTES) -> Any
     lists and dicts of those with string keys), at most ``MAX_DEPTH`` deep, ``MAX_ITEMS`` wide and
     ``max_bytes`` packed."""
     _walk(value, what, 0)
-    size = len(P.packb(value))
+    try:
+        size = len(P.packb(value))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise HostPolicyError(f"{what} is not plain data a host can pass on: {exc}") from None
     if size > max_bytes:
         raise HostPolicyError(f"{what} is {size:,} bytes packed; a host takes at most {max_bytes:,}")
     return value
@@ -55,6 +58,8 @@ def check_plain(value: Any, what: str, max_bytes: int = MAX_PACKED_BYTES) -> Any
 def _walk(value: Any, what: str, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise HostPolicyError(f"{what} nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        raise HostPolicyError(f"{what} holds an integer outside 64 bits")
     if value is None or isinstance(value, (bool, numbers.Number, str, bytes, np.generic)):
         return
     if isinstance(value, np.ndarray):
