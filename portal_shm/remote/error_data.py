@@ -13,6 +13,7 @@ import traceback
 from typing import Any
 
 from .. import errors as E
+from . import messages as M
 
 MAX_TEXT = 64 * 1024  # characters of a message or traceback kept from a host
 
@@ -30,7 +31,7 @@ _PLAIN = {
 
 def to_data(exc: BaseException) -> dict:
     """``exc`` as the fields of an error message (host side)."""
-    out: dict = {"cmd": "error", "kind": type(exc).__name__, "message": str(exc)}
+    out: dict = {"cmd": M.ERROR, "kind": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, E.EnvError):
         out.update(
             kind="EnvNotFoundError" if isinstance(exc, E.EnvNotFoundError) else "EnvError",

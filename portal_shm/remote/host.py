@@ -30,6 +30,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ..errors import PortalError
 from . import frames, keys
+from . import messages as M
 from .error_data import to_data
 from .host_policy import HostPolicy
 from .host_session import HostSession
@@ -181,25 +182,25 @@ class Host:
             header, arrays = frames.unpack(data)
         except frames.FrameError as exc:
             log.warning("dropped a malformed message from %s: %s", self._who(message[0]), exc)
-            self._reply(identity, {"cmd": "error", "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
+            self._reply(identity, {"cmd": M.ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
             return
         session = self.sessions.get(identity)
         cmd = header["cmd"]
         if session is not None:
             session.fd = self._fd(message[0])
             session.gone_since = None
-        if cmd == "ping":
+        if cmd == M.PING:
             self._pong(identity, session, header)
-        elif cmd == "hello":
+        elif cmd == M.HELLO:
             if session is None:
                 self._hello(identity, header, message[0])
         elif session is None:
-            self._reply(identity, {"cmd": "unknown_session"})
+            self._reply(identity, {"cmd": M.UNKNOWN_SESSION})
         else:
             session.seq.acknowledged(header.get("ack"))
             if not session.seq.accept(header.get("seq")):
                 return
-            if cmd == "step" and session.can_step_inline():
+            if cmd == M.STEP and session.can_step_inline():
                 self._begin_step(identity, session, header, arrays)
             else:
                 session.deliver(header, arrays)
@@ -234,7 +235,7 @@ class Host:
 
     def _pong(self, identity: bytes, session: Optional[HostSession], header: dict) -> None:
         if session is None:
-            self._reply(identity, {"cmd": "unknown_session"})
+            self._reply(identity, {"cmd": M.UNKNOWN_SESSION})
             return
         seq = session.seq
         ack = header.get("ack")
@@ -243,7 +244,7 @@ class Host:
             for data in seq.unacknowledged():
                 self.socket.send_multipart([identity] + data, copy=False)
         session.last_ping_ack = ack
-        self._reply(identity, {"cmd": "pong", "ack": seq.received, "sent": seq.sent})
+        self._reply(identity, {"cmd": M.PONG, "ack": seq.received, "sent": seq.sent})
 
     def _hello(self, identity: bytes, header: dict, frame: Any) -> None:
         client = self._who(frame)
@@ -251,7 +252,7 @@ class Host:
         if problem:
             log.warning("refused %s: %s", client, problem)
             self._reply(
-                identity, {"cmd": "error", "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
+                identity, {"cmd": M.ERROR, "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
             )
             return
         session = HostSession(self, identity, client, header)

@@ -25,6 +25,7 @@ from ..agent.vector import VectorPortal
 from ..wire import protocol as P
 from ..wire.schema import is_fixed, space_to_schema
 from . import codecs, frames, trees
+from . import messages as M
 from .error_data import to_data
 from .infos import unbatch
 from .reliable import Sequencer
@@ -101,7 +102,7 @@ class HostSession(threading.Thread):
 
     # -- router side ------------------------------------------------------------------------
     def deliver(self, header: dict, arrays: list) -> None:
-        if header["cmd"] == "close" and self.busy:
+        if header["cmd"] == M.CLOSE and self.busy:
             self._abort()  # the agent is done with a request still running (one that timed out on its side)
         self.busy = True
         self._put((header, arrays))
@@ -150,7 +151,7 @@ class HostSession(threading.Thread):
     def hand_over(self) -> None:
         """The step is taking long: this thread waits for it instead of the router."""
         self.busy = True
-        self.inbox.put(({"cmd": "_finish", "seq": self.inline["seq"]}, []))
+        self.inbox.put(({"cmd": M.FINISH, "seq": self.inline["seq"]}, []))
         self.inline = None
 
     def close_pipes(self) -> None:
@@ -238,7 +239,7 @@ class HostSession(threading.Thread):
         )
         self._emit(
             {
-                "cmd": "welcome",
+                "cmd": M.WELCOME,
                 "re": 1,
                 "obs_schema": obs_schema,
                 "act_schema": self._act_schema,
@@ -264,8 +265,8 @@ class HostSession(threading.Thread):
             header, arrays = item
             cmd = header["cmd"]
             try:
-                if cmd == "close":
-                    self._emit({"cmd": "result", "re": header["seq"]})
+                if cmd == M.CLOSE:
+                    self._emit({"cmd": M.RESULT, "re": header["seq"]})
                     return
                 self._handle(cmd, header, arrays)
             except Exception as exc:
@@ -315,10 +316,10 @@ class HostSession(threading.Thread):
     def _handle(self, cmd: str, header: dict, arrays: list) -> None:
         portal = self.portal
         seq = header["seq"]
-        if self._whole and cmd in ("reset", "send"):  # the agent's batch is all of this host's envs
-            if cmd == "reset":
+        if self._whole and cmd in (M.RESET, M.SEND):  # the agent's batch is all of this host's envs
+            if cmd == M.RESET:
                 obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
-                self._emit({"cmd": "result", "re": seq})
+                self._emit({"cmd": M.RESULT, "re": seq})
                 flags = (np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool))
             else:
                 ids = np.asarray(header["env_ids"], dtype=np.int64)
@@ -327,46 +328,46 @@ class HostSession(threading.Thread):
                 obs, *flags, infos = portal.step(self._actions(header, arrays, self.num_envs))
             self._emit_result(None, obs, flags, infos, self.num_envs, env_ids=range(self.num_envs))
             return
-        if cmd == "reset":
+        if cmd == M.RESET:
             seeds, options = header.get("seed"), header.get("options")
             if self._batched:
                 portal.async_reset(seed=seeds, options=options)
                 self._in_flight = self.num_envs
-                self._emit({"cmd": "result", "re": seq})
+                self._emit({"cmd": M.RESULT, "re": seq})
                 return
             obs, infos = portal.reset(seed=seeds, options=options)
             self._emit_result(seq, obs, None, infos, self.num_envs)
-        elif cmd == "step":
+        elif cmd == M.STEP:
             obs, reward, terminated, truncated, infos = portal.step(self._actions(header, arrays, self.num_envs))
             self._emit_result(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
-        elif cmd == "_finish":  # a step the router started (begin_inline) and handed over
+        elif cmd == M.FINISH:  # a step the router started (begin_inline) and handed over
             obs, reward, terminated, truncated, infos = portal.step_wait()
             self._emit_result(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
-        elif cmd == "send":
+        elif cmd == M.SEND:
             ids = np.asarray(header["env_ids"], dtype=np.int64)
             portal.send(self._actions(header, arrays, len(ids)), ids)
             self._in_flight += len(ids)
-        elif cmd == "call":
+        elif cmd == M.CALL:
             name, args, kwargs = self._call_name(header), header.get("args", ()), header.get("kwargs", {})
             if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
                 raise ValueError("call: args must be a list and kwargs a dict")
             values = portal.call(name, *args, **{check_name(k, "call kwarg"): v for k, v in kwargs.items()})
-            self._emit({"cmd": "result", "re": seq, "values": list(values)})
-        elif cmd == "get_attr":
-            self._emit({"cmd": "result", "re": seq, "values": list(portal.get_attr(self._call_name(header)))})
-        elif cmd == "set_attr":
+            self._emit({"cmd": M.RESULT, "re": seq, "values": list(values)})
+        elif cmd == M.GET_ATTR:
+            self._emit({"cmd": M.RESULT, "re": seq, "values": list(portal.get_attr(self._call_name(header)))})
+        elif cmd == M.SET_ATTR:
             portal.set_attr(self._call_name(header), header["values"])
-            self._emit({"cmd": "result", "re": seq})
-        elif cmd == "render":
+            self._emit({"cmd": M.RESULT, "re": seq})
+        elif cmd == M.RENDER:
             values = portal.render()
-            self._emit({"cmd": "result", "re": seq, "values": None if values is None else list(values)})
+            self._emit({"cmd": M.RESULT, "re": seq, "values": None if values is None else list(values)})
         else:
             raise ValueError(f"unknown request {cmd!r}")
 
     def _call_name(self, header: dict) -> str:
         try:
             return self.host.policy.check_call(
-                header.get("name"), header.get("args", ()) if header["cmd"] == "call" else ()
+                header.get("name"), header.get("args", ()) if header["cmd"] == M.CALL else ()
             )
         except E.HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
@@ -401,7 +402,7 @@ class HostSession(threading.Thread):
     def _result_frames(
         self, seq: Optional[int], obs: Any, flags: Any, infos: dict, count: int, env_ids: Any = None
     ) -> list:
-        header: dict = {"cmd": "result" if env_ids is None else "batch", "infos": unbatch(infos, count)}
+        header: dict = {"cmd": M.RESULT if env_ids is None else "batch", "infos": unbatch(infos, count)}
         if seq is not None:
             header["re"] = seq
         if env_ids is not None:

@@ -22,6 +22,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ..errors import HostLostError, PortalError, PortalTimeoutError, ServerProtocolError
 from . import frames
+from . import messages as M
 from .reliable import Sequencer
 
 _EVENTS_OPT, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum flag arithmetic is Python code
@@ -100,7 +101,7 @@ class HostLink:
     def send(self, header: dict, arrays: Any = ()) -> int:
         self.asked = time.monotonic()  # silence counts from the later of this and the last word
         header = self.seq.stamp(header)
-        if header["cmd"] == "reset":
+        if header["cmd"] == M.RESET:
             self.resets[header["seq"]] = True
         data = frames.pack(header, arrays)
         self.seq.keep(header["seq"], data)
@@ -153,10 +154,10 @@ class HostLink:
         except frames.FrameError as exc:
             raise ServerProtocolError(f"host {self.address} sent a malformed message: {exc}") from None
         cmd = header["cmd"]
-        if cmd == "pong":
+        if cmd == M.PONG:
             self._pong(header)
             return
-        if cmd == "unknown_session":
+        if cmd == M.UNKNOWN_SESSION:
             if self.established:  # before the welcome it only means a refused hello, whose reason follows
                 raise self.lost("the host no longer knows this agent's session (was it restarted?)")
             return
@@ -166,7 +167,7 @@ class HostLink:
         self.seq.acknowledged(header.get("ack"))
         if not self.seq.accept(header.get("seq")):
             return
-        if cmd == "batch" or ("re" not in header and cmd == "error"):
+        if cmd == M.BATCH or ("re" not in header and cmd == M.ERROR):
             self.batches.append((header, arrays, next(_ARRIVAL)))
         else:
             if self.resets.pop(header.get("re"), False):
@@ -197,7 +198,7 @@ class HostLink:
             raise self.lost(detail)
         if now - self.last_ping >= self.interval:
             self.last_ping = now
-            self.socket.send_multipart(frames.pack({"cmd": "ping", "ack": self.seq.received, "sent": self.seq.sent}))
+            self.socket.send_multipart(frames.pack({"cmd": M.PING, "ack": self.seq.received, "sent": self.seq.sent}))
 
     def close(self) -> None:
         self.socket.disable_monitor()

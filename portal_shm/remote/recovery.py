@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import errors as E
 from ..agent.recovery import check_policy, restart_seed
+from . import messages as M
 from . import trees
 from .link import HostLink, wait
 
@@ -69,7 +70,7 @@ class HostRecovery:
         for i in envs:
             self.restarts[i] += 1
         seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in envs]
-        seq = link.send({"cmd": "reset", "seed": seeds, "options": None})
+        seq = link.send({"cmd": M.RESET, "seed": seeds, "options": None})
         wait(
             [link],
             lambda: [] if seq in link.results else [link],
@@ -77,7 +78,7 @@ class HostRecovery:
             "resetting restarted envs",
         )
         header, data = link.results.pop(seq)
-        if header["cmd"] == "error":
+        if header["cmd"] == M.ERROR:
             raise E.PortalError(f"host {link.address} could not reset the restarted envs: {header.get('message')}")
         if batched:
             return link, [], []

@@ -31,6 +31,7 @@ from ..agent.vector import DEFAULT_RING_DEPTH, seed_list
 from ..wire import protocol as P
 from ..wire.schema import is_fixed
 from . import codecs, frames, keys, trees
+from . import messages as M
 from .backend import RemoteBackend, is_loopback
 from .error_data import from_data
 from .infos import batch as batch_infos
@@ -122,7 +123,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         b = self.backend
         hosts, counts = b.host_list(), b.split(self.num_envs)
         self._hello = {
-            "cmd": "hello",
+            "cmd": M.HELLO,
             "protocol": frames.PROTOCOL,
             "env_id": env_id,
             "env_kwargs": env_kwargs,
@@ -199,7 +200,7 @@ class RemoteVectorPortal(PortalVectorEnv):
     def _welcome(self, link: HostLink) -> dict:
         """The host's welcome of ``link``'s session (its spaces), or the host's refusal raised."""
         header, _ = link.results.pop(1, None) or link.results.pop(("router",))
-        if header["cmd"] != "welcome":
+        if header["cmd"] != M.WELCOME:
             raise _error(link, header)
         link.established = True
         link.codec = header.get("codec") if header.get("codec") in codecs.PREFERENCE else codecs.NONE
@@ -295,7 +296,7 @@ class RemoteVectorPortal(PortalVectorEnv):
                     out.append((link, {"infos": [], "obs": link.last_obs_value}, list(link.last_obs)))
             else:
                 header, data = link.results.pop(pending[i])
-                if header["cmd"] == "error":
+                if header["cmd"] == M.ERROR:
                     raise _error(link, header)
                 out.append((link, header, data))
         return out
@@ -309,7 +310,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         seq = link.send(header, arrays)
         wait([link], lambda: [] if seq in link.results else [link], None, what)
         reply, data = link.results.pop(seq)
-        if reply["cmd"] == "error":
+        if reply["cmd"] == M.ERROR:
             raise _error(link, reply)
         return link, reply, data
 
@@ -431,7 +432,7 @@ class RemoteVectorPortal(PortalVectorEnv):
                 headers.append(None)  # none of this host's envs: it keeps its observation, as gymnasium's do
                 continue
             link.stand_in = None
-            headers.append({"cmd": "reset", "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
+            headers.append({"cmd": M.RESET, "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
         return self._post_all(headers, what="reset")
 
     def _mark_batched_reset(self, request: dict) -> None:
@@ -453,7 +454,7 @@ class RemoteVectorPortal(PortalVectorEnv):
                 lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
             )
             headers = [
-                None if link.stand_in is not None else {"cmd": "step", **fields}
+                None if link.stand_in is not None else {"cmd": M.STEP, **fields}
                 for link, (fields, _) in zip(self._links, parts)
             ]
             self._request = self._post_all(headers, [a for _, a in parts], "step")
@@ -495,7 +496,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         link.in_flight += ids.size
         local = ids - link.offset
         ((fields, arrays),) = self._split_actions(actions, ids.size, lambda i: slice(None))[:1]
-        link.send({"cmd": "send", "env_ids": local.tolist(), **fields}, arrays)
+        link.send({"cmd": M.SEND, "env_ids": local.tolist(), **fields}, arrays)
 
     def _link_of(self, ids: np.ndarray) -> HostLink:
         for link in self._links:
@@ -526,7 +527,7 @@ class RemoteVectorPortal(PortalVectorEnv):
                 self._recovery.restart_batched(index, exc)
         link = min((lk for lk in self._links if lk.batches), key=lambda lk: lk.batches[0][2])
         header, data, _ = link.batches.popleft()
-        if header["cmd"] == "error":
+        if header["cmd"] == M.ERROR:
             raise _error(link, header)
         ids = header.get("env_ids")
         if not (isinstance(ids, list) and ids and all(isinstance(i, int) and 0 <= i < link.num_envs for i in ids)):
@@ -565,7 +566,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
         self._check_open()
         self._pending.check_idle("call_async")
-        header = {"cmd": "call", "name": name, "args": list(args), "kwargs": kwargs}
+        header = {"cmd": M.CALL, "name": name, "args": list(args), "kwargs": kwargs}
         self._request = self._post_all([dict(header) for _ in self._links], what=f"call({name!r})")
         self._pending.begin(AsyncState.WAITING_CALL)
 
@@ -580,7 +581,7 @@ class RemoteVectorPortal(PortalVectorEnv):
             self._pending.end()
 
     def get_attr(self, name: str) -> tuple:
-        return self._ask_all({"cmd": "get_attr", "name": name}, f"get_attr({name!r})")
+        return self._ask_all({"cmd": M.GET_ATTR, "name": name}, f"get_attr({name!r})")
 
     def set_attr(self, name: str, values: Any) -> None:
         self._check_open()
@@ -590,7 +591,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         if len(values) != self.num_envs:
             raise ValueError(f"values must have length num_envs={self.num_envs}, got {len(values)}")
         headers = [
-            {"cmd": "set_attr", "name": name, "values": list(values[lk.offset : lk.offset + lk.num_envs])}
+            {"cmd": M.SET_ATTR, "name": name, "values": list(values[lk.offset : lk.offset + lk.num_envs])}
             for lk in self._links
         ]
         self._request_all(headers, what=f"set_attr({name!r})")
@@ -599,7 +600,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._check_open()
         if self.render_mode is None:
             return None
-        return self._ask_all({"cmd": "render"}, "render")
+        return self._ask_all({"cmd": M.RENDER}, "render")
 
     # -- status and shutdown ------------------------------------------------------------------------
     def wire_stats(self) -> list[dict]:
@@ -646,7 +647,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._closed_servers = self._server_list()
         live = [link for link in self._links if link.established]  # (a refused hello has no session to close)
         try:
-            seqs = {id(link): link.send({"cmd": "close"}) for link in live}
+            seqs = {id(link): link.send({"cmd": M.CLOSE}) for link in live}
             wait(live, lambda: [lk for lk in live if seqs[id(lk)] not in lk.results], time.monotonic() + 5.0, "close")
         except Exception:
             pass  # the hosts free the envs of a vanished agent on their own

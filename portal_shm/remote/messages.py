@@ -1,0 +1,25 @@
+"""The message kinds of the host protocol (``header["cmd"]``), named once for both sides.
+
+The agent sends ``HELLO`` (then ``RESET``, ``STEP``, ``SEND``, ``CALL``, ``GET_ATTR``, ``SET_ATTR``,
+``RENDER``, ``CLOSE``) and ``PING``; the host answers ``WELCOME``, ``RESULT``, ``BATCH`` (an async
+sub-batch), ``ERROR``, ``PONG`` and ``UNKNOWN_SESSION``. ``FINISH`` never crosses the network: the
+host's router hands a lockstep step it started to the session's thread with it.
+"""
+
+HELLO = "hello"
+WELCOME = "welcome"
+RESET = "reset"
+STEP = "step"
+SEND = "send"
+BATCH = "batch"
+CALL = "call"
+GET_ATTR = "get_attr"
+SET_ATTR = "set_attr"
+RENDER = "render"
+CLOSE = "close"
+RESULT = "result"
+ERROR = "error"
+PING = "ping"
+PONG = "pong"
+UNKNOWN_SESSION = "unknown_session"
+FINISH = "_finish"
