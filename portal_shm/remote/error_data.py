@@ -13,9 +13,8 @@ import traceback
 from typing import Any
 
 from .. import errors as E
+from ..agent.validate import MAX_TEXT  # the clip of an env server's texts: a host's get the same
 from . import messages as M
-
-MAX_TEXT = 64 * 1024  # characters of a message or traceback kept from a host
 
 _PLAIN = {
     cls.__name__: cls
