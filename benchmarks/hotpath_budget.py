@@ -71,7 +71,7 @@ def _served_loop(envs: list, actions: list) -> tuple:
     path = f"ipc:///tmp/portal-shm-budget-{os.getpid()}.ctl"
     server = EnvServer({"env_indices": list(range(count)), "server_index": 0, "control_address": path}, envs)
     server.ring, server.autoreset_mode = ring, NEXT_STEP
-    server._bind_views(obs_schema, act_schema)
+    server.bind_views(obs_schema, act_schema)
     act = ring.views["act.0"]
     for k in range(depth):
         act[k] = np.asarray([actions[(k * count + j) % len(actions)] for j in range(count)]).reshape(act[k].shape)

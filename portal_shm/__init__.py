@@ -33,11 +33,11 @@ _LAZY = {
     "RestartLimitError": "errors",
     "HostLostError": "errors",
     "HostPolicyError": "errors",
-    "HostPolicy": "remote.host_policy",
+    "HostPolicy": "remote.host.policy",
     "RayBackend": "cluster.backend",
     "RayVectorPortal": "cluster.vector",
-    "RemoteBackend": "remote.backend",
-    "RemoteVectorPortal": "remote.vector",
+    "RemoteBackend": "remote.client.backend",
+    "RemoteVectorPortal": "remote.client.vector",
     "restart_seed": "agent.recovery",
 }
 

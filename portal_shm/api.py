@@ -16,9 +16,9 @@ from .agent.spec import EnvSpec
 from .agent.vector import VectorPortal
 from .cluster.backend import RayBackend
 from .cluster.backend import option_names as ray_option_names
-from .remote.backend import RemoteBackend
-from .remote.backend import option_names as remote_option_names
-from .remote.host_policy import AGENT_RUNTIME_OPTIONS
+from .remote.client.backend import RemoteBackend
+from .remote.client.backend import option_names as remote_option_names
+from .remote.host.policy import AGENT_RUNTIME_OPTIONS
 from .runtimes.backend import Backend
 from .runtimes.registry import BACKENDS, backend_option_names, resolve_backend
 
@@ -59,7 +59,7 @@ def _hosted(
         from .cluster.vector import RayVectorPortal
 
         return RayVectorPortal(id, num_envs, hosted, env_kwargs, copy=copy, **vector_kwargs)
-    from .remote.vector import RemoteVectorPortal
+    from .remote.client.vector import RemoteVectorPortal
 
     return RemoteVectorPortal(id, num_envs, hosted, env_kwargs, copy=copy, **vector_kwargs)
 

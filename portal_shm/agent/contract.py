@@ -24,7 +24,7 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     """A gymnasium ``VectorEnv`` whose envs live in isolated runtimes (see the module docstring)."""
 
     def reset(
-        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset all envs (lockstep; ``options["reset_mask"]`` for some), or every env and return the
         first batch (async batches)."""
@@ -42,7 +42,9 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         return self.call_wait()
 
     @abstractmethod
-    def reset_async(self, seed: int | list[int] | None = None, options: dict[str, Any] | None = None) -> None: ...
+    def reset_async(
+        self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None: ...
 
     @abstractmethod
     def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict[str, Any]]: ...
@@ -77,7 +79,7 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         """The next ``batch_size`` envs to finish; ``infos["env_id"]`` says which (async batches)."""
 
     @abstractmethod
-    def async_reset(self, seed: int | list[int] | None = None, options: dict[str, Any] | None = None) -> None:
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env; ``recv()`` then hands out the reset batches (async batches)."""
 
     @property

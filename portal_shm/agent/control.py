@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import zmq
 
@@ -19,7 +19,7 @@ POLL_SLICE = 0.05
 
 
 class ControlChannel:
-    def __init__(self, context: zmq.Context, address: str, describe: Optional[Callable[[], str]] = None) -> None:
+    def __init__(self, context: zmq.SyncContext, address: str, describe: Optional[Callable[[], str]] = None) -> None:
         self.address = address
         self.describe = describe or (lambda: address)
         self.socket = context.socket(zmq.DEALER)
@@ -29,7 +29,7 @@ class ControlChannel:
         if address.startswith("ipc://"):
             os.chmod(address[len("ipc://") :], 0o600)
 
-    def send(self, message: dict, check: Callable[[], None], timeout: Optional[float] = 30.0) -> None:
+    def send(self, message: dict[str, Any], check: Callable[[], None], timeout: Optional[float] = 30.0) -> None:
         """Send without ever blocking on a dead peer (ZeroMQ would wait for it forever)."""
         data = P.packb(message)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -45,7 +45,7 @@ class ControlChannel:
                     ) from None
                 time.sleep(0.001)
 
-    def recv(self, check: Callable[[], None], timeout: Optional[float], what: str) -> dict:
+    def recv(self, check: Callable[[], None], timeout: Optional[float], what: str) -> dict[str, Any]:
         """Receive one message; ``check`` raises if the server died, timeout raises after ``timeout`` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.socket.poll(int(POLL_SLICE * 1000)):

@@ -98,7 +98,7 @@ def check_backend(backend: Backend) -> None:
         )
 
 
-def check_options(context: Optional[str], worker: Optional[Callable], max_concurrency: Optional[int]) -> None:
+def check_options(context: Optional[str], worker: Optional[Callable[..., Any]], max_concurrency: Optional[int]) -> None:
     """Validate AsyncVectorEnv's worker-process options as gymnasium does, refusing what cannot apply."""
     if worker is not None:
         raise ValueError(
@@ -123,7 +123,7 @@ def envs_per_server(num_envs: int, requested: Optional[int], max_concurrency: Op
     return max(default, math.ceil(num_envs / max_concurrency))
 
 
-def _import_paths() -> list:
+def _import_paths() -> list[str]:
     """The agent's own import paths (outside its interpreter's installation), in order.
 
     The env server puts them first on its ``sys.path`` before unpickling, as multiprocessing's
@@ -132,7 +132,7 @@ def _import_paths() -> list:
     """
     installation = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
     installation.update(os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()])
-    paths = []
+    paths: list[str] = []
     for entry in sys.path:
         path = os.path.realpath(entry or os.getcwd())
         if any(path == root or path.startswith(root + os.sep) for root in installation):
@@ -142,7 +142,7 @@ def _import_paths() -> list:
     return paths
 
 
-def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) -> dict:
+def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) -> dict[str, Any]:
     """Pickle one server's factories into the run directory; returns the server's env config."""
     import cloudpickle
 
@@ -154,7 +154,7 @@ def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) ->
         ) from exc
     path = os.path.join(run_dir, f"factories-{server_index}.pkl")
     _write_private(path, data)
-    config = {
+    config: dict[str, Any] = {
         "id": specs[0].id,
         "kwargs": {},
         "legacy": specs[0].legacy,

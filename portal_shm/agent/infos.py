@@ -7,12 +7,14 @@ allocated the first time a key appears in a step.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 _SCALARS = (int, float, bool)
 
 
-def add_info(vector_infos: dict, env_info: dict, env_num: int, num_envs: int) -> dict:
+def add_info(vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int, num_envs: int) -> dict[str, Any]:
     """Add env ``env_num``'s info dict into ``vector_infos`` (mutated and returned)."""
     for key, value in env_info.items():
         if key == "final_obs":

@@ -8,8 +8,9 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from ..wire.trees import copy_tree
 from .spec import EnvSpec
-from .vector import VectorPortal, _tree_copy
+from .vector import VectorPortal
 
 
 def _first(value: Any) -> Any:
@@ -29,7 +30,7 @@ class Portal(gymnasium.Env):
     def __init__(self, spec: EnvSpec, **vector_kwargs: Any) -> None:
         vector_kwargs.setdefault("autoreset_mode", AutoresetMode.DISABLED)
         self._vector = VectorPortal([spec], **vector_kwargs)
-        self._vector._raw_infos = True
+        self._vector.raw_infos = True
         self.observation_space = self._vector.single_observation_space
         self.action_space = self._vector.single_action_space
         self.metadata = {k: v for k, v in self._vector.metadata.items() if k != "autoreset_mode"}
@@ -37,15 +38,17 @@ class Portal(gymnasium.Env):
         self.spec = None
         self._batch = np.empty((1,), dtype=object)
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple[Any, dict]:
+    def reset(
+        self, *, seed: Optional[int] = None, options: Optional[dict[str, Any]] = None
+    ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         obs, info = self._vector.reset(seed=[seed], options=options)
-        return _tree_copy(_first(obs)), info
+        return copy_tree(_first(obs)), info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         batched = _batch_one(action)
         obs, reward, terminated, truncated, info = self._vector.step(batched)
-        return _tree_copy(_first(obs)), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+        return copy_tree(_first(obs)), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
 
     def render(self) -> Any:
         return self._vector.render()[0]

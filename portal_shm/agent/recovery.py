@@ -46,12 +46,13 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
 from ..wire import protocol as P
-from ..wire.schema import is_fixed, leaves
 from .infos import add_info
-from .session import ServerLink
+from .ring_views import RingViews, SavedRows
+from .session import PortalSession, ServerLink
 from .validate import check_reply
 
 POLICIES = ("raise", "restart")
@@ -69,8 +70,8 @@ def check_policy(policy: str, max_restarts: int) -> None:
 class StandIn(NamedTuple):
     """A step's result the agent wrote into the ring in place of a server (async batches)."""
 
-    extras: dict  # infos blobs of the slot's rows that spilled (env index -> blob)
-    infos: dict  # env index -> infos to add to what its row decodes to
+    extras: dict[int, bytes]  # infos blobs of the slot's rows that spilled (env index -> blob)
+    infos: dict[int, dict[str, Any]]  # env index -> infos to add to what its row decodes to
 
 
 def restart_seed(seed: Optional[int], restarts: int) -> Optional[int]:
@@ -81,31 +82,52 @@ def restart_seed(seed: Optional[int], restarts: int) -> Optional[int]:
 
 
 class Recovery:
-    """Restart bookkeeping of one portal: restart counts, seeds, and episodes still to end."""
+    """Restart bookkeeping of one portal: restart counts, seeds, and episodes still to end.
 
-    def __init__(self, portal: Any, policy: str, max_restarts: int, startup_timeout: float) -> None:
-        """``portal`` is the VectorPortal that owns this policy; it works on the portal's ring views and
-        session directly (typed ``Any``: ``vector`` imports this module, never the other way round)."""
+    It gets what it works on passed in (the session that restarts servers, the ring views it
+    writes a failed server's rows into) and keeps no pointer to the portal.
+    """
+
+    def __init__(
+        self,
+        session: PortalSession,
+        ring: RingViews,
+        autoreset_mode: AutoresetMode,
+        step_timeout: Optional[float],
+        policy: str,
+        max_restarts: int,
+        startup_timeout: float,
+    ) -> None:
         check_policy(policy, max_restarts)
-        self.portal = portal
+        self.session = session
+        self.ring = ring
+        self.mode = autoreset_mode
+        self.step_timeout = step_timeout
         self.enabled = policy == "restart"
         self.max_restarts = max_restarts
         self.startup_timeout = startup_timeout
-        self.restarts = [0] * portal.num_envs
-        self.seeds: list = [None] * portal.num_envs
-        self.resetting: set = set()  # NEXT_STEP: servers whose envs reset in the next step
-        self.ended: set = set()  # servers whose envs end their episode in the next step
-        self.failed_early: dict = {}  # servers that failed while ``begin_step`` started their reset
-        self.causes: dict = {}
-        self.replays: dict = {}  # async batches, NEXT_STEP: server -> its fresh envs' reset rows
+        self.restarts = [0] * ring.num_envs
+        self.seeds: list[Optional[int]] = [None] * ring.num_envs
+        self.resetting: set[int] = set()  # NEXT_STEP: servers whose envs reset in the next step
+        self.ended: set[int] = set()  # servers whose envs end their episode in the next step
+        # servers that failed while ``begin_step`` started their reset
+        self.failed_early: dict[int, BaseException] = {}
+        self.causes: dict[int, BaseException] = {}
+        # async batches, NEXT_STEP: server -> its fresh envs' reset rows and their infos blobs
+        self.replays: dict[int, tuple[SavedRows, dict[int, bytes]]] = {}
+
+    @property
+    def pending(self) -> bool:
+        """Whether the next step of some server is not a plain step (the policy has work in it)."""
+        return bool(self.resetting or self.ended or self.failed_early)
 
     # -- bookkeeping -----------------------------------------------------------------------
-    def note_reset(self, seeds: list, mask: Optional[Any]) -> None:
+    def note_reset(self, seeds: list[Optional[int]], mask: Optional[Any]) -> None:
         """A user reset: remember the seeds, forget pending ends of the envs it covers."""
         for i, seed in enumerate(seeds):
             if mask is None or mask[i]:
                 self.seeds[i] = seed
-        for server in self.portal._session.servers:
+        for server in self.session.servers:
             if mask is None or all(mask[i] for i in server.env_indices):
                 self.resetting.discard(server.index)
                 self.ended.discard(server.index)
@@ -113,20 +135,19 @@ class Recovery:
 
     def restart(self, server: ServerLink, cause: BaseException) -> None:
         """Start a fresh server in place of ``server``, within every env's restart budget."""
-        session = self.portal._session
         while True:
             used = max(self.restarts[i] for i in server.env_indices)
             if used >= self.max_restarts:
-                raise RestartLimitError(server.env_indices, used, server.handle.describe(), cause) from cause
+                raise RestartLimitError(server.env_indices, used, server.runtime(), cause) from cause
             for i in server.env_indices:
                 self.restarts[i] += 1
             try:
-                session.restart(server, self.startup_timeout)
+                self.session.restart(server, self.startup_timeout)
                 return
             except PortalError as exc:  # the fresh server failed as well: that costs a restart too
                 cause = exc
 
-    def _reset_message(self, server: ServerLink, k: int, prev: int) -> dict:
+    def _reset_message(self, server: ServerLink, k: int, prev: int) -> dict[str, Any]:
         seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in server.env_indices]
         return {"cmd": P.RESET, "slot": k, "prev_slot": prev, "seeds": seeds, "options": None, "mask": None}
 
@@ -137,13 +158,9 @@ class Recovery:
             return True
         if server.index not in self.resetting:
             return False
-        portal = self.portal
-        for i in server.env_indices:
-            portal._reward[k, i] = 0.0
-            portal._terminated[k, i] = False
-            portal._truncated[k, i] = False
+        self.ring.clear_results(k, server.rows)
         try:
-            server.channel.send(self._reset_message(server, k, (k - 1) % portal.ring_depth), server.check_alive)
+            server.channel.send(self._reset_message(server, k, (k - 1) % self.ring.ring_depth), server.check_alive)
         except RESTARTABLE as exc:  # the fresh server died already: handled as a failure of this step
             self.resetting.discard(server.index)
             self.failed_early[server.index] = exc
@@ -151,7 +168,7 @@ class Recovery:
         server.post(P.CMD_CONTROL)
         return True
 
-    def finish_reset(self, server: ServerLink, timeout: Optional[float]) -> dict:
+    def finish_reset(self, server: ServerLink, timeout: Optional[float]) -> dict[int, bytes]:
         """Collect the reply of a reset started by ``begin_step``; returns its infos blobs."""
         message = server.recv(timeout, "reset of a restarted env")
         if message["cmd"] == P.ERROR:
@@ -161,21 +178,22 @@ class Recovery:
         self.resetting.discard(server.index)
         return check_reply(message, server.env_indices, server.describe())[0]
 
-    def end_episodes(self, server: ServerLink, k: int, infos: dict, cause: Optional[BaseException]) -> dict:
+    def end_episodes(
+        self, server: ServerLink, k: int, infos: dict[str, Any], cause: Optional[BaseException]
+    ) -> dict[str, Any]:
         """Restart ``server`` (after a failure in step ``k``) and end its envs' episodes in slot ``k``."""
-        portal = self.portal
+        ring = self.ring
         cause = self._restart_for(server, cause)
-        prev = (k - 1) % portal.ring_depth
-        mode = portal.autoreset_mode.value
-        final = self._final_obs(server, prev) if mode == "SameStep" else {}
-        self._truncate(server, k, prev)
-        if mode == "SameStep":
+        prev = (k - 1) % ring.ring_depth
+        final = self._final_obs(server, prev) if self.mode is AutoresetMode.SAME_STEP else {}
+        ring.truncate(k, prev, server.rows)
+        if self.mode is AutoresetMode.SAME_STEP:
             extras = self._reset_now(server, k, prev)
-            infos = portal._gather(k, extras, infos, server.env_indices)
-        elif mode == "NextStep":
+            infos = ring.gather(k, extras, infos, server.env_indices)
+        elif self.mode is AutoresetMode.NEXT_STEP:
             self.resetting.add(server.index)
-        for i, info in self._restart_infos(server, cause, final).items():
-            infos = add_info(infos, info, i, portal.num_envs)
+        for i, info in restart_infos(server.env_indices, cause, final).items():
+            infos = add_info(infos, info, i, ring.num_envs)
         return infos
 
     def _restart_for(self, server: ServerLink, cause: Optional[BaseException]) -> Optional[BaseException]:
@@ -187,29 +205,8 @@ class Recovery:
         self.restart(server, cause)
         return cause
 
-    def _final_obs(self, server: ServerLink, prev: int) -> dict:
-        return {i: self._env_obs(prev, i) for i in server.env_indices}
-
-    def _truncate(self, server: ServerLink, k: int, prev: int) -> None:
-        """Slot ``k`` of the server's envs: their last observation, reward 0, truncated, no infos."""
-        portal = self.portal
-        for i in server.env_indices:
-            for view in portal._obs_fixed_views:
-                view[k, i] = view[prev, i]
-            portal._reward[k, i] = 0.0
-            portal._terminated[k, i] = False
-            portal._truncated[k, i] = True
-            portal._info_len[k, i] = 0
-
-    def _restart_infos(self, server: ServerLink, cause: Optional[BaseException], final: dict) -> dict:
-        """Each env's infos of the step that ended its episode by a restart (``final``: SAME_STEP's)."""
-        first_line = str(cause).splitlines()[0][:500] if cause is not None else ""
-        out = {}
-        for i in server.env_indices:
-            out[i] = {"env_restarted": True, "env_failure": first_line}
-            if final:
-                out[i].update({"final_obs": final[i], "final_info": {}})
-        return out
+    def _final_obs(self, server: ServerLink, prev: int) -> dict[int, Any]:
+        return {i: self.ring.env_obs(prev, i) for i in server.env_indices}
 
     # -- async batches -----------------------------------------------------------------------
     def end_batched(self, server: ServerLink, k: int, cause: Optional[BaseException]) -> StandIn:
@@ -218,40 +215,24 @@ class Recovery:
         In NEXT_STEP the reset's rows are kept for ``replay`` and slot ``k`` gets the last
         observation back; the module docstring says why the reset cannot wait for the next step.
         """
-        portal = self.portal
+        ring, rows = self.ring, server.rows
         cause = self._restart_for(server, cause)
-        prev = (k - 1) % portal.ring_depth
-        if portal.autoreset_mode.value == "SameStep":
+        prev = (k - 1) % ring.ring_depth
+        if self.mode is AutoresetMode.SAME_STEP:
             final = self._final_obs(server, prev)
-            self._truncate(server, k, prev)
+            ring.truncate(k, prev, rows)
             extras = self._reset_now(server, k, prev)
         else:
-            self.replays[server.index] = self._rows(server, k, self._reset_now(server, k, prev))
-            self._truncate(server, k, prev)
+            extras = self._reset_now(server, k, prev)
+            self.replays[server.index] = (ring.save_rows(k, rows), extras)
+            ring.truncate(k, prev, rows)
             final, extras = {}, {}
-        return StandIn(extras, self._restart_infos(server, cause, final))
-
-    def _rows(self, server: ServerLink, k: int, extras: dict) -> tuple:
-        """A copy of the server's rows of slot ``k`` that a reset writes: observations and infos."""
-        portal, rows = self.portal, _env_rows(server)
-        return (
-            [view[k, rows].copy() for view in portal._obs_fixed_views],
-            portal._info_len[k, rows].copy(),
-            portal._info[k, rows].copy(),
-            extras,
-        )
+        return StandIn(extras, restart_infos(server.env_indices, cause, final))
 
     def replay(self, server: ServerLink, k: int) -> StandIn:
         """NEXT_STEP: write the fresh envs' reset into slot ``k`` as the result of their next step."""
-        portal, rows = self.portal, _env_rows(server)
-        obs, info_len, info, extras = self.replays.pop(server.index)
-        for view, saved in zip(portal._obs_fixed_views, obs):
-            view[k, rows] = saved
-        portal._reward[k, rows] = 0.0
-        portal._terminated[k, rows] = False
-        portal._truncated[k, rows] = False
-        portal._info_len[k, rows] = info_len
-        portal._info[k, rows] = info
+        saved, extras = self.replays.pop(server.index)
+        self.ring.restore_rows(k, server.rows, saved)
         return StandIn(extras, {})
 
     def stand_in(self, server: ServerLink, k: int) -> Optional[StandIn]:
@@ -262,36 +243,16 @@ class Recovery:
             return self.replay(server, k)
         return None
 
-    def _reset_now(self, server: ServerLink, k: int, prev: int) -> dict:
+    def _reset_now(self, server: ServerLink, k: int, prev: int) -> dict[int, bytes]:
         """Reset a fresh server's envs into slot ``k`` (SAME_STEP, or batches), restarting it if it fails."""
         while True:
             try:
                 server.channel.send(self._reset_message(server, k, prev), server.check_alive)
                 server.post(P.CMD_CONTROL)
                 self.resetting.add(server.index)
-                return self.finish_reset(server, self.portal.step_timeout)
+                return self.finish_reset(server, self.step_timeout)
             except RESTARTABLE as exc:
                 self.restart(server, exc)
-
-    def _env_obs(self, slot: int, i: int) -> Any:
-        """A copy of env ``i``'s observation in ``slot``, with the structure of its space."""
-        portal = self.portal
-        counter = [0]
-
-        def build(schema: dict) -> Any:
-            kind = schema["kind"]
-            if kind == "Dict":
-                return {key: build(sub) for key, sub in schema["spaces"]}
-            if kind == "Tuple":
-                return tuple(build(sub) for sub in schema["spaces"])
-            index = counter[0]
-            counter[0] += 1
-            if is_fixed(schema):
-                return portal._obs_views[index][slot, i].copy()
-            var = portal._var_obs[i]
-            return None if var is None else var.get(index)
-
-        return build(portal._obs_schema)
 
     # -- control calls ---------------------------------------------------------------------
     def after_control_failure(self, server: ServerLink, cause: BaseException) -> None:
@@ -302,7 +263,7 @@ class Recovery:
         self.replays.pop(server.index, None)
         self.ended.add(server.index)
 
-    def retry_reset(self, server: ServerLink, message: dict, cause: BaseException) -> dict:
+    def retry_reset(self, server: ServerLink, message: dict[str, Any], cause: BaseException) -> dict[int, bytes]:
         """A server failed during a user reset: restart it and repeat the reset for its envs."""
         while True:
             self.restart(server, cause)
@@ -311,17 +272,18 @@ class Recovery:
             try:
                 server.channel.send(message, server.check_alive)
                 server.post(P.CMD_CONTROL)
-                return self.finish_reset(server, self.portal.step_timeout)
+                return self.finish_reset(server, self.step_timeout)
             except RESTARTABLE as exc:
                 cause = exc
 
 
-def _env_rows(server: ServerLink) -> slice:
-    """The ring rows of a server's envs (consecutive)."""
-    return slice(server.env_indices[0], server.env_indices[-1] + 1)
-
-
-def fixed_obs_views(schema: dict, views: dict) -> tuple:
-    """(views by leaf index, views of the fixed leaves only) of the ring's observation arrays."""
-    by_index = {index: views[f"obs.{index}"] for index, (_, leaf) in enumerate(leaves(schema)) if is_fixed(leaf)}
-    return by_index, list(by_index.values())
+def restart_infos(envs: list[int], cause: Optional[BaseException], final: dict[int, Any]) -> dict[int, dict[str, Any]]:
+    """Each env's infos of the step that ended its episode by a restart (``final``: SAME_STEP's
+    last observations), the same on every portal kind: ``env_restarted`` and ``env_failure``."""
+    first_line = str(cause).splitlines()[0][:500] if cause is not None else ""
+    out: dict[int, dict[str, Any]] = {}
+    for i in envs:
+        out[i] = {"env_restarted": True, "env_failure": first_line}
+        if i in final:
+            out[i].update({"final_obs": final[i], "final_info": {}})
+    return out

@@ -11,7 +11,7 @@ import math
 import os
 import secrets
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import zmq
 
@@ -36,22 +36,32 @@ from .validate import check_error, check_hello
 
 
 class ServerLink:
-    """The agent's view of one env server: its envs, channel, doorbells and backend handle."""
+    """The agent's view of one env server: its envs, channel, doorbells and backend handle.
 
-    def __init__(self, index: int, env_indices: list, spec: EnvSpec) -> None:
+    ``handle`` is None until its backend started it (a failed start-up leaves it so). The
+    attributes declared below without a value do not exist before the server is started
+    (``channel``, ``launch``: ``PortalSession._start_server``) and the ring attached (``go``,
+    ``done``, ``mailbox``: ``PortalSession._arm``); everything that reads them runs after that,
+    and what may run before (``shutdown``'s cleanup) asks for them with ``started_ends``.
+    """
+
+    channel: ControlChannel
+    launch: ServerLaunch
+    go: Bell
+    done: Waiter
+    mailbox: memoryview  # its row of the ring's mailboxes
+
+    def __init__(self, index: int, env_indices: list[int], spec: EnvSpec) -> None:
         self.index = index
         self.env_indices = env_indices
         self.spec = spec
         self.handle: Optional[ServerHandle] = None
-        self.channel: Optional[ControlChannel] = None
-        self.go: Optional[Bell] = None
-        self.done: Optional[Waiter] = None
         self.token = ""  # what it presents to fetch the ring and its doorbell ends (``handoff``)
-        self.hello: dict = {}
-        self.launch: Optional[ServerLaunch] = None
+        self.hello: dict[str, Any] = {}
         self.generation = 0
-        self.mailbox: Optional[memoryview] = None  # its row of the ring's mailboxes, once attached
         self.seq = 0  # commands posted to the current server
+        #: Its envs' rows of the ring (a server's envs are consecutive).
+        self.rows = slice(env_indices[0], env_indices[-1] + 1)
 
     def post(self, cmd: int, slot: int = 0, pending: bool = False) -> None:
         """Post ``cmd`` in the server's mailbox and ring it awake; ``pending`` first marks its
@@ -69,34 +79,45 @@ class ServerLink:
         box[SEQ] = self.seq
         self.go.ring()
 
+    def runtime(self) -> str:
+        """Its runtime's description ("not started" before its backend started it)."""
+        return self.handle.describe() if self.handle is not None else "not started"
+
     def describe(self) -> str:
         """'env server 1 (envs [2, 3]) [runtime: ...]': what every error about this server names."""
-        runtime = self.handle.describe() if self.handle is not None else "not started"
-        return f"env server {self.index} (envs {self.env_indices}) [runtime: {runtime}]"
+        return f"env server {self.index} (envs {self.env_indices}) [runtime: {self.runtime()}]"
 
     def check_alive(self) -> None:
-        status = self.handle.exit_status() if self.handle is not None else None
+        handle = self.handle
+        if handle is None:
+            return
+        status = handle.exit_status()
         if status is not None:
-            raise ServerDiedError(self.index, self.env_indices, status, self.handle.log_tail(), self.handle.describe())
+            raise ServerDiedError(self.index, self.env_indices, status, handle.log_tail(), handle.describe())
 
-    def error(self, message: dict) -> EnvError:
+    def started_ends(self) -> tuple[Optional[ControlChannel], Optional[Bell], Optional[Waiter]]:
+        """Its channel and doorbell ends, None for those it does not have (yet): for cleanups
+        that may run before the server was started or the ring attached."""
+        return getattr(self, "channel", None), getattr(self, "go", None), getattr(self, "done", None)
+
+    def error(self, message: dict[str, Any]) -> EnvError:
         """The agent-side exception for an ERROR message this server sent (fields validated)."""
         env_index, phase, error_type, text, remote_traceback = check_error(message, self.env_indices)
         cls = EnvNotFoundError if error_type.endswith("EnvNotFound") else env_error_class(error_type)
-        return cls(env_index, phase, error_type, text, remote_traceback, self.handle.describe())
+        return cls(env_index, phase, error_type, text, remote_traceback, self.runtime())
 
-    def recv(self, timeout: Optional[float], what: str) -> dict:
+    def recv(self, timeout: Optional[float], what: str) -> dict[str, Any]:
         """One message from this server; dead or silent servers raise, naming envs and runtime."""
         return self.channel.recv(self.check_alive, timeout, f"{what} of {self.describe()}")
 
-    def errors(self, message: dict) -> list[EnvError]:
+    def errors(self, message: dict[str, Any]) -> list[EnvError]:
         """All env errors of one ERROR message: the first env's, then those of the server's other envs."""
         more = message.get("more")
         return [self.error(message)] + [
             self.error(m) for m in (more if isinstance(more, list) else []) if isinstance(m, dict)
         ]
 
-    def expect(self, cmd: str, timeout: Optional[float], what: str) -> dict:
+    def expect(self, cmd: str, timeout: Optional[float], what: str) -> dict[str, Any]:
         message = self.recv(timeout, what)
         if message["cmd"] == P.ERROR:
             raise self.error(message)
@@ -106,8 +127,9 @@ class ServerLink:
             )
         return message
 
-    def schemas(self, key: str) -> list:
-        return self.hello[key]
+    def schemas(self, key: str) -> list[Any]:
+        schemas: list[Any] = self.hello[key]  # a list: ``check_hello`` checked it
+        return schemas
 
 
 def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list[list[int]]:
@@ -143,7 +165,7 @@ class PortalSession:
     def launch(self, specs: Sequence[EnvSpec], envs_per_server: Optional[int], timeout: float) -> None:
         """Start every server, then wait for each one's hello (its envs exist by then)."""
         self.specs = list(specs)
-        owners = {spec.backend.runtime_owner() for spec in specs} - {None}
+        owners = {owner for spec in specs if (owner := spec.backend.runtime_owner()) is not None}
         if len(owners) > 1:
             raise ValueError(f"the envs' runtimes run as different users {sorted(owners)}: one portal, one user")
         self.resources.hand_over(owners.pop() if owners else None)
@@ -189,7 +211,7 @@ class PortalSession:
             raise ProtocolMismatchError(
                 f"env server {server.index} speaks portal-shm protocol {hello.get('protocol')!r:.40}, "
                 f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
-                f"env runtime ({server.handle.describe()})"
+                f"env runtime ({server.runtime()})"
             )
         server.hello = check_hello(hello, len(server.env_indices), server.describe())
 
@@ -203,12 +225,13 @@ class PortalSession:
         The fresh server must describe exactly the spaces its predecessor did.
         """
         before = (server.hello["observation_spaces"], server.hello["action_spaces"])
+        ring, offer = self._attached()
         if server.handle is not None:
             server.handle.stop(timeout=1.0)
         server.channel.close()
         server.generation += 1
-        self._offer.forget(server.token)
-        mailbox = self.ring.views["mailbox"][server.index]
+        offer.forget(server.token)
+        mailbox = ring.views["mailbox"][server.index]
         mailbox[:] = 0
         self._start_server(server)
         self._handshake(server, timeout)
@@ -219,10 +242,11 @@ class PortalSession:
         server.channel.send(self._attach_message(), server.check_alive)
         server.expect(P.READY, timeout, "restart")
 
-    def attach(self, layout: dict, settings: dict, timeout: float) -> Ring:
+    def attach(self, layout: dict[str, Any], settings: dict[str, Any], timeout: float) -> Ring:
         """Create the ring and doorbells, hand them to every server and wait until all are ready."""
         self.ring = Ring.create(self.resources.tag, layout)
         self._layout, self._settings = layout, settings
+        assert self.ring.fd is not None  # a ring just created holds its segment's descriptor
         self._offer = SegmentOffer(self.resources.segment_socket, self.ring.fd)
         self.resources.hand_over(self.resources.owner, self._offer.path)
         for server in self.servers:
@@ -232,19 +256,27 @@ class PortalSession:
             server.expect(P.READY, timeout, "start-up")
         return self.ring
 
+    def _attached(self) -> tuple[Ring, SegmentOffer]:
+        """The ring and its offer, for what only runs once ``attach`` created them."""
+        assert self.ring is not None and self._offer is not None, "the ring is not attached yet"
+        return self.ring, self._offer
+
     def _arm(self, server: ServerLink) -> None:
         """New doorbell pipes for ``server``: the agent keeps one end of each, the server fetches
         the others with the ring (and the agent's copies of those close once handed over)."""
-        close_all((server.go, server.done))
+        ring, offer = self._attached()
+        _, go, done = server.started_ends()  # none yet when the server is armed the first time
+        close_all((go, done))
         go_read, go_write = bell_pipe()
         done_read, done_write = bell_pipe()
         server.go, server.done = Bell(go_write), Waiter(done_read)
-        server.mailbox = memoryview(self.ring.views["mailbox"][server.index])
+        server.mailbox = memoryview(ring.views["mailbox"][server.index])
         server.seq = server.mailbox[SEQ]
-        self._offer.expect(server.token, [go_read, done_write])
+        offer.expect(server.token, [go_read, done_write])
 
-    def _attach_message(self) -> dict:
-        return {"cmd": P.ATTACH, "segment": self._offer.path, "layout": self._layout, **self._settings}
+    def _attach_message(self) -> dict[str, Any]:
+        _, offer = self._attached()
+        return {"cmd": P.ATTACH, "segment": offer.path, "layout": self._layout, **self._settings}
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""
@@ -272,9 +304,7 @@ class PortalSession:
                     server.handle.stop(timeout=1.0)
         finally:
             for server in self.servers:
-                if server.channel is not None:
-                    server.channel.close()
-                close_all((server.go, server.done))
+                close_all(server.started_ends())  # a failed start-up leaves servers without some
             if self._offer is not None:
                 self._offer.close()
             if self.ring is not None:

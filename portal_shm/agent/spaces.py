@@ -12,7 +12,7 @@ from gymnasium.spaces import Space
 from ..wire.schema import MAX_SCHEMA_DEPTH
 
 
-class RemoteSpace(Space):
+class RemoteSpace(Space[Any]):
     """The agent-side view of a custom space of the env runtime.
 
     Its values (strings, numbers, nested lists and dicts, numpy arrays) travel as msgpack beside the
@@ -68,7 +68,7 @@ def schema_to_space(schema: Any, depth: int = 0) -> Any:
         return spaces.Tuple([schema_to_space(sub, depth + 1) for sub in schema["spaces"]])
     if kind == "Text":
         charset = schema.get("charset")
-        kwargs = {"min_length": int(schema["min_length"])}
+        kwargs: dict[str, Any] = {"min_length": int(schema["min_length"])}
         if charset is not None:
             kwargs["charset"] = charset
         return spaces.Text(int(schema["max_length"]), **kwargs)

@@ -22,7 +22,7 @@ class EnvSpec:
     """
 
     id: str
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     backend: Backend = field(default_factory=ProcessBackend)
     legacy: Optional[bool] = None
     factory: Optional[Callable[[], Any]] = None

@@ -1,7 +1,8 @@
 """How long the agent and its servers spin on the ring before they sleep on a doorbell pipe.
 
-A sleeping process on an idle core of a VM takes 20-40 us to wake (the hypervisor halts and
-resumes the vCPU, and the waker pays an interrupt): more than a whole step of a cheap env. A
+A sleeping process on an idle core of a VM takes tens of microseconds to wake (the hypervisor
+halts and resumes the vCPU, and the waker pays an interrupt): more than a whole step of a cheap
+env (README "Speed" has the figures of this project's machines). A
 waiter that watches the ring for a little while, yielding the core at every turn, hides that
 cost when the other side answers quickly. Spinning is not free, though: on a core that another
 task needs, the scheduler shares the core fairly, so a spinner takes up to half of it. Hence:

@@ -47,13 +47,13 @@ def _dtype(value: Any, what: str) -> np.dtype:
     return dtype
 
 
-def _shape(value: Any, what: str) -> tuple:
+def _shape(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or len(value) > 32:
         raise _fail(f"{what} has an invalid shape {_clip(value)[:80]}")
     return tuple(_int(d, f"{what}'s shape", 0, 2**40) for d in value)
 
 
-def _bounded(shape: tuple, itemsize: int, what: str) -> None:
+def _bounded(shape: tuple[int, ...], itemsize: int, what: str) -> None:
     count = 1
     for d in shape:
         count *= d
@@ -61,7 +61,7 @@ def _bounded(shape: tuple, itemsize: int, what: str) -> None:
         raise _fail(f"{what} would need {count * itemsize} bytes per env (limit {MAX_LEAF_BYTES})")
 
 
-def _array_like(value: Any, shape: Optional[tuple], what: str) -> None:
+def _array_like(value: Any, shape: Optional[tuple[int, ...]], what: str) -> None:
     if isinstance(value, np.ndarray):
         if not allowed(value.dtype, RING_KINDS):
             raise _fail(f"{what} is an array of dtype {value.dtype}")
@@ -71,7 +71,7 @@ def _array_like(value: Any, shape: Optional[tuple], what: str) -> None:
         raise _fail(f"{what} must be a number or an array, got {type(value).__name__}")
 
 
-def check_schema(schema: Any, what: str = "space", depth: int = 0, count: Optional[list] = None) -> None:
+def check_schema(schema: Any, what: str = "space", depth: int = 0, count: Optional[list[int]] = None) -> None:
     """Raise unless ``schema`` is a space description the agent can rebuild within bounds."""
     count = [0] if count is None else count
     count[0] += 1
@@ -92,7 +92,7 @@ def check_schema(schema: Any, what: str = "space", depth: int = 0, count: Option
         _int(schema.get("start"), f"{what}'s start")
     elif kind == "MultiDiscrete":
         dtype = _dtype(schema.get("dtype"), what)
-        nvec = schema.get("nvec")
+        nvec: Any = schema.get("nvec")  # a number or an array once ``_array_like`` passed it
         _array_like(nvec, None, f"{what}'s nvec")
         _array_like(schema.get("start"), np.shape(nvec), f"{what}'s start")
         _bounded(np.shape(nvec), dtype.itemsize, what)
@@ -149,7 +149,7 @@ def space_from_schema(schema: Any, what: str = "space") -> Any:
         raise _fail(f"{what} cannot be rebuilt: {type(exc).__name__}: {_clip(str(exc))[:300]}") from None
 
 
-def check_hello(message: dict, env_count: int, who: str) -> dict:
+def check_hello(message: dict[str, Any], env_count: int, who: str) -> dict[str, Any]:
     """The handshake of a server hosting ``env_count`` envs, with every field checked."""
     for key in ("observation_spaces", "action_spaces"):
         schemas = message.get(key)
@@ -166,8 +166,9 @@ def check_hello(message: dict, env_count: int, who: str) -> dict:
     return message
 
 
-def check_error(message: dict, env_indices: list) -> tuple:
-    """(env_index, phase, type, message, traceback) of an ERROR, text clipped, index checked."""
+def check_error(message: dict[str, Any], env_indices: list[int]) -> tuple[Any, str, str, str, str]:
+    """(env_index, phase, type, message, traceback) of an ERROR, text clipped, index checked
+    (``env_index`` is None or the server's value equal to one of ``env_indices``)."""
     env_index = message.get("env_index")
     if env_index is not None and (isinstance(env_index, bool) or env_index not in env_indices):
         env_index = None  # a server may only blame its own envs
@@ -180,7 +181,7 @@ def check_error(message: dict, env_indices: list) -> tuple:
     )
 
 
-def check_blobs(blobs: Any, env_indices: list, who: str) -> dict:
+def check_blobs(blobs: Any, env_indices: list[int], who: str) -> dict[int, bytes]:
     """{env index: encoded infos} sent beside the ring, for this server's envs only."""
     if blobs is None:
         return {}
@@ -192,7 +193,7 @@ def check_blobs(blobs: Any, env_indices: list, who: str) -> dict:
     return blobs
 
 
-def check_reply(message: dict, env_indices: list, who: str) -> tuple:
+def check_reply(message: dict[str, Any], env_indices: list[int], who: str) -> tuple[dict[int, bytes], list[Any]]:
     """(extras, results) of a REPLY: results are one per env of the server, or none."""
     extras = check_blobs(message.get("extras"), env_indices, who)
     results = message.get("results")
@@ -205,7 +206,7 @@ def check_reply(message: dict, env_indices: list, who: str) -> tuple:
     return extras, results
 
 
-def decode_infos(blob: Any, env_index: int) -> tuple:
+def decode_infos(blob: Any, env_index: int) -> tuple[list[dict[Any, Any]], Optional[dict[Any, Any]]]:
     """One env's infos blob: (list of info dicts, variable-layout observation or None)."""
     if not isinstance(blob, bytes):
         raise _fail(f"env {env_index} sent infos that are not bytes")

@@ -14,42 +14,41 @@ longer by copying (``np.copy``, ``torch.tensor``, writing them into a rollout bu
 
 from __future__ import annotations
 
-import copy as copy_module
-import time
 import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium import logger
 from gymnasium.error import ClosedEnvironmentError
-from gymnasium.spaces import Space
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
+from gymnasium.vector.utils import batch_space
 
-from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
+from ..errors import PortalError
 from ..runtimes.backend import Backend
 from ..wire import protocol as P
-from ..wire.doorbell import spin_until
-from ..wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING, ring_layout
-from ..wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, revive, space_to_schema
+from ..wire.doorbell import Waiter
+from ..wire.layout import ring_layout
 from . import env_fns as F
-from .batched import AsyncBatches
+from .batch_driver import Batch, BatchDriver
+from .batches import batch_grouping
 from .contract import PortalVectorEnv
-from .control import POLL_SLICE
-from .infos import add_info
+from .health import Health
+from .lockstep import Lockstep
 from .pending import AsyncState, PendingCall
-from .recovery import RESTARTABLE, Recovery, fixed_obs_views
-from .session import PortalSession, ServerLink
-from .spaces import schema_to_space
+from .portal_spaces import ObservationMode, check_observation_mode, portal_spaces
+from .recovery import Recovery, check_policy
+from .replies import ControlCalls
+from .ring_views import RingViews
+from .session import PortalSession
 from .spec import EnvSpec
 from .spin import default_spin_wait, server_spin
-from .validate import check_blobs, check_reply, decode_infos, space_from_schema
 
 DEFAULT_RING_DEPTH = 4  # batches the ring holds (remote lockstep replies reuse as many arrays)
 
 
-def seed_list(seed: int | list | None, num_envs: int) -> list:
+def seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
     """One seed per env as gymnasium's vector envs take them: None, ``seed + i``, or a list of N."""
+    seeds: list[int | None]
     if seed is None:
         seeds = [None] * num_envs
     elif isinstance(seed, (int, np.integer)):
@@ -63,32 +62,22 @@ def seed_list(seed: int | list | None, num_envs: int) -> list:
     return seeds
 
 
-def _layout_of(schema: dict) -> list:
-    """What the ring needs of a space: each leaf's kind, shape and dtype, bounds aside."""
-    return [
-        (leaf["kind"],) + (tuple(map(str, leaf_shape_dtype(leaf))) if is_fixed(leaf) else ())
-        for _, leaf in leaves(schema)
-    ]
+def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
+    """``options["reset_mask"]`` as gymnasium's vector envs take it, with their errors."""
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (num_envs,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not np.any(mask):
+        raise ValueError(
+            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
+        )
+    return mask
 
 
-def _subspace(space: Any, path: tuple) -> Any:
-    for part in path:
-        space = space[part]
-    return space
-
-
-def _tree_copy(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, dict):
-        return {k: _tree_copy(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        items = [_tree_copy(v) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # GraphInstance
-    return copy_module.deepcopy(value)
-
-
-class VectorPortal(AsyncBatches, PortalVectorEnv):
+class VectorPortal(PortalVectorEnv):
     """Steps envs that live in other runtimes as one batched gymnasium ``VectorEnv``.
 
     A drop-in for ``gymnasium.vector.AsyncVectorEnv``: ``VectorPortal(env_fns, ...)`` takes the same
@@ -152,7 +141,7 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
         context: Optional[str] = None,
         daemon: bool = True,
         worker: Optional[Callable[..., Any]] = None,
-        observation_mode: Union[str, tuple[Space, Space]] = "same",
+        observation_mode: ObservationMode = "same",
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         max_concurrency: Optional[int] = None,
         backend: Union[str, Backend] = "process",
@@ -168,22 +157,11 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
     ) -> None:
         F.check_options(context, worker, max_concurrency)
         specs, self._gymnasium_form = F.to_specs(env_fns, backend)
-        if not (
-            observation_mode in ("same", "different")
-            or (isinstance(observation_mode, tuple) and len(observation_mode) == 2)
-        ):
-            raise ValueError(
-                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
-                f"observation space, actual got {observation_mode}"
-            )
-        if isinstance(observation_mode, tuple) and not all(isinstance(s, Space) for s in observation_mode):
-            raise TypeError(
-                f"Expected both elements of observation_mode to be Spaces, got "
-                f"{type(observation_mode[0])} and {type(observation_mode[1])}"
-            )
-        self.observation_mode = observation_mode
+        check_observation_mode(observation_mode)
+        check_policy(on_env_failure, max_restarts)
         if ring_depth < 2:
             raise ValueError(f"ring_depth must be at least 2, got {ring_depth}")
+        self.observation_mode = observation_mode
         self.env_fns = list(env_fns)
         self.shared_memory, self.context, self.daemon, self.worker = shared_memory, context, daemon, worker
         self.max_concurrency = max_concurrency
@@ -199,83 +177,84 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
                     "batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
                     "could only be reset by a masked reset, which async batches do not have"
                 )
-            envs_per_server = self._async_grouping(specs, envs_per_server)
+            envs_per_server = batch_grouping(specs, self.batch_size, envs_per_server)
         self.copy = self._gymnasium_form if copy is None else copy
         self.ring_depth = ring_depth
         self.step_timeout = step_timeout
         self.spin_wait = default_spin_wait() if spin_wait is None else max(0.0, float(spin_wait))
         self.closed = False
         self._pending = PendingCall()
-        self._broken: Optional[BaseException] = None
-        self._slot = -1
-        self._raw_infos = False
         bases = {spec.backend.run_dir_base() for spec in specs}
         if len(bases) > 1:
             raise ValueError(
                 f"these backends need their run directories in different places: {sorted(map(str, bases))}"
             )
         self._session = PortalSession(bases.pop())
+        self._health = Health(self._session, self._gymnasium_form)
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
-            self._start(
-                specs,
-                F.envs_per_server(self.num_envs, envs_per_server, max_concurrency),
-                startup_timeout,
-                info_capacity,
+            self._session.launch(
+                specs, F.envs_per_server(self.num_envs, envs_per_server, max_concurrency), startup_timeout
             )
-            # -- recovery policy (portal_shm/agent/recovery.py) --
-            self._recovery = Recovery(self, on_env_failure, max_restarts, startup_timeout)
+            self._ring = self._attach(specs, startup_timeout, info_capacity)
+            servers = self._session.servers
+            self._recovery = Recovery(
+                self._session,
+                self._ring,
+                self.autoreset_mode,
+                step_timeout,
+                on_env_failure,
+                max_restarts,
+                startup_timeout,
+            )
+            self._calls = ControlCalls(servers, self._recovery, self._health, self.num_envs)
+            self._lockstep = Lockstep(
+                servers,
+                self._ring,
+                self._recovery,
+                self._health,
+                self._calls,
+                self.action_space,
+                copy=self.copy,
+                spin_wait=self.spin_wait,
+                loose_actions=self._gymnasium_form,
+            )
+            self._batches: Optional[BatchDriver] = None
+            if self._async:
+                if self._ring.actions is None:
+                    raise ValueError(
+                        f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
+                        "async batches write actions into the ring"
+                    )
+                self._batches = BatchDriver(
+                    servers,
+                    self._ring,
+                    self._recovery,
+                    self._health,
+                    self.batch_size,
+                    copy=self.copy,
+                    spin_wait=self.spin_wait,
+                )
         except BaseException:
             self._finalizer()
             self.closed = True
             raise
 
-    # -- start-up ------------------------------------------------------------------------
-    def _start(self, specs: list, envs_per_server: Optional[int], timeout: float, info_capacity: int) -> None:
+    def _attach(self, specs: list[EnvSpec], timeout: float, info_capacity: int) -> RingViews:
+        """The portal's spaces from the servers' hellos, then the ring they all attach to."""
         session = self._session
-        session.launch(specs, envs_per_server, timeout)
         obs_schemas = [s for server in session.servers for s in server.schemas("observation_spaces")]
         act_schemas = [s for server in session.servers for s in server.schemas("action_spaces")]
-        self._obs_schema, self._act_schema = obs_schemas[0], act_schemas[0]
-        self.single_observation_space = space_from_schema(self._obs_schema, "env 0's observation space")
-        self.single_action_space = space_from_schema(self._act_schema, "env 0's action space")
-        if self._gymnasium_form and (has_opaque(self._obs_schema) or has_opaque(self._act_schema)):
-            local = F.local_spaces(specs[0].factory) if specs[0].factory is not None else None
-            if local is not None:
-                self.single_observation_space, self.single_action_space = local
-        mode = self.observation_mode
-        if isinstance(mode, tuple):
-            self.single_observation_space = mode[1]
-            self._obs_schema = space_to_schema(mode[1])
-        for i, (obs, act) in enumerate(zip(obs_schemas, act_schemas)):
-            if mode != "same" and _layout_of(obs) != _layout_of(self._obs_schema):
-                raise RuntimeError(
-                    f"VectorPortal(..., observation_mode='different' or custom space) however the sub-environment's "
-                    f"observation spaces do not share a common shape and dtype: env {i} has {schema_to_space(obs)}, "
-                    f"expected the layout of {self.single_observation_space}"
-                )
-            if mode == "same" and P.packb(obs) != P.packb(self._obs_schema):
-                raise RuntimeError(
-                    "VectorPortal(..., observation_mode='same') however some of the sub-environments observation "
-                    f"spaces are not equivalent: env {i} has {schema_to_space(obs)}, env 0 has "
-                    f"{self.single_observation_space}. If this is intentional, use `observation_mode='different'` "
-                    "instead (spaces of one shape and dtype with other bounds)."
-                )
-            if P.packb(act) != P.packb(self._act_schema):
-                raise RuntimeError(
-                    f"Some environments have an action space different from `{self.single_action_space}`: env {i} "
-                    f"has {schema_to_space(act)}. In order to batch actions, the action spaces from all "
-                    "environments must be equal."
-                )
+        spaces = portal_spaces(
+            obs_schemas, act_schemas, self.observation_mode, specs[0].factory if self._gymnasium_form else None
+        )
+        self.single_observation_space, self.single_action_space = (
+            spaces.single_observation_space,
+            spaces.single_action_space,
+        )
         if self._gymnasium_form and self.shared_memory:
             F.check_shared_memory(self.single_observation_space)
-        if isinstance(mode, tuple):
-            self.observation_space = mode[0]
-        elif mode == "different":
-            self.observation_space = batch_differing_spaces([schema_to_space(obs) for obs in obs_schemas])
-        else:
-            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.observation_space, self.action_space = spaces.observation_space, spaces.action_space
         if self._async:
             self.observation_space = batch_space(self.single_observation_space, self.batch_size)
             self.action_space = batch_space(self.single_action_space, self.batch_size)
@@ -283,377 +262,80 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
         self.metadata = dict(first.get("metadata") or {})
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.get("render_mode")
-
         layout = ring_layout(
-            self._obs_schema, self._act_schema, self.num_envs, self.ring_depth, len(session.servers), info_capacity
+            spaces.obs_schema, spaces.act_schema, self.num_envs, self.ring_depth, len(session.servers), info_capacity
         )
-        ring = session.attach(
-            layout,
-            {
-                "autoreset_mode": self.autoreset_mode.value,
-                "observation_schema": self._obs_schema,
-                "action_schema": self._act_schema,
-                "spin": server_spin(self.spin_wait, len(session.servers)),
-            },
-            timeout,
-        )
-        views = ring.views
-        self._mailbox = views["mailbox"]
-        self._reward, self._terminated, self._truncated = views["reward"], views["terminated"], views["truncated"]
-        self._info_len, self._info = views["info_len"], views["info"]
-        self._info_capacity = info_capacity
-        # Actions of spaces without a fixed layout are sent as a message (one per server and step).
-        self._act_leaves = (
-            [views[f"act.{j}"] for j in range(len(leaves(self._act_schema)))] if is_fixed(self._act_schema) else None
-        )
-        self._var_spaces = {
-            index: _subspace(self.single_observation_space, path)
-            for index, (path, leaf) in enumerate(leaves(self._obs_schema))
-            if not is_fixed(leaf)
+        settings = {
+            "autoreset_mode": self.autoreset_mode.value,
+            "observation_schema": spaces.obs_schema,
+            "action_schema": spaces.act_schema,
+            "spin": server_spin(self.spin_wait, len(session.servers)),
         }
-        self._obs_views, self._obs_fixed_views = fixed_obs_views(self._obs_schema, views)
-        self._build_obs = self._obs_builder(self._obs_schema, views, [0])
-        has_variable_leaves = not all(is_fixed(leaf) for _, leaf in leaves(self._obs_schema))
-        self._obs_slots = (
-            None
-            if has_variable_leaves
-            else [self._build_obs(lambda index, array, k=k: array[k], None) for k in range(self.ring_depth)]
+        ring = session.attach(layout, settings, timeout)
+        return RingViews(
+            ring.views,
+            spaces.obs_schema,
+            spaces.act_schema,
+            self.single_observation_space,
+            self.single_action_space,
+            self.ring_depth,
+            info_capacity,
         )
-        self._var_obs: list = [None] * self.num_envs
-        self._results_views = [
-            (self._reward[k], self._terminated[k], self._truncated[k]) for k in range(self.ring_depth)
-        ]
-        if self._async:
-            self._start_batches()
-
-    def _obs_builder(self, schema: dict, views: dict, counter: list) -> Callable[[Callable, Optional[list]], Any]:
-        """Build ``f(pick, var)``: the observation tree, each fixed leaf ``pick(index, ring_array)``,
-        each variable-layout leaf taken from ``var`` (one decoded dict per env of the batch)."""
-        kind = schema["kind"]
-        if kind == "Dict":
-            parts = [(key, self._obs_builder(sub, views, counter)) for key, sub in schema["spaces"]]
-            return lambda pick, var: {key: build(pick, var) for key, build in parts}
-        if kind == "Tuple":
-            items = [self._obs_builder(sub, views, counter) for sub in schema["spaces"]]
-            return lambda pick, var: tuple(build(pick, var) for build in items)
-        index = counter[0]
-        counter[0] += 1
-        if is_fixed(schema):
-            array = views[f"obs.{index}"]
-            return lambda pick, var: pick(index, array)
-        return lambda pick, var: tuple(env_var[index] for env_var in var)
-
-    # -- waiting on servers --------------------------------------------------------------
-    def _wait_done(self, server: ServerLink, deadline: Optional[float]) -> None:
-        """Wait until ``server`` replaced its PENDING status: spin a while, then sleep on its pipe
-        (whose rings may be left from steps seen while spinning: the status word is the truth)."""
-        words = server.mailbox
-        if spin_until(lambda: words[STATUS] != STATUS_PENDING, self.spin_wait):
-            server.done.skipped()
-            return
-        done = server.done
-        check_at = time.monotonic() + POLL_SLICE
-        while True:
-            if done.wait(POLL_SLICE) and words[STATUS] != STATUS_PENDING:
-                return
-            now = time.monotonic()
-            if now >= check_at:
-                server.check_alive()
-                if deadline is not None and now > deadline:
-                    raise PortalTimeoutError(
-                        f"{server.describe()} did not finish its step within "
-                        f"{self.step_timeout} s (step_timeout): hung or too slow"
-                    )
-                check_at = now + POLL_SLICE
-
-    def _check_usable(self) -> None:
-        if self.closed:
-            raise ClosedEnvironmentError("this VectorPortal is closed")
-        if self._broken is not None:
-            raise PortalError(f"this VectorPortal cannot continue after an earlier failure: {self._broken}")
-
-    def _fail(self, exc: BaseException) -> None:
-        if isinstance(
-            exc, (ServerDiedError, PortalTimeoutError, ServerProtocolError, RestartLimitError, KeyboardInterrupt)
-        ):
-            self._broken = exc
-            self._session.graceful = False
-
-    # -- infos and observations ----------------------------------------------------------
-    def _gather(
-        self, k: int, extras: dict, infos: dict, envs: Optional[list] = None, first: int = -1, total: int = 0
-    ) -> dict:
-        """Decode and batch the infos of ``envs`` (all by default), in env order, into ``infos``.
-
-        Async batches put env ``envs[j]`` at position ``first + j`` of a batch of ``total`` envs.
-        """
-        lengths = self._info_len[k].tolist()
-        total = total or self.num_envs
-        for j, i in enumerate(range(self.num_envs) if envs is None else envs):
-            position = i if first < 0 else first + j
-            length = lengths[i]
-            if length == 0:
-                continue
-            if length == -1 and i in extras:
-                blob = extras[i]
-            elif 0 < length <= self._info_capacity:
-                blob = self._info[k, i, :length].tobytes()
-            else:
-                raise ServerProtocolError(f"env {i} wrote an invalid infos length {length}")
-            env_infos, var_obs = decode_infos(blob, i)
-            for env_info in env_infos:
-                if env_info:
-                    if self._var_spaces and "final_obs" in env_info:
-                        env_info["final_obs"] = self._revive(self.single_observation_space, env_info["final_obs"], i)
-                    try:
-                        infos = {**infos, **env_info} if self._raw_infos else add_info(infos, env_info, position, total)
-                    except Exception as exc:
-                        raise ServerProtocolError(
-                            f"env {i}'s infos cannot be batched with the others': {exc}"
-                        ) from None
-            if var_obs is not None:
-                self._var_obs[i] = {
-                    index: self._revive(self._var_spaces.get(index), value, i) for index, value in var_obs.items()
-                }
-        return infos
-
-    @staticmethod
-    def _revive(space: Any, value: Any, env: int) -> Any:
-        try:
-            return value if space is None else revive(space, value)
-        except Exception as exc:  # the value came from an env runtime: malformed is a protocol error
-            raise ServerProtocolError(f"env {env} sent a value that does not fit {space}: {exc}") from None
-
-    def _observations(self, k: int) -> Any:
-        if self._obs_slots is not None:
-            obs = self._obs_slots[k]
-        else:
-            try:
-                obs = self._build_obs(lambda index, array: array[k], self._var_obs)
-            except (KeyError, TypeError, IndexError) as exc:
-                raise ServerProtocolError(f"an env sent an incomplete variable-layout observation: {exc}") from None
-        return _tree_copy(obs) if self.copy else obs
 
     # -- the gymnasium API ---------------------------------------------------------------
-    def _check_idle(self, what: str) -> None:
-        self._pending.check_idle(what)
+    def _check_usable(self) -> None:
+        self._health.check_usable(self.closed)
 
-    def reset_async(self, seed: int | list | None = None, options: dict | None = None) -> None:
+    def _run(self, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(*args)``; a failure on its way out may break the portal (``Health.fail``)."""
+        try:
+            return work(*args)
+        except BaseException as exc:
+            self._health.fail(exc)
+            raise
+
+    def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Send the reset to every server and return at once; ``reset_wait`` collects the results."""
         self._check_usable()
-        seeds = self._seeds(seed)
-        self._check_idle("reset_async")
+        seeds = seed_list(seed, self.num_envs)
+        self._pending.check_idle("reset_async")
         mask = None
         if options is not None and "reset_mask" in options:
-            mask = options.pop("reset_mask")
-            if not isinstance(mask, np.ndarray):
-                raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-            if mask.shape != (self.num_envs,):
-                raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}")
-            if mask.dtype != np.bool_:
-                raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-            if not np.any(mask):
-                raise ValueError(
-                    f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
-                )
-        if self._async:
+            mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        if self._batches is not None:
             if mask is not None:
                 raise ValueError(
                     "options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
                     "env and recv() then hands them out batch by batch"
                 )
-            self._reset_batches(seeds, options)
-            self._pending.begin(AsyncState.WAITING_RESET)
-            return
-        messages = []
-        k, prev = (self._slot + 1) % self.ring_depth, max(self._slot, 0)
-        self._recovery.note_reset(seeds, mask)
-        for server in self._session.servers:
-            envs = server.env_indices
-            messages.append(
-                {
-                    "cmd": P.RESET,
-                    "slot": k,
-                    "prev_slot": prev,
-                    "seeds": [seeds[i] for i in envs],
-                    "options": options,
-                    "mask": None if mask is None else [bool(mask[i]) for i in envs],
-                }
-            )
-        self._send_control(messages, "reset_async", AsyncState.WAITING_RESET)
-        self._slot = k
-        self._reset_messages = messages
+            self._run(self._batches.reset, seeds, options)
+        else:
+            self._run(self._lockstep.reset_async, seeds, options, mask)
+        self._pending.begin(AsyncState.WAITING_RESET)
 
-    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict]:
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Results of ``reset_async``; ``timeout`` (seconds) raises ``PortalTimeoutError``, also a
         ``multiprocessing.TimeoutError`` as with AsyncVectorEnv (the portal cannot continue then)."""
         self._check_usable()
         self._pending.check_waiting(AsyncState.WAITING_RESET)
-        if self._async:
-            self._pending.end()
+        self._pending.end()
+        if self._batches is not None:
             obs, _, _, _, infos = self.recv(timeout)
             return obs, infos
-        k = self._slot
-        try:
-            extras, errors, failed = self._replies("reset", timeout, self._sent)
-            failed.update(self._send_failed)
-            self._pending.end()
-            # -- recovery: restart failed servers and repeat the reset for their envs --
-            restarted = []
-            for server, cause in failed.items():
-                extras.update(self._recovery.retry_reset(server, self._reset_messages[server.index], cause))
-                restarted.extend(server.env_indices)
-            if errors:
-                self._raise_env_errors(errors)
-            infos = self._gather(k, extras, {})
-            for i in restarted:
-                infos = add_info(infos, {"env_restarted": True}, i, self.num_envs)
-        except BaseException as exc:
-            self._pending.end()
-            self._fail(exc)
-            raise
-        return self._observations(k), infos
-
-    def _seeds(self, seed: int | list | None) -> list:
-        return seed_list(seed, self.num_envs)
-
-    def _raise_env_errors(self, errors: list) -> None:
-        """Raise an env's error: the first one, or in the env_fns form the last one after logging all
-        as AsyncVectorEnv does (whose failed workers shut down: the portal then refuses further calls)."""
-        if self._gymnasium_form:
-            F.log_env_errors(errors)
-            self._broken = errors[-1]
-            raise errors[-1]
-        raise errors[0]
-
-    def _send_all(self, messages: list) -> tuple[list, dict]:
-        """Send each server its control message; (servers reached, failed server -> exception)."""
-        sent, failed = [], {}
-        for server, message in zip(self._session.servers, messages):
-            try:
-                server.channel.send(message, server.check_alive)
-                server.post(P.CMD_CONTROL)
-                sent.append(server)
-            except RESTARTABLE as exc:
-                if not self._recovery.enabled:
-                    raise
-                failed[server] = exc
-        return sent, failed
-
-    def _replies(
-        self, what: str, timeout: Optional[float] = None, servers: Optional[list] = None
-    ) -> tuple[dict, list, dict]:
-        """Collect one reply per server (always all of them, to stay in step) and every env error.
-
-        With ``on_env_failure="restart"`` a failed server does not stop the collection: it is
-        returned in the third item (server -> exception) for the caller to recover. A reset
-        counts an env's exception as a failure, other calls only a broken server.
-        """
-        extras: dict = {}
-        results: list = []
-        errors: list = []
-        failed: dict = {}
-        restart = self._recovery.enabled
-        timeout = self.step_timeout if timeout is None else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for server in self._session.servers if servers is None else servers:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                message = server.recv(remaining, what)
-                if message["cmd"] == P.ERROR:
-                    server_errors = server.errors(message)
-                    if restart and what == "reset":
-                        raise server_errors[0]
-                    errors.extend(server_errors)
-                elif message["cmd"] == P.REPLY:
-                    server_extras, server_results = check_reply(message, server.env_indices, server.describe())
-                    extras.update(server_extras)
-                    results.extend(server_results)
-                else:
-                    raise ServerProtocolError(f"{server.describe()} answered {what} with {message['cmd']!r:.40}")
-            except RESTARTABLE as exc:
-                if not restart:
-                    raise
-                failed[server] = exc
-        self._results = results
-        return extras, errors, failed
+        result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, timeout)
+        return result
 
     def step_async(self, actions: Any) -> None:
         """Write the actions into the ring and wake every server; returns at once."""
         self._check_usable()
-        self._check_idle("step_async")
-        if self._async:
+        self._pending.check_idle("step_async")
+        if self._batches is not None:
             self.send(actions)
-            self._pending.begin(AsyncState.WAITING_STEP)
-            return
-        k = (self._slot + 1) % self.ring_depth
-        cmd = P.CMD_STEP
-        if self._act_leaves is None:
-            self._send_actions(actions)
-            cmd = P.CMD_STEP_ACTIONS
         else:
-            try:
-                self._write_actions(k, actions)
-            except (ValueError, TypeError):
-                if not self._gymnasium_form:
-                    raise
-                # AsyncVectorEnv hands each env its element of the batch, whatever its shape: e.g.
-                # [0, 1, 2] for three Box(0, 1, (1,)) envs. Such a batch travels as a message.
-                self._send_actions(actions)
-                cmd = P.CMD_STEP_ACTIONS
-        self._slot = k
-        recovery = self._recovery
-        for server in self._session.servers:
-            if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
-                continue  # a restarted server's envs: reset instead of step, or end the episode
-            server.post(cmd, k, pending=True)
+            self._run(self._lockstep.step_async, actions)
         self._pending.begin(AsyncState.WAITING_STEP)
 
-    def _send_actions(self, actions: Any) -> None:
-        """Actions without a fixed layout: one message per server, each env's action as msgpack."""
-        per_env = list(iterate(self.action_space, actions))
-        if len(per_env) != self.num_envs:
-            raise ValueError(f"got {len(per_env)} actions for {self.num_envs} envs")
-        messages = [
-            {"cmd": P.ACTIONS, "actions": [per_env[i] for i in server.env_indices]} for server in self._session.servers
-        ]
-        for message in messages:
-            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
-        try:
-            for server, message in zip(self._session.servers, messages):
-                server.channel.send(message, server.check_alive)
-        except BaseException as exc:
-            self._fail(exc)
-            raise
-
-    def _action_leaves(self, actions: Any) -> list:
-        """The actions split into the action space's leaves, in ring order (``act.0``, ``act.1``, ...)."""
-        if len(self._act_leaves) == 1 and self._act_schema["kind"] not in ("Dict", "Tuple"):
-            return [actions]
-        return [self._leaf(actions, path) for path, _ in leaves(self._act_schema)]
-
-    def _write_actions(self, k: int, actions: Any) -> None:
-        for target, value in zip(self._act_leaves, self._action_leaves(actions)):
-            row = target[k]
-            array = np.asarray(value)
-            if array.shape != row.shape:
-                if array.ndim == 0 < row.ndim:
-                    raise TypeError(
-                        f"actions must hold one action per env (shape {row.shape}), got the scalar {value!r}"
-                    )
-                raise ValueError(
-                    f"actions of shape {array.shape} do not match the batched action space "
-                    f"{self.action_space} (expected shape {row.shape})"
-                )
-            np.copyto(row, array, casting="unsafe")
-
-    @staticmethod
-    def _leaf(actions: Any, path: tuple) -> Any:
-        for part in path:
-            actions = actions[part]
-        return actions
-
-    def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def step_wait(self, timeout: float | None = None) -> Batch:
         """Wait for the step started by ``step_async``; see the module docstring for view validity.
 
         ``timeout`` (seconds) raises ``PortalTimeoutError``, also a ``multiprocessing.TimeoutError``
@@ -662,116 +344,18 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
         if self.closed:
             raise ClosedEnvironmentError("this VectorPortal is closed")
         self._pending.check_waiting(AsyncState.WAITING_STEP)
-        if self._async:
-            self._pending.end()
-            return self.recv(timeout)
-        timeout = self.step_timeout if timeout is None else timeout
-        deadline = None if timeout is None else time.monotonic() + timeout
-        k = self._slot
-        extras: dict = {}
-        infos: dict = {}
-        errors: list = []
-        recovery = self._recovery
-        failed: list = []
-        try:
-            servers = self._session.servers
-            # Servers own ascending env ranges: batching each one's infos as soon as it is done
-            # keeps env order (as gymnasium's) and hides the work behind the slower servers.
-            for server in servers:
-                try:
-                    if recovery.failed_early and server.index in recovery.failed_early:
-                        failed.append((server, recovery.failed_early.pop(server.index)))
-                        continue
-                    if recovery.ended and server.index in recovery.ended:
-                        failed.append((server, None))
-                        continue
-                    if recovery.resetting and server.index in recovery.resetting:
-                        extras.update(recovery.finish_reset(server, timeout))
-                    else:
-                        self._wait_done(server, deadline)
-                        row = self._mailbox[server.index]
-                        if row[STATUS] == STATUS_ERROR or row[EXTRA]:
-                            message = server.recv(timeout, "step")
-                            if message["cmd"] == P.ERROR:
-                                server_errors = server.errors(message)
-                                if recovery.enabled:
-                                    raise server_errors[0]
-                                errors.extend(server_errors)
-                            elif message["cmd"] == P.EXTRA:
-                                extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
-                            else:
-                                raise ServerProtocolError(
-                                    f"{server.describe()} sent {message['cmd']!r:.40} during a step"
-                                )
-                    if not errors:
-                        infos = self._gather(k, extras, infos, server.env_indices)
-                except RESTARTABLE as exc:
-                    if recovery.enabled:
-                        failed.append((server, exc))
-                    elif isinstance(exc, EnvError):
-                        errors.append(exc)
-                    else:
-                        raise
-            # -- recovery: restart failed servers, end their envs' episodes in this slot --
-            for server, exc in failed:
-                infos = recovery.end_episodes(server, k, infos, exc)
-            self._pending.end()
-            if errors:
-                self._raise_env_errors(errors)
-        except BaseException as exc:
-            self._pending.end()
-            self._fail(exc)
-            raise
-        reward, terminated, truncated = self._results_views[k]
-        if self.copy:
-            reward, terminated, truncated = reward.copy(), terminated.copy(), truncated.copy()
-        return self._observations(k), reward, terminated, truncated, infos
-
-    def _send_control(self, messages: list, what: str, state: AsyncState) -> None:
-        """Send one control message per server and wake it; the replies are collected later."""
-        self._check_usable()
-        self._check_idle(what)
-        for message in messages:
-            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
-        try:
-            if self._async:
-                self._settle()
-            self._sent, self._send_failed = self._send_all(messages)
-        except BaseException as exc:
-            self._fail(exc)
-            raise
-        self._pending.begin(state)
-
-    def _control_wait(self, what: str, timeout: Optional[float]) -> list:
-        try:
-            _, errors, failed = self._replies(what, timeout, self._sent)
-            failed.update(self._send_failed)
-            # -- recovery: restart broken servers; the call still raises, their envs end next step --
-            for server, exc in failed.items():
-                self._recovery.after_control_failure(server, exc)
-        except BaseException as exc:
-            self._pending.end()
-            self._fail(exc)
-            raise
         self._pending.end()
-        if failed:
-            raise next(iter(failed.values()))
-        if errors:
-            self._raise_env_errors(errors)
-        if len(self._results) not in (0, self.num_envs):
-            raise ServerProtocolError(f"env servers returned {len(self._results)} results for {self.num_envs} envs")
-        return self._results
-
-    def _control(self, messages: list, what: str) -> list:
-        self._send_control(messages, what, AsyncState.WAITING_CALL)
-        return self._control_wait(what, None)
+        if self._batches is not None:
+            return self.recv(timeout)
+        result: Batch = self._run(self._lockstep.step_wait, timeout)
+        return result
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
         if self._gymnasium_form and name in ("reset", "step", "close"):  # as AsyncVectorEnv refuses them
             raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
         message = {"cmd": P.CALL, "name": name, "args": list(args), "kwargs": kwargs}
-        self._send_control([message] * len(self._session.servers), "call_async", AsyncState.WAITING_CALL)
+        self._send_control([message] * len(self._session.servers), "call_async")
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Results of ``call_async``, one per env; ``timeout`` as for ``step_wait``."""
@@ -779,21 +363,42 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
         self._pending.check_waiting(AsyncState.WAITING_CALL)
         return tuple(self._control_wait("call", timeout))
 
+    def _send_control(self, messages: list[dict[str, Any]], what: str) -> None:
+        self._check_usable()
+        self._pending.check_idle(what)
+        for message in messages:
+            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
+        if self._batches is not None:
+            self._run(self._batches.settle)
+        self._run(self._calls.send, messages)
+        self._pending.begin(AsyncState.WAITING_CALL)
+
+    def _control_wait(self, what: str, timeout: Optional[float]) -> list[Any]:
+        self._pending.end()
+        results: list[Any] = self._run(self._calls.wait, what, timeout)
+        return results
+
+    def _control(self, messages: list[dict[str, Any]], what: str) -> list[Any]:
+        self._send_control(messages, what)
+        return self._control_wait(what, None)
+
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
 
+    # AsyncVectorEnv's properties, not VectorEnv's (one seed and Generator of the vector env, which
+    # can also be set): their signatures cannot match the base class's.
     @property
-    def np_random_seed(self) -> tuple[Any, ...]:
+    def np_random_seed(self) -> tuple[Any, ...]:  # type: ignore[override]
         """Each env's ``np_random_seed``, as AsyncVectorEnv returns it."""
         return self.get_attr("np_random_seed")
 
-    @property
-    def np_random(self) -> tuple[Any, ...]:
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[Any, ...]:  # type: ignore[override]
         """Each env's ``np_random`` as AsyncVectorEnv returns it, where the values can be sent (they
         cannot: a Generator is not data, so this raises an ``EnvError`` saying so)."""
         return self.get_attr("np_random")
 
-    def set_attr(self, name: str, values: list | tuple | Any) -> None:
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         if not isinstance(values, (list, tuple)):
             values = [values for _ in range(self.num_envs)]
         if len(values) != self.num_envs:
@@ -807,11 +412,55 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
         ]
         self._control(messages, f"set_attr({name!r})")
 
-    def render(self) -> tuple[Any, ...] | None:
+    def render(self) -> tuple[Any, ...]:
         """Each env's ``render()`` result, as SyncVectorEnv returns them."""
         return tuple(self._control([{"cmd": P.RENDER}] * len(self._session.servers), "render"))
 
-    _copy_tree = staticmethod(_tree_copy)
+    # -- async batches (envpool's API) -------------------------------------------------------
+    def _require_batches(self, what: str) -> BatchDriver:
+        self._check_usable()
+        if self._batches is None:
+            raise PortalError(
+                f"{what}() is for async batches: create the VectorPortal with batch_size < num_envs "
+                f"(vector_kwargs={{'batch_size': B}}); use step() for lockstep stepping"
+            )
+        return self._batches
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step the envs ``env_ids`` (default: those the last ``recv`` returned) with ``actions``.
+
+        ``actions`` is batched along ``env_ids``; the envs must form whole servers that are not
+        already stepping (the envs ``recv`` hands out always do). Returns at once.
+        """
+        self._run(self._require_batches("send").send, actions, env_ids)
+
+    def recv(self, timeout: float | None = None) -> Batch:
+        """The first ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``.
+
+        ``infos["env_id"]`` says which envs they are (ascending, read-only). When the finished servers hold
+        consecutive envs in the same ring slot (always the case with one server per batch), the
+        arrays are views of the ring, as in lockstep; otherwise they are gathered into arrays
+        owned by the portal, reused after ``ring_depth`` batches: the same validity rule either
+        way (see the module docstring).
+        """
+        batches = self._require_batches("recv")
+        if self._pending.state is AsyncState.WAITING_STEP:
+            self._pending.end()
+        result: Batch = self._run(batches.recv, timeout)
+        return result
+
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Reset every env (after any steps in flight); ``recv()`` then hands out the reset batches.
+
+        envpool's ``async_reset``: ``reset()`` with async batches is this followed by ``recv()``.
+        """
+        batches = self._require_batches("async_reset")
+        self._pending.check_idle("async_reset")
+        self._run(batches.reset, seed_list(seed, self.num_envs), options)
+
+    def batch_ready(self) -> bool:
+        """Whether ``recv`` would return at once: enough servers finished for a batch."""
+        return self._require_batches("batch_ready").ready()
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False, **kwargs: Any) -> None:
         """Stop the servers and remove the ring, sockets and run directory.
@@ -831,28 +480,14 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
         self._finalizer()
 
     # -- for a driver outside this portal's thread (an env host's router steps lockstep itself) --------
-    def doorbells(self) -> list:
+    def doorbells(self) -> list[Waiter]:
         """The servers' done pipes (``Waiter``s, their ``fd`` to poll): readable when a server rang back."""
         return [server.done for server in self._session.servers]
 
     def step_finished(self, readable: Any) -> Optional[bool]:
-        """After ``step_async``: whether every server finished, once the rings of the done pipes whose
-        fds are in ``readable`` are read (None: a pipe closed, ``step_wait`` says why).
-
-        Each ring is read as it comes: a pipe left readable would wake the caller's poll again at
-        once, and it would spin until the slowest server finished, on the cores the servers need.
-        The status words, not the rings, say who finished.
-        """
-        finished = True
-        for server in self._session.servers:
-            done = server.done
-            if done.fd in readable:
-                done.take()
-                if done.closed:
-                    return None
-            if server.mailbox[STATUS] == STATUS_PENDING:
-                finished = False
-        return finished
+        """After ``step_async``: whether every server finished (None: a pipe closed, ``step_wait``
+        says why); see ``Lockstep.step_finished``."""
+        return self._lockstep.step_finished(readable)
 
     def abort(self) -> None:
         """Stop every env server now, from any thread (an env host freeing the envs of an agent that
@@ -868,11 +503,24 @@ class VectorPortal(AsyncBatches, PortalVectorEnv):
     def recovering(self) -> bool:
         """Whether the restart policy has a step to change (a restarted server's envs): then only
         ``step_wait`` finishes the step."""
-        recovery = self._recovery
-        return bool(recovery.resetting or recovery.ended or recovery.failed_early)
+        return self._recovery.pending
 
     @property
-    def servers(self) -> list[dict]:
+    def restarts(self) -> list[int]:
+        """How many times each env was restarted (``on_env_failure="restart"``)."""
+        return list(self._recovery.restarts)
+
+    @property
+    def raw_infos(self) -> bool:
+        """Infos as the env returned them instead of batched (``Portal``, the one-env wrapper, sets it)."""
+        return self._ring.raw_infos
+
+    @raw_infos.setter
+    def raw_infos(self, value: bool) -> None:
+        self._ring.raw_infos = bool(value)
+
+    @property
+    def servers(self) -> list[dict[str, Any]]:
         """Where each env lives: server index, env indices, runtime description, and the server's
         process id on this host (a container's init process; None where unknown, e.g. remote)."""
         return [

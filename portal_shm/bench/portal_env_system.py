@@ -102,8 +102,9 @@ class PortalEnvVector:
             self.client = AgentSidePortal(name, num_envs=n)
             clients.append(self.client)
         except BaseException:
+            # portal-env's AgentSidePortal names its env only by the private _env_id (hence SLF001).
             for client in clients:  # AgentSidePortal.__del__ would wait forever on a server that is gone
-                client._env_id = None
+                client._env_id = None  # noqa: SLF001
                 client.portal.close(timeout=1)
             self.client = None
             self._stop_server()
@@ -111,17 +112,17 @@ class PortalEnvVector:
         clients[0].portal.close(timeout=1)
 
     def reset(self, seed: Any = None, options: Any = None) -> tuple:
-        return self.client.portal.reset(self.client._env_id).result(timeout=STEP_TIMEOUT)
+        return self.client.portal.reset(self.client._env_id).result(timeout=STEP_TIMEOUT)  # noqa: SLF001
 
     def step(self, actions: Any) -> tuple:
-        return self.client.portal.step(self.client._env_id, actions).result(timeout=STEP_TIMEOUT)
+        return self.client.portal.step(self.client._env_id, actions).result(timeout=STEP_TIMEOUT)  # noqa: SLF001
 
     def close(self) -> None:
         try:
             if self.client is not None:
                 if self.proc.poll() is None:
-                    self.client.portal.close_env(self.client._env_id).result(timeout=10)
-                self.client._env_id = None
+                    self.client.portal.close_env(self.client._env_id).result(timeout=10)  # noqa: SLF001
+                self.client._env_id = None  # noqa: SLF001
                 self.client.portal.close(timeout=1)
         finally:
             self.client = None

@@ -53,7 +53,7 @@ class RaySystem:
     def __init__(self, sc: Scenario, n: int, options: BenchOptions) -> None:
         import portal_shm
 
-        from ..remote.host_policy import HostPolicy
+        from ..remote.host.policy import HostPolicy
 
         self._ray = _LocalRay()
         try:
@@ -77,7 +77,7 @@ class RaySystem:
     @property
     def servers(self) -> list:
         """The host actors' processes, whose CPU (and their env servers') the bench counts."""
-        return [{"pid": e["pid"]} for e in self.portal._cluster.endpoints]
+        return [{"pid": e["pid"]} for e in self.portal.host_endpoints()]
 
     def close(self) -> None:
         try:

@@ -32,7 +32,7 @@ class _Host:
     that serves the scenario's env (an entry point is allowed by name, as its operator would)."""
 
     def __init__(self, sc: Scenario, insecure: bool) -> None:
-        from ..remote.spawn import HostProcess, LocalKeys
+        from ..remote.host.spawn import HostProcess, LocalKeys
 
         self.dir = tempfile.mkdtemp(prefix="portal-shm-bench-")
         keys = None if insecure else LocalKeys(self.dir)

@@ -5,6 +5,7 @@ happens. Returns the report (see ``report.py`` for its schema)."""
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any, Optional
 
 import numpy as np
@@ -15,6 +16,9 @@ from .options import REFERENCES, BenchOptions, is_portal
 from .report import build_report, read_cpu_times
 from .scenarios import Scenario
 from .systems import SYSTEMS, close_quietly, supports_batches
+
+# Systems whose async-batch pipeline is already primed (by the first measured run on them).
+_PIPELINES_STARTED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 class BenchError(ValueError):
@@ -253,8 +257,8 @@ def run_one(
         }
     notes = envs.bench_notes if callable(getattr(envs, "bench_notes", None)) else dict  # e.g. compression ratio
     if options.batch_size is not None and supports_batches(envs):
-        first = not getattr(envs, "_bench_pipeline_started", False)
+        first = envs not in _PIPELINES_STARTED
         result = measure.batched_run(envs, actions, options.seconds, options.warmup, lat, first)
-        envs._bench_pipeline_started = True
+        _PIPELINES_STARTED.add(envs)
         return {**result, "mode": "batch", **notes()}
     return {**measure.timed_run(envs, actions, options.seconds, options.warmup, lat), "mode": "lockstep", **notes()}

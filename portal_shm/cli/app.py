@@ -8,21 +8,46 @@ import time
 from typing import Optional
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from ..version import __version__
 from .args import parse_kwargs
+from .console import make_console
+from .parser import Parser
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()
+err_console = make_console(stderr=True)
+
+# What ``run --backend`` takes: the runtimes' backends (portal_shm.runtimes.registry.BACKENDS) and
+# the env hosts' (``remote``, ``ray``); a unit test keeps this list equal to the registry's.
+BACKEND_NAMES = ("process", "venv", "micromamba", "docker", "attach", "remote", "ray")
+# Backends whose envs run in a container image, so that ``run --image`` means something to them.
+IMAGE_BACKENDS = ("docker", "remote", "ray")
+
+
+def with_image(args: argparse.Namespace, kwargs: dict) -> dict:
+    """``kwargs`` plus ``image=`` from ``--image``; on the docker backend without one, the default
+    image, named on stderr (an Atari image quietly running someone's ViZDoom id fails confusingly)."""
+    if args.image:
+        if args.backend not in IMAGE_BACKENDS:
+            raise ValueError(
+                f"--image {args.image} names the container image of the docker backend; --backend {args.backend} "
+                "runs no image: add --backend docker (or drop --image)"
+            )
+        return {**kwargs, "image": args.image}
+    if args.backend == "docker" and "image" not in kwargs:
+        from ..runtimes.docker import DEFAULT_IMAGE
+
+        err_console.print(f"note: the envs run in {DEFAULT_IMAGE}: choose the image with --image", highlight=False)
+        return {**kwargs, "image": str(DEFAULT_IMAGE)}
+    return kwargs
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Step ``num_envs`` envs with random actions and report throughput: the main job."""
     import portal_shm
 
-    kwargs = parse_kwargs(args.kwarg)
+    kwargs = with_image(args, parse_kwargs(args.kwarg))
     vector_kwargs = {"envs_per_server": args.envs_per_server} if args.envs_per_server else {}
     if args.batch_size:
         vector_kwargs["batch_size"] = args.batch_size
@@ -95,26 +120,47 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="portal-shm", description="Step RL envs in isolated runtimes through shared memory."
-    )
+    """The ``portal-shm`` parser with every verb; ``Parser`` makes each verb report its own errors."""
+    parser = Parser(prog="portal-shm", description="Step RL envs in isolated runtimes through shared memory.")
     parser.add_argument("--version", action="version", version=f"portal-shm {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", help="step N envs with random actions and print throughput")
-    run.add_argument("id", nargs="?", default="ALE/Pong-v5", help="env id or module:callable (default ALE/Pong-v5)")
-    run.add_argument("-n", "--num-envs", type=int, default=8)
-    run.add_argument("--seconds", type=float, default=10.0)
-    run.add_argument("--backend", default="process")
-    run.add_argument("--envs-per-server", type=int, default=None)
+    run = commands.add_parser(
+        "run",
+        help="step N envs with random actions and print throughput",
+        description="Step N envs with random actions through a VectorPortal and print the throughput.",
+        epilog="example: portal-shm run ALE/Pong-v5 --num-envs 8 --backend docker --image portal-shm/ale",
+    )
+    run.add_argument("id", nargs="?", default="ALE/Pong-v5", help="env id or package.module:callable")
+    run.add_argument("-n", "--num-envs", type=int, default=8, help="number of envs stepped together")
+    run.add_argument("--seconds", type=float, default=10.0, help="how long to step, after start-up")
+    run.add_argument("--backend", default="process", choices=BACKEND_NAMES, help="where the envs run: their runtime")
+    run.add_argument(
+        "--image",
+        default=None,
+        help="docker backend: the image the envs run in, e.g. portal-shm/vizdoom (default: portal-shm/ale)",
+    )
+    run.add_argument(
+        "--envs-per-server",
+        type=int,
+        default=None,
+        help="envs per env-server process (default: the envs spread over one server per CPU core)",
+    )
     run.add_argument(
         "--batch-size",
         type=int,
         default=None,
-        help="async batches: step the first B envs to finish (envpool style) instead of all in lockstep",
+        help="async batches: step the first B envs to finish (envpool style) instead of all in lockstep "
+        "(default: lockstep)",
     )
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE", help="env kwarg (typed), repeatable")
+    run.add_argument("--seed", type=int, default=0, help="seed of the envs' reset and of the random actions")
+    run.add_argument(
+        "--kwarg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env kwarg (or backend option), typed: int, float, bool, None or str; repeatable",
+    )
     run.set_defaults(func=cmd_run)
 
     from ..bench.cli import add_bench_command
@@ -127,7 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_remote_commands(commands)
     add_bench_command(commands)
 
-    gc = commands.add_parser("gc", help="reclaim /dev/shm segments and run dirs whose agent is dead")
+    gc = commands.add_parser(
+        "gc",
+        help="reclaim /dev/shm segments and run dirs whose agent is dead",
+        description="Remove run directories, containers and /dev/shm names of portals whose agent is gone.",
+    )
     gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     gc.set_defaults(func=cmd_gc)
     return parser

@@ -4,26 +4,43 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-console = Console()
+from .console import make_console
+
+console = make_console()
+
+
+class BuildProgress:
+    """Shows an image build as it goes: on a terminal a spinner with the current step, the time
+    and the latest line of output; in a file or pipe each step as a line (a CI log shows where a
+    slow build is)."""
+
+    def __init__(self, target: str, status: Any) -> None:
+        self.target = target
+        self.status = status
+        self.step = ""
+        self.started = time.perf_counter()
+
+    def __call__(self, line: str) -> None:
+        if line.startswith("Step ") or line.startswith("I: "):
+            self.step = line[:120]
+            if not console.is_terminal:
+                console.print(f"building {self.target}: {self.step}", highlight=False, markup=False)
+        elapsed = time.perf_counter() - self.started
+        latest = "" if line == self.step else f"\n  [dim]{escape(line.strip()[:120])}[/]"
+        self.status.update(f"building {escape(self.target)} ({elapsed:.0f} s): {escape(self.step)}{latest}")
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from ..runtimes.image_build import DEFAULT_BASE, build_base, build_image
 
-    last = {"step": ""}
-
-    def show(line: str) -> None:
-        if line.startswith("Step ") or line.startswith("I: "):
-            last["step"] = line[:100]
-            status.update(f"building {args.target}: {last['step']}")
-
     with console.status(f"building {args.target}") as status:
-        started = time.perf_counter()
+        show = BuildProgress(args.target, status)
         if args.target == "base":
             tag = build_base(
                 args.tag or (DEFAULT_BASE if args.suite == "bookworm" else f"portal-shm/base:{args.suite}"),
@@ -32,7 +49,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             )
         else:
             tag = build_image(args.target, args.tag, args.base, on_line=show)
-    console.print(f"[green]built[/] {tag} in {time.perf_counter() - started:.0f} s")
+    console.print(f"[green]built[/] {tag} in {time.perf_counter() - show.started:.0f} s")
     args.built_tag = tag
     return 0
 
@@ -156,26 +173,34 @@ def _add_test_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="env kwarg, typed: int, float, bool, None or str (repeatable)",
     )
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("-n", "--num-envs", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=200, help="random-action steps of every env")
+    parser.add_argument("-n", "--num-envs", type=int, default=2, help="number of envs stepped together")
+
+
+def _add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-t", "--tag", help="image tag (default: portal-shm/NAME, or the directory's name)")
+    parser.add_argument(
+        "--base",
+        help="base image (default: $PORTAL_SHM_BASE_IMAGE, else portal-shm/base:bookworm "
+        "when built, else the Dockerfile's python:3.12-slim from a registry)",
+    )
+    parser.add_argument("--suite", default="bookworm", help="Debian suite of `build base`; bullseye has Python 3.9")
 
 
 def add_docker_commands(commands: argparse._SubParsersAction) -> None:
-    build = commands.add_parser("build", help="build an env image: a built-in NAME, a DIR, or 'base'")
-    build.add_argument("target", metavar="NAME|DIR|base")
-    build.add_argument("-t", "--tag", help="image tag (default portal-shm/NAME or the directory name)")
-    build.add_argument(
-        "--base",
-        help="base image (default: $PORTAL_SHM_BASE_IMAGE, else portal-shm/base:bookworm "
-        "when built, else the Dockerfile's python:3.12-slim)",
+    build = commands.add_parser(
+        "build",
+        help="build an env image: a built-in NAME, a DIR, or 'base'",
+        description="Build an env image from a built-in NAME (images/NAME) or a DIR with a Dockerfile, or "
+        "'base': a minimal Debian with Python made by debootstrap, without a registry (needs root).",
+        epilog="examples: portal-shm build base; portal-shm build ale; portal-shm build ./my-env -t my/env",
     )
-    build.add_argument(
-        "--suite", default="bookworm", help="Debian suite of `build base` (bookworm; bullseye has Python 3.9)"
-    )
+    build.add_argument("target", metavar="NAME|DIR|base", help="what to build")
+    _add_build_arguments(build)
     build.set_defaults(func=cmd_build)
 
     start = commands.add_parser("start", help="start long-running env servers that agents attach to by address")
-    start.add_argument("target", metavar="NAME|IMAGE")
+    start.add_argument("target", metavar="NAME|IMAGE", help="a built-in image NAME (portal-shm/NAME) or an image")
     start.add_argument("--count", type=int, default=1, help="number of listener containers")
     start.set_defaults(func=cmd_start)
 
@@ -184,25 +209,23 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
 
     logs = commands.add_parser("logs", help="show a container's output")
     logs.add_argument("name", help="container name or id (see portal-shm ps)")
-    logs.add_argument("--tail", type=int, default=100)
+    logs.add_argument("--tail", type=int, default=100, help="number of last lines shown")
     logs.set_defaults(func=cmd_logs)
 
     stop = commands.add_parser("stop", help="stop and remove env-server containers")
     which = stop.add_mutually_exclusive_group(required=True)
-    which.add_argument("--image")
-    which.add_argument("--name")
-    which.add_argument("--all", action="store_true")
+    which.add_argument("--image", help="those of this image")
+    which.add_argument("--name", help="the one of this name (see portal-shm ps)")
+    which.add_argument("--all", action="store_true", help="every portal-shm container")
     stop.set_defaults(func=cmd_stop)
 
     test = commands.add_parser("test", help="smoke-test an image with random actions")
-    test.add_argument("target", metavar="NAME|IMAGE")
+    test.add_argument("target", metavar="NAME|IMAGE", help="a built-in image NAME (portal-shm/NAME) or an image")
     _add_test_arguments(test)
     test.set_defaults(func=cmd_test)
 
     brt = commands.add_parser("build-run-test", help="build an image, then smoke-test it")
-    brt.add_argument("target", metavar="NAME|DIR")
-    brt.add_argument("-t", "--tag")
-    brt.add_argument("--base")
-    brt.add_argument("--suite", default="bookworm")
+    brt.add_argument("target", metavar="NAME|DIR", help="a built-in image NAME or a DIR with a Dockerfile")
+    _add_build_arguments(brt)
     _add_test_arguments(brt)
     brt.set_defaults(func=cmd_build_run_test)

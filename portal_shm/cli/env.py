@@ -10,10 +10,11 @@ import argparse
 import os
 import time
 
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
+from .console import make_console
+
+console = make_console()
 
 
 def human_size(size: float) -> str:
@@ -93,7 +94,11 @@ def cmd_env_rm(args: argparse.Namespace) -> int:
 
 def add_env_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``env`` with its verbs ``create``, ``ls`` and ``rm`` to the ``portal-shm`` parser."""
-    env = subparsers.add_parser("env", help="cached runtimes of the venv and micromamba backends")
+    env = subparsers.add_parser(
+        "env",
+        help="cached runtimes of the venv and micromamba backends",
+        description="Build, list and remove the cached runtimes of the venv and micromamba backends.",
+    )
     verbs = env.add_subparsers(dest="env_command", required=True)
 
     create = verbs.add_parser("create", help="build the venv for these requirements now (a no-op when cached)")

@@ -5,19 +5,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from typing import Any, Optional
 
-from rich.console import Console
+from .console import make_console
 
-console = Console()
+console = make_console()
 
 
 def cmd_host(args: argparse.Namespace) -> int:
     """Run the env host daemon until Ctrl-C or SIGTERM."""
     from ..errors import PortalError
-    from ..remote.host import HostOptions, run_host
+    from ..remote.host.daemon import HostOptions, run_host
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _log_to_stdout_and_stderr()
     try:
         policy = host_policy(args)
     except PortalError as exc:
@@ -46,6 +47,21 @@ def cmd_host(args: argparse.Namespace) -> int:
     return 0
 
 
+def _log_to_stdout_and_stderr() -> None:
+    """The host's log: INFO (its start-up banner with the key to pin, sessions, its shutdown) on
+    stdout, warnings and errors (refusals, lost agents) on stderr."""
+    form = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    out = logging.StreamHandler(sys.stdout)
+    out.addFilter(lambda record: record.levelno < logging.WARNING)
+    err = logging.StreamHandler(sys.stderr)
+    err.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    for handler in (out, err):
+        handler.setFormatter(form)
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
 def _list(text: Optional[str]) -> Optional[tuple]:
     return None if text is None else tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -64,7 +80,7 @@ def _named(pairs: list, flag: str) -> dict:
 
 def host_policy(args: argparse.Namespace) -> Any:
     """The ``HostPolicy`` of ``portal-shm host``'s flags."""
-    from ..remote.host_policy import HostPolicy
+    from ..remote.host.policy import HostPolicy
 
     defaults = HostPolicy()
     return HostPolicy(
@@ -89,20 +105,26 @@ def host_policy(args: argparse.Namespace) -> Any:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     """A new key pair: NAME.key (public, give it to the other side) and NAME.key_secret (0600)."""
-    from ..remote.keys import create_key_pair, default_keys_dir, public_key
+    from ..remote.keys import create_key_pair, default_key_name, default_keys_dir, public_key
 
     directory = args.dir or default_keys_dir()
-    public_path, secret_path = create_key_pair(directory, args.name)
+    public_path, secret_path = create_key_pair(directory, args.name or default_key_name())
     console.print(f"public key {public_key(public_path, 'keys').decode()} in {public_path}", highlight=False)
     console.print(f"secret key in {secret_path} (mode 600: keep it on this machine)", highlight=False)
+    console.print(
+        f"give each host {public_path} (into its clients directory, ~/.config/portal-shm/host/clients)", highlight=False
+    )
     return 0
 
 
 def cmd_keys_show(args: argparse.Namespace) -> int:
     """Print the public key of a key file (a .key or .key_secret path, or a name in the keys directory)."""
-    from ..remote.keys import default_keys_dir, public_key
+    from ..remote.keys import default_client_key, default_keys_dir, public_key
 
-    path = args.key if os.path.exists(args.key) else os.path.join(default_keys_dir(), args.key + ".key")
+    if args.key is None:
+        path = default_client_key()
+    else:
+        path = args.key if os.path.exists(args.key) else os.path.join(default_keys_dir(), args.key + ".key")
     console.print(public_key(path, "keys").decode(), highlight=False)
     return 0
 
@@ -212,9 +234,19 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
     keys = commands.add_parser("keys", help="CURVE key pairs of agents and hosts")
     verbs = keys.add_subparsers(dest="keys_command", required=True)
     create = verbs.add_parser("create", help="make NAME.key and NAME.key_secret (0600)")
-    create.add_argument("name", nargs="?", default="agent")
+    create.add_argument(
+        "name",
+        nargs="?",
+        default=None,
+        help="file name of the pair (default USER@HOSTNAME, so agents' keys never overwrite each other on a host)",
+    )
     create.add_argument("--dir", default=None, help="where (default ~/.config/portal-shm/keys)")
     create.set_defaults(func=cmd_keys_create)
     show = verbs.add_parser("show", help="print a key file's public key")
-    show.add_argument("key", help="a .key/.key_secret path, or a name in ~/.config/portal-shm/keys")
+    show.add_argument(
+        "key",
+        nargs="?",
+        default=None,
+        help="a .key/.key_secret path, or a name in ~/.config/portal-shm/keys (default: this machine's USER@HOSTNAME)",
+    )
     show.set_defaults(func=cmd_keys_show)

@@ -19,8 +19,8 @@ import threading
 from typing import Optional
 
 from ..remote import keys
-from ..remote.host import Host, HostOptions
-from ..remote.host_policy import HostPolicy
+from ..remote.host.daemon import Host, HostOptions
+from ..remote.host.policy import HostPolicy
 from ..runtimes import gc
 from ..runtimes.resources import PortalResources
 

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from ..errors import PortalError
 from ..remote import codecs
-from ..remote.host_policy import HostPolicy
+from ..remote.host.policy import HostPolicy
 
 STRATEGIES = ("STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK")
 

@@ -11,7 +11,8 @@ import time
 from typing import Any, Optional
 
 from ..errors import PortalError
-from ..remote.backend import split_envs
+from ..remote.client import reach
+from ..remote.client.backend import split_envs
 from .actor import EnvHostActor
 from .backend import RayBackend
 
@@ -31,6 +32,19 @@ def connect(address: Optional[str]) -> bool:
     ray = _ray()
     if ray.is_initialized():
         return False
+    if address and address not in ("auto", "local"):  # ray.init would retry a dead address for a minute
+        try:
+            problem = reach.unreachable(address)
+        except PortalError:  # not HOST:PORT: ray.init says what it makes of it
+            problem = None
+        if problem:
+            fix = (
+                "check the name in address=, or give the head node's IP address"
+                if problem.unresolved
+                else "is `ray start --head` running there (a ray:// address needs its client server, port 10001 "
+                "by default), and is the port open to this machine?"
+            )
+            raise PortalError(f"cannot join the Ray cluster at {address}: {problem}; {fix}")
     try:
         ray.init(address=address, log_to_driver=False, include_dashboard=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:

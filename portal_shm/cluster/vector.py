@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import zmq
 
-from ..remote.backend import RemoteBackend
-from ..remote.vector import RemoteVectorPortal
+from ..remote.client.backend import RemoteBackend
+from ..remote.client.vector import RemoteVectorPortal
 from .backend import RayBackend
 from .placement import RayHosts
 
@@ -68,6 +68,11 @@ class RayVectorPortal(RemoteVectorPortal):
     def host_nodes(self) -> list[str]:
         """The Ray node id of each env host, in env order."""
         return [e["node_id"] for e in self._cluster.endpoints]
+
+    def host_endpoints(self) -> list[dict]:
+        """Each env host as its actor reported it, in env order: ``address``, ``public_key``,
+        ``node_id``, ``pid`` (the actor's process, parent of its env servers), ``run_dir``."""
+        return [dict(e) for e in self._cluster.endpoints]
 
     def close_extras(self, **kwargs: Any) -> None:
         try:

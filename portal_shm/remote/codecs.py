@@ -64,9 +64,9 @@ def _lz4_decompress_safe() -> Optional[Callable]:
     python-lz4's extension exports it, to decompress into one array of ours.
 
     ``lz4.block.decompress`` allocates the output twice and copies it: for a Pong batch (800 KB)
-    each allocation is fresh memory of its own, and the page faults on it cost ~700 us per batch
-    on this kind of VM, against ~25 us for the same work into one array (measured here). Where
-    the symbol is missing, python-lz4's call does the work.
+    each allocation is fresh memory of its own, and on a VM the page faults on it cost many
+    times the decompression into one reused array. Where the symbol is missing, python-lz4's
+    call does the work.
     """
     try:
         import ctypes

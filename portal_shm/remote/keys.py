@@ -3,13 +3,19 @@
 A key pair is two files in ZeroMQ's certificate format (``zmq.auth.load_certificate`` reads
 them): ``NAME.key`` holds the public key, what the other side is given; ``NAME.key_secret`` holds
 both keys and is created 0600 in a 0700 directory, because whoever reads it can pose as its owner.
-A host creates its own pair on first start; agents run ``portal-shm keys create NAME``. The host
-accepts exactly the public keys in its clients directory, and the agent pins the host's key.
+A host creates its own pair on first start; agents run ``portal-shm keys create``, which names the
+pair after its user and machine (``alice@notebook``), so the public files of several agents can sit
+side by side in a host's clients directory without one copy overwriting another. The host accepts
+exactly the public keys in its clients directory (refusing a directory where two files hold one
+key: which agent would it be?), and the agent pins the host's key.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
+import socket
 import stat
 from typing import Optional
 
@@ -29,6 +35,29 @@ def config_dir() -> str:
 def default_keys_dir() -> str:
     """Where ``portal-shm keys create`` puts an agent's key pairs (``PORTAL_SHM_KEYS`` overrides)."""
     return os.environ.get("PORTAL_SHM_KEYS") or os.path.join(config_dir(), "keys")
+
+
+def default_key_name() -> str:
+    """``USER@HOSTNAME`` as a file name: what ``portal-shm keys create`` names a pair by default.
+
+    One name per agent machine, so that copying agents' public keys into one host's clients
+    directory never overwrites another agent's (as a shared default such as ``agent`` would).
+    """
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (a container's uid without a passwd entry)
+        user = f"uid{os.getuid()}"
+    name = f"{user}@{socket.gethostname()}"
+    return re.sub(r"[^A-Za-z0-9_.@+-]", "-", name).lstrip(".-") or "agent"
+
+
+def default_client_key() -> str:
+    """The agent's secret key file when ``client_key`` is not given: this machine's default pair in
+    ``default_keys_dir()``, or the ``agent.key_secret`` that older versions made by default."""
+    directory = default_keys_dir()
+    mine = os.path.join(directory, default_key_name() + ".key_secret")
+    legacy = os.path.join(directory, "agent.key_secret")
+    return legacy if not os.path.exists(mine) and os.path.exists(legacy) else mine
 
 
 def default_host_dir() -> str:
@@ -117,15 +146,49 @@ def ensure_host_keys(directory: Optional[str] = None) -> tuple[bytes, bytes, str
     return public, secret, os.path.join(directory, "host.key")
 
 
+def scan_client_keys(directory: str) -> tuple[dict[bytes, str], list[str]]:
+    """(public key -> file name, problems) of the ``*.key`` files in a host's clients directory.
+
+    Two files holding one key, or two names that differ only in case (one agent's copy that was
+    meant to replace the other?), are problems: those files are left out of the keys, and each
+    problem names both files and what to do.
+    """
+    keys: dict[bytes, str] = {}
+    problems: list[str] = []
+    if not os.path.isdir(directory):
+        return keys, problems
+    names: dict[str, str] = {}
+    clashing: set = set()
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".key"):
+            continue
+        try:
+            public, _ = zmq.auth.load_certificate(os.path.join(directory, name))
+        except Exception:
+            continue
+        other = names.setdefault(name.lower(), name)
+        if other != name:
+            problems.append(
+                f"{directory}: {other} and {name} differ only in case; remove the one that is not meant "
+                "(each agent's key needs a name of its own, e.g. USER@HOSTNAME.key)"
+            )
+            clashing.add(public)
+            clashing.update(k for k, v in keys.items() if v == other)
+        if public in keys:
+            problems.append(
+                f"{directory}: {keys[public]} and {name} hold the same public key; remove one (an agent's "
+                "key belongs in one file, named after that agent)"
+            )
+            clashing.add(public)
+            continue
+        keys[public] = name
+    return {k: v for k, v in keys.items() if k not in clashing}, problems
+
+
 def client_keys(directory: str) -> dict[bytes, str]:
-    """Public key -> file name of every ``*.key`` in a host's clients directory."""
-    keys = {}
-    if os.path.isdir(directory):
-        for name in sorted(os.listdir(directory)):
-            if name.endswith(".key"):
-                try:
-                    public, _ = zmq.auth.load_certificate(os.path.join(directory, name))
-                except Exception:
-                    continue
-                keys[public] = name
+    """Public key -> file name of every ``*.key`` in a host's clients directory; ``PortalError`` when
+    two files hold one key or clash by name (``scan_client_keys``)."""
+    keys, problems = scan_client_keys(directory)
+    if problems:
+        raise PortalError("; ".join(problems))
     return keys

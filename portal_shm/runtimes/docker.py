@@ -11,7 +11,9 @@ whose agent died exits by itself (its server sees the lock go) and is removed by
 
 from __future__ import annotations
 
+import inspect
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -27,6 +29,35 @@ LABEL_ROLE = f"{LABEL_PREFIX}.role"
 LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
 LABEL_ENV_IMAGE = f"{LABEL_PREFIX}.env-image"  # set by portal-shm build: what hosts serve by default
 NOBODY = 65534
+
+
+class DefaultImage(str):
+    """The image ``DockerBackend`` uses when none is named: a ``str`` (``DockerBackend.image`` stays
+    ``"portal-shm/ale"`` for whoever reads it) whose type tells "not given" from ``image="portal-shm/ale"``."""
+
+
+DEFAULT_IMAGE = DefaultImage("portal-shm/ale")
+_warned_default_image = False
+
+
+def warn_default_image() -> None:
+    """Say once per process which image was picked, since ALE's image quietly fails other envs' ids."""
+    global _warned_default_image
+    if _warned_default_image:
+        return
+    _warned_default_image = True
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = inspect.currentframe().f_back, 2
+    while frame.f_back is not None and (
+        frame.f_code.co_filename.startswith(package) or frame.f_code.co_filename == "<string>"
+    ):
+        frame, level = frame.f_back, level + 1  # point at the caller's line, past portal_shm (and dataclass code)
+    warnings.warn(
+        f'backend="docker" without image=: the envs run in {DEFAULT_IMAGE} (the Atari image); name the image '
+        'to choose, e.g. make_vec(..., backend="docker", image="portal-shm/vizdoom") or portal-shm run --image',
+        UserWarning,
+        stacklevel=level,
+    )
 
 
 class DockerUnavailableError(PortalError):
@@ -112,7 +143,8 @@ class DockerHandle(ServerHandle):
 class DockerBackend(Backend):
     """Runs each env server in a container of ``image`` (its default command serves the envs).
 
-    ``image`` is a built image (``portal-shm build ale`` gives ``portal-shm/ale``). Limits per
+    ``image`` is a built image (``portal-shm build ale`` gives ``portal-shm/ale``); left out, it is
+    ``portal-shm/ale``, with a warning naming it (once per process). Limits per
     container: ``pids_limit`` (default 1024: ample for envs that spawn helper processes, such as
     ViZDoom, and a stop for a fork bomb), ``mem_limit`` (e.g. ``"2g"``; default none, since envs
     range from megabytes to many gigabytes: a container over it is OOM-killed and reported as
@@ -126,7 +158,7 @@ class DockerBackend(Backend):
     other host processes).
     """
 
-    image: str = "portal-shm/ale"
+    image: str = DEFAULT_IMAGE
     mem_limit: Optional[str] = None
     cpus: Optional[float] = None
     pids_limit: Optional[int] = 1024
@@ -135,6 +167,11 @@ class DockerBackend(Backend):
     ipc_host: bool = False
     user: Optional[str] = None
     name = "docker"
+
+    def __post_init__(self) -> None:
+        if type(self.image) is DefaultImage:
+            warn_default_image()
+            object.__setattr__(self, "image", str(self.image))
 
     def container_user(self) -> tuple:
         """``user`` ("uid:gid"), else the agent's own uid:gid, but never root: an agent running

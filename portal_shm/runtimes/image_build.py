@@ -10,6 +10,7 @@ build stage, so the CA bundle never reaches the final image.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,9 @@ from .docker import LABEL_ENV_IMAGE, docker_client
 DEFAULT_BASE = "portal-shm/base:bookworm"
 BASE_ENV_VAR = "PORTAL_SHM_BASE_IMAGE"
 IMAGE_PREFIX = "portal-shm/"
+LOCAL_BASE_REPOSITORY = IMAGE_PREFIX + "base"  # what ``portal-shm build base`` makes: portal-shm/base:SUITE
+DEBIAN_SUITES = ("buster", "bullseye", "bookworm", "trixie", "sid")
+TAIL_LINES = 20  # lines of build output a failed build's error quotes
 
 
 class ImageBuildError(PortalError):
@@ -107,18 +111,72 @@ def default_base(client: object) -> Optional[str]:
         return None
 
 
+def base_build_command(base: str) -> str:
+    """The command that makes the local base ``base`` (``portal-shm/base:SUITE``, see ``build_base``)."""
+    suite = base.partition(":")[2]
+    if base == DEFAULT_BASE:
+        return "portal-shm build base"
+    if base == f"{LOCAL_BASE_REPOSITORY}:{suite}" and suite in DEBIAN_SUITES:
+        return f"portal-shm build base --suite {suite}"
+    return f"portal-shm build base --suite SUITE -t {base}"
+
+
+def is_local_base(image: str) -> bool:
+    """Whether ``image`` is one that only ``portal-shm build base`` makes (no registry has it)."""
+    return image.partition(":")[0] == LOCAL_BASE_REPOSITORY
+
+
+def check_local_base(client: object, base: str) -> None:
+    """Fail at once, naming the command that makes it, when ``base`` is a local base not built yet.
+
+    Docker would otherwise try to pull it from Docker Hub and fail with a registry error that does
+    not say the image is made here, by ``portal-shm build base``.
+    """
+    if not is_local_base(base):
+        return
+    import docker.errors
+
+    try:
+        client.images.get(base)
+    except docker.errors.ImageNotFound:
+        raise ImageBuildError(
+            f"base image {base} is not built on this machine: build a base first: {base_build_command(base)} "
+            "(needs root and debootstrap), or pass --base IMAGE of an image you have (docker images)"
+        ) from None
+
+
+def dockerfile_base(image_dir: Path) -> Optional[str]:
+    """The Dockerfile's own default base (``ARG BASE_IMAGE=python:3.12-slim``), if it names one."""
+    match = re.search(r"^\s*ARG\s+BASE_IMAGE=(\S+)", (image_dir / "Dockerfile").read_text(), re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _tail(log: list) -> str:
+    """The last ``TAIL_LINES`` non-blank lines of output that came in pieces (``log``)."""
+    return "\n".join([line for line in "".join(log).splitlines() if line.strip()][-TAIL_LINES:])
+
+
 def build_image(
     name_or_dir: str,
     tag: Optional[str] = None,
     base: Optional[str] = None,
     on_line: Optional[Callable[[str], None]] = None,
 ) -> str:
-    """Build an image directory; returns the tag. ``base`` overrides the Dockerfile's BASE_IMAGE."""
+    """Build an image directory; returns the tag. ``base`` overrides the Dockerfile's BASE_IMAGE.
+
+    ``on_line`` gets each line of docker's build output as it comes (``Step 3/9 : RUN ...`` first
+    in each step): builds take minutes, so callers show it. A failed build raises
+    ``ImageBuildError`` quoting the last lines of that output.
+    """
     image_dir, default_tag = resolve_image_dir(name_or_dir)
     tag = tag or default_tag
     client = docker_client()
     base = base or default_base(client)
+    if base is not None:
+        check_local_base(client, base)
+    pulled = base or dockerfile_base(image_dir)
     log: list = []
+    step = ""
     with tempfile.TemporaryDirectory(prefix="psm-build-") as tmp:
         context = Path(tmp) / "context"
         assemble_context(image_dir, context)
@@ -135,13 +193,23 @@ def build_image(
         for chunk in stream:
             text = chunk.get("stream") or chunk.get("status") or ""
             if "error" in chunk:
-                log.append(chunk["error"])
-                tail = "".join(log[-40:])
-                raise ImageBuildError(f"building {tag} from {image_dir} failed:\n{tail}")
+                log.append("\n" + chunk["error"])
+                message = f"building {tag} from {image_dir} failed"
+                if " : FROM " in step and pulled:
+                    message += (
+                        f" at its FROM step: docker could not get the base {pulled} "
+                        "(not on this machine, and no registry gave it). Build a local base first: "
+                        "portal-shm build base (needs root and debootstrap), or pass --base IMAGE of an image "
+                        "you have (docker images)"
+                    )
+                raise ImageBuildError(f"{message}; the last lines of the build:\n{_tail(log)}")
             if text:
-                log.append(text)
-                if on_line is not None and text.strip():
-                    on_line(text.rstrip())
+                log.append(text if "stream" in chunk else text + "\n")  # status lines (pulls) come unended
+                for line in text.splitlines():
+                    if line.startswith("Step "):
+                        step = line
+                    if on_line is not None and line.strip():
+                        on_line(line.rstrip())
     return tag
 
 
@@ -174,10 +242,14 @@ def build_base(
             if on_line is not None:
                 on_line(line.rstrip())
         if process.wait() != 0:
-            raise ImageBuildError(f"{' '.join(command)} failed:\n{''.join(lines[-30:])}")
+            raise ImageBuildError(f"{' '.join(command)} failed; the last lines of its output:\n{_tail(lines)}")
         archive = Path(tmp) / "rootfs.tar"
+        if on_line is not None:
+            on_line("I: packing the root filesystem")
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
         repository, _, version = tag.partition(":")
+        if on_line is not None:
+            on_line(f"I: importing it as {tag}")
         client.api.import_image_from_file(str(archive), repository=repository, tag=version or "latest")
         client.images.get(tag)
     return tag

@@ -11,11 +11,11 @@ Rings do not queue up: a wake-up means "rung since you last looked". ``select.po
 agent wait on all servers at once (``AnyDone``, for async batches), and a restarted server gets
 fresh pipes, so no stale ring crosses a restart.
 
-Spin, then sleep (``spin_until``): on this kind of VM, waking a process that sleeps on an idle
-core costs 20-40 us (the hypervisor halts and resumes the vCPU), more than a step of a cheap env.
+Spin, then sleep (``spin_until``): on a VM, waking a process that sleeps on an idle core costs
+tens of microseconds (the hypervisor halts and resumes the vCPU), more than a step of a cheap env.
 So a waiter first watches a word of the ring for a short while, handing its core to any other
 runnable task at every turn (``sched_yield``), and only then sleeps on its pipe. The other side
-still rings every time (a write to a pipe nobody sleeps on costs ~0.4 us), so no wake-up can be
+still rings every time (a write to a pipe nobody sleeps on is cheap), so no wake-up can be
 lost to memory ordering; rings that found the waiter spinning are left in the pipe and read
 later as spurious wake-ups, which the waiter tells apart by the word it watches.
 
@@ -37,7 +37,7 @@ from typing import Callable, Optional, Protocol, Sequence
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 _CHUNK = 4096  # rings left while the waiter spun pile up: read them into one reused buffer
-_TURNS = 8  # spin turns (a yield and a look, ~1 us) between looks at the running count
+_TURNS = 8  # spin turns (a yield and a look each) between looks at the running count
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 _loadavg: Optional[int] = None
 
@@ -190,7 +190,7 @@ def spin_until(changed: Callable[[], bool], seconds: float, only_idle: bool = Tr
 
 def cores_idle() -> bool:
     """True while no more tasks are runnable on this machine than this process has cores for,
-    itself included (the running count of /proc/loadavg, read in ~2 us); False where unknown."""
+    itself included (the running count of /proc/loadavg, cheap to read); False where unknown."""
     global _loadavg
     try:
         if _loadavg is None:

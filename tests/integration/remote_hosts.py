@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
+from portal_shm.remote.host.spawn import HostProcess, LocalKeys
 from portal_shm.remote.keys import create_key_pair
-from portal_shm.remote.spawn import HostProcess, LocalKeys
 
 __all__ = ["EXAMPLE_ENVS", "HostProcess", "Keys"]
 

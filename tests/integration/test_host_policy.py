@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 import portal_shm
 from portal_shm import errors
 from portal_shm.remote import frames
-from portal_shm.remote.backend import RemoteBackend
-from portal_shm.remote.host_policy import AGENT_RUNTIME_OPTIONS
-from portal_shm.remote.request_values import VECTOR_OPTIONS
+from portal_shm.remote.client.backend import RemoteBackend
+from portal_shm.remote.host.policy import AGENT_RUNTIME_OPTIONS
+from portal_shm.remote.host.request_values import VECTOR_OPTIONS
 from portal_shm.runtimes.docker import DockerBackend
 from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
 

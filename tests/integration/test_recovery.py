@@ -86,7 +86,7 @@ def test_random_kills_during_10000_steps_leave_every_env_exactly_as_sync_vector_
             last_obs = obs.copy()
         # every kill restarted a server: both envs of it, once each
         assert checked_restarts == sum(restarts) >= 2 * len(kill_at)
-        assert envs._recovery.restarts == restarts
+        assert envs.restarts == restarts
     finally:
         envs.close()
         for replica in replicas:
@@ -272,7 +272,7 @@ def test_random_kills_during_async_batches_leave_every_env_on_its_own_trajectory
             ids = result[4]["env_id"]
         # every server killed was restarted once, all its envs with it, and nothing else was
         assert restarted == sum(expected.restarts) == envs_per_server * len(killed)
-        assert envs._recovery.restarts == expected.restarts
+        assert envs.restarts == expected.restarts
     finally:
         envs.close()
         if expected is not None:
@@ -340,7 +340,7 @@ def test_a_failing_env_restarts_in_async_batches(fault, mode):
             else:
                 assert (obs == 0.5).all() and (reward == 1).all()
         assert batches_after_restart == 2
-        assert envs._recovery.restarts == [0, 0, 1, 1]
+        assert envs.restarts == [0, 0, 1, 1]
     finally:
         envs.close()
 

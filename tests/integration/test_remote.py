@@ -546,7 +546,7 @@ def test_bench_measures_remote_systems_over_an_emulated_link():
 
 def test_hosts_started_for_tests_and_benchmarks_die_with_their_starter(tmp_path):
     code = (
-        "import sys, time; from portal_shm.remote.spawn import HostProcess, LocalKeys; "
+        "import sys, time; from portal_shm.remote.host.spawn import HostProcess, LocalKeys; "
         "host = HostProcess(LocalKeys(sys.argv[1])); print(host.process.pid, flush=True); time.sleep(60)"
     )
     starter = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)

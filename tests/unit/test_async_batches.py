@@ -86,7 +86,7 @@ def test_one_server_per_batch_gives_ring_views_and_several_give_copies():
         _, infos = envs.recv()[::4]
         assert infos["env_id"].tolist() == [2, 3]
         deadline = time.monotonic() + 30
-        while envs._queue.status[0] == STATUS_PENDING and time.monotonic() < deadline:
+        while envs._batches.queue.status[0] == STATUS_PENDING and time.monotonic() < deadline:
             time.sleep(0.001)  # let env 0 finish first, so that the next batch mixes two servers
         envs.send(np.zeros(2, np.int64), [2, 3])
         obs, reward, _, _, infos = envs.recv()
@@ -255,3 +255,28 @@ def test_the_queue_needs_no_ring_from_a_failed_server():
     assert queue.take(1) == [0]
     bell.close()
     done.close()
+
+
+def test_a_batch_size_that_forces_more_servers_than_cores_warns_with_a_layout_that_fits():
+    from portal_shm.agent.batches import crowding_warning
+
+    text = crowding_warning(num_envs=8, batch_size=3, envs_per_server=1, cores=2)
+    assert "8 env servers share 2 CPU cores" in text and "batch_size=4 lets 2 servers hold 4 envs each" in text
+    assert crowding_warning(num_envs=8, batch_size=4, envs_per_server=4, cores=2) is None
+    assert crowding_warning(num_envs=16, batch_size=4, envs_per_server=4, cores=2) is None  # the batch's own size
+
+
+def test_make_vec_says_which_layout_it_picked_for_an_awkward_batch_size(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr("portal_shm.agent.batches.os.cpu_count", lambda: 2)
+    with pytest.warns(UserWarning, match="batch_size=3 with num_envs=8") as caught:
+        envs = portal_shm.make_vec("CartPole-v1", 8, vector_kwargs={"batch_size": 3})
+    try:
+        assert len(envs.servers) == 8 and "envs_per_server=D" in str(caught[0].message)
+    finally:
+        envs.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an explicit layout is the user's choice: no warning
+        envs = portal_shm.make_vec("CartPole-v1", 8, vector_kwargs={"batch_size": 3, "envs_per_server": 1})
+        envs.close()

@@ -15,7 +15,7 @@ import portal_shm
 from portal_shm.cli.app import build_parser
 from portal_shm.cli.remote import host_policy
 from portal_shm.errors import HostPolicyError, PortalError
-from portal_shm.remote.host_policy import (
+from portal_shm.remote.host.policy import (
     AGENT_RUNTIME_OPTIONS,
     PRESET_ENTRY_POINTS,
     Grant,
@@ -23,7 +23,7 @@ from portal_shm.remote.host_policy import (
     dotted_match,
     parse_bytes,
 )
-from portal_shm.remote.request_values import VECTOR_OPTIONS
+from portal_shm.remote.host.request_values import VECTOR_OPTIONS
 from portal_shm.runtimes.docker import DockerBackend
 from portal_shm.runtimes.process import ProcessBackend
 from portal_shm.runtimes.registry import BACKENDS

@@ -5,7 +5,7 @@ import pytest
 import portal_shm
 from portal_shm.cluster.backend import RayBackend
 from portal_shm.errors import PortalError
-from portal_shm.remote.backend import split_envs
+from portal_shm.remote.client.backend import split_envs
 
 
 def test_one_host_per_node_strictly_spread_by_default():

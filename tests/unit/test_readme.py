@@ -1,12 +1,97 @@
-"""README.md opens with the two set-up commands, and CI runs the test command it shows."""
+"""README.md as a newcomer uses it: its set-up commands are CI's, and every ``python`` and ``bash``
+block runs as it stands, or says in an HTML comment just above it why it cannot run here.
 
+The marks (invisible on GitHub):
+
+- ``<!-- not run: REASON -->``: a second machine, Docker, a benchmark of minutes, ...
+- ``<!-- run: with a host on 127.0.0.1 as box ... -->``: the remote walk-through, run in order
+  against a real ``portal-shm host`` started here on 127.0.0.1 with a home of its own (``box``),
+  the agent with another home; ``scp`` becomes ``cp`` between the two homes.
+
+Blocks run with fewer envs and steps (``SHRINK``) unless ``PORTAL_SHM_README_FULL=1``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
 import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+
+from tests.host_daemon import HostDaemon
 
 ROOT = pathlib.Path(__file__).parents[2]
+README = ROOT / "README.md"
+FULL = os.environ.get("PORTAL_SHM_README_FULL") == "1"
+
+# (as written, as run here): the same code on fewer envs and steps. Each must match some block.
+SHRINK = [
+    ("range(1000)", "range(20)"),
+    ('"ALE/Pong-v5",\n    256,', '"ALE/Pong-v5",\n    8,'),
+    ('{"batch_size": 32}', '{"batch_size": 4}'),
+]
+
+MARK = re.compile(r"^<!-- (not run|run): (.+?) -->$")
+HOST_MARK = "with a host on 127.0.0.1 as box"
+
+
+@dataclass
+class Block:
+    lang: str
+    code: str
+    line: int
+    mark: Optional[tuple] = None  # ("not run" | "run", text)
+
+    @property
+    def id(self) -> str:
+        first = next((line for line in self.code.splitlines() if line.strip()), "")
+        return f"line{self.line}:{first[:40]}"
+
+
+def readme_blocks() -> list:
+    """Every fenced block of README.md with its language and the mark just above it, if any."""
+    blocks, current, above = [], None, None
+    for number, line in enumerate(README.read_text().splitlines(), start=1):
+        if current is None:
+            fence = re.match(r"^```(\w*)\s*$", line)
+            if fence:
+                current = Block(fence.group(1), "", number, MARK.match(above).groups() if above else None)
+            elif line.strip():
+                above = line.strip() if MARK.match(line.strip()) else None
+        elif line.startswith("```"):
+            blocks.append(current)
+            current, above = None, None
+        else:
+            current.code += line + "\n"
+    return blocks
+
+
+def _runnable() -> list:
+    return [b for b in readme_blocks() if b.lang in ("python", "bash") and b.mark is None]
+
+
+def _with_host() -> list:
+    return [b for b in readme_blocks() if b.mark and b.mark[0] == "run"]
+
+
+def shrunk(code: str) -> str:
+    if FULL:
+        return code
+    for written, run in SHRINK:
+        code = code.replace(written, run)
+    return code
 
 
 def _opening_commands() -> list:
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = README.read_text().splitlines()
     blocks, inside = [], False
     for line in lines:
         if line.startswith("```"):
@@ -28,3 +113,115 @@ def test_readme_starts_with_main_job_and_test_commands():
 def test_ci_runs_the_readme_test_command():
     _, tests = _opening_commands()
     assert tests in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_block_runs_or_says_why_not():
+    blocks = [b for b in readme_blocks() if b.lang in ("python", "bash")]
+    for block in blocks:
+        if block.mark is None:
+            continue
+        kind, text = block.mark
+        if kind == "not run":
+            assert len(text) >= 10, f"README {block.id}: say why it is not run"
+        else:
+            assert text.startswith(HOST_MARK), f"README {block.id}: unknown mark 'run: {text}'"
+    assert _runnable() and _with_host()
+    assert not [b.id for b in readme_blocks() if b.lang == "" and "import " in b.code and b.mark is None], (
+        "a block of code without its language: mark it ```python or ```bash"
+    )
+
+
+def test_every_shrink_applies_to_a_block_it_runs():
+    code = "".join(b.code for b in _runnable() + _with_host())
+    assert [written for written, _ in SHRINK if written not in code] == []
+
+
+def _run(block: Block, cwd: pathlib.Path, env: dict, code: Optional[str] = None) -> None:
+    code = shrunk(block.code) if code is None else code
+    if block.lang == "python":
+        script = cwd / f"readme_{block.line}.py"
+        script.write_text(code)
+        command = [sys.executable, str(script)]
+    else:
+        command = ["bash", "-euo", "pipefail", "-c", code]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"README {block.id} failed:\n{code}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
+def _env(home: pathlib.Path) -> dict:
+    """This interpreter's environment with ``home`` as the home directory (so ``~/.config`` is its own)."""
+    env = {key: value for key, value in os.environ.items() if key not in ("XDG_CONFIG_HOME", "PORTAL_SHM_KEYS")}
+    user = getpass.getuser()
+    env.update(HOME=str(home), USER=user, LOGNAME=user)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # (portal-shm, python)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+@pytest.mark.parametrize("block", _runnable(), ids=lambda b: b.id)
+def test_block_runs(block, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    _run(block, tmp_path, _env(home))
+
+
+def test_remote_walk_through_runs_against_a_host_on_loopback(tmp_path):
+    """The agent's blocks of "Envs on another machine", in order, against a host on 127.0.0.1."""
+    box, agent = tmp_path / "box", tmp_path / "agent"
+    box.mkdir()
+    agent.mkdir()
+    host = HostDaemon("--bind", "tcp://127.0.0.1:0", env=_env(box))
+    try:
+        _, address = host.banner()
+        for block in _with_host():
+            code = shrunk(block.code)
+            if block.lang == "bash":  # the second machine's home is a folder here
+                code = code.replace("scp ", "cp ").replace("box:", f"{box}/")
+            else:
+                assert "tcp://box:5555" in code, block.id
+                code = code.replace("tcp://box:5555", address)
+            _run(block, agent, _env(agent), code)
+    finally:
+        host.kill()
+    assert any((box / ".config/portal-shm/host/clients").glob("*@*.key"))
+
+
+def test_install_lines_work_from_a_checkout(tmp_path):
+    """portal-shm is not on a package index: the README installs it from the checkout or its wheel,
+    built as it says, and pip takes the wheel with the extras it names."""
+    index_installs = [
+        line for b in readme_blocks() for line in b.code.splitlines() if re.search(r"pip install .*'portal-shm\[", line)
+    ]
+    assert index_installs == []
+    source = tmp_path / "checkout"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source)
+    shutil.copytree(ROOT / "portal_shm", source / "portal_shm", ignore=shutil.ignore_patterns("__pycache__"))
+    build = next(b for b in readme_blocks() if "pip wheel . --no-deps -w dist/" in b.code)
+    wheel_line = next(line for line in build.code.splitlines() if line.startswith("pip wheel"))
+    subprocess.run(["bash", "-c", wheel_line], cwd=source, check=True, capture_output=True, timeout=300)
+    (wheel,) = (source / "dist").glob("portal_shm-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = next(n for n in archive.namelist() if n.endswith("METADATA"))
+        extras = set(re.findall(r"^Provides-Extra: (\S+)", archive.read(metadata).decode(), re.M))
+        assert "portal_shm/remote/host/daemon.py" in archive.namelist()
+    installs = [
+        line.split("#")[0].strip()
+        for b in readme_blocks()
+        for line in b.code.splitlines()
+        if "pip install" in line and "portal_shm-*.whl" in line
+    ]
+    assert installs
+    for line in installs:
+        named = re.search(r"\[([a-z,]+)\]", line).group(1).split(",")
+        assert set(named) <= extras, f"{line}: the wheel has no extra {set(named) - extras}"
+        line = line.split("&&")[-1].strip().replace("dist/", "")  # run where the wheel was copied to
+        done = subprocess.run(
+            ["bash", "-c", f"{line} --dry-run --no-deps --no-index --ignore-installed"],
+            cwd=source / "dist",
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0 and "Would install portal-shm" in done.stdout, done.stdout + done.stderr

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from ..errors import PortalError
-from . import codecs
+from ...errors import PortalError
+from .. import codecs
 
 HOSTS_ENV_VAR = "PORTAL_SHM_HOSTS"
 
@@ -31,7 +31,8 @@ class RemoteBackend:
             the host allows; ``runtime_options`` are its options (``{"image": ...}``).
         compression: ``"auto"`` (image observations, off loopback), ``"none"``, ``"lz4"``, ``"zstd"``.
         insecure: plain text and no authentication; only against a host started ``--insecure``.
-        client_key: this agent's ``.key_secret`` file (default ``~/.config/portal-shm/keys/agent.key_secret``).
+        client_key: this agent's ``.key_secret`` file (default ``~/.config/portal-shm/keys/USER@HOSTNAME.key_secret``,
+            what ``portal-shm keys create`` makes; ``agent.key_secret`` there when only that exists).
         host_key: the hosts' public key (Z85 or a ``.key`` file), or one per host, pinned.
         heartbeat_timeout: seconds without a word from a host before ``HostLostError`` (and the
             seconds its host waits before freeing this agent's envs); heartbeats every

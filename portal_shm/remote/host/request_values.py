@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..errors import HostPolicyError
-from ..wire import protocol as P
-from ..wire.dtypes import MESSAGE_KINDS, allowed
+from ...errors import HostPolicyError
+from ...wire import protocol as P
+from ...wire.dtypes import MESSAGE_KINDS, allowed
 
 MAX_DEPTH = 8
 MAX_ITEMS = 1024  # entries of one list or dict

@@ -19,16 +19,17 @@ from typing import Any, Optional
 import numpy as np
 import zmq
 
-from .. import errors as E
-from ..agent.spec import EnvSpec
-from ..agent.vector import VectorPortal
-from ..wire import protocol as P
-from ..wire.schema import is_fixed, space_to_schema
-from . import codecs, frames, trees
-from . import messages as M
-from .error_data import to_data
-from .infos import unbatch
-from .reliable import Sequencer
+from ... import errors as E
+from ...agent.spec import EnvSpec
+from ...agent.vector import VectorPortal
+from ...wire import protocol as P
+from ...wire import trees
+from ...wire.schema import is_fixed, space_to_schema
+from .. import codecs, frames
+from .. import messages as M
+from ..error_data import to_data
+from ..infos import unbatch
+from ..reliable import Sequencer
 from .request_values import check_name
 
 log = logging.getLogger("portal_shm.host")
@@ -145,7 +146,7 @@ class HostSession(threading.Thread):
         try:
             obs, reward, terminated, truncated, infos = self.portal.step_wait()
         except Exception as exc:
-            return self._frames({**to_data(exc), "re": seq})
+            return self.numbered_frames({**to_data(exc), "re": seq})
         return self._result_frames(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
 
     def hand_over(self) -> None:
@@ -413,13 +414,14 @@ class HostSession(threading.Thread):
         compressible = len(arrays)
         if flags is not None:
             arrays += [np.asarray(flags[0], np.float64), np.asarray(flags[1], np.bool_), np.asarray(flags[2], np.bool_)]
-        return self._frames(header, arrays, compressible)
+        return self.numbered_frames(header, arrays, compressible)
 
     def _emit(self, header: dict, arrays: Any = (), compressible: int = 0) -> None:
-        self._send(self._frames(header, arrays, compressible))
+        self._send(self.numbered_frames(header, arrays, compressible))
 
-    def _frames(self, header: dict, arrays: Any = (), compressible: int = 0) -> list:
-        """A numbered, framed message, kept until the agent acknowledges it."""
+    def numbered_frames(self, header: dict, arrays: Any = (), compressible: int = 0) -> list:
+        """A numbered, framed message, kept until the agent acknowledges it (the router sends it too:
+        an error of a step it began inline)."""
         header = self.seq.stamp(header)
         try:
             data = frames.pack(header, arrays, self.codec, self.stats, compressible)

@@ -22,19 +22,22 @@ import zmq
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from .. import errors as E
-from ..agent.contract import PortalVectorEnv
-from ..agent.pending import AsyncState, PendingCall
-from ..agent.spaces import schema_to_space
-from ..agent.validate import check_schema
-from ..agent.vector import DEFAULT_RING_DEPTH, seed_list
-from ..wire import protocol as P
-from ..wire.schema import is_fixed
-from . import codecs, frames, keys, trees
-from . import messages as M
+from ... import errors as E
+from ...agent.actions import ActionLeaves
+from ...agent.contract import PortalVectorEnv
+from ...agent.pending import AsyncState, PendingCall
+from ...agent.spaces import schema_to_space
+from ...agent.validate import check_schema
+from ...agent.vector import DEFAULT_RING_DEPTH, seed_list
+from ...wire import protocol as P
+from ...wire import trees
+from ...wire.schema import is_fixed
+from .. import codecs, frames, keys
+from .. import messages as M
+from ..error_data import from_data
+from ..infos import batch as batch_infos
+from . import reach
 from .backend import RemoteBackend, is_loopback
-from .error_data import from_data
-from .infos import batch as batch_infos
 from .link import HostLink, poller_of, wait
 from .recovery import HostRecovery
 
@@ -84,7 +87,15 @@ class RemoteVectorPortal(PortalVectorEnv):
             raise
         self.metadata = {**self._host_metadata, "autoreset_mode": self.autoreset_mode}
         self._recovery = HostRecovery(
-            self, vector_kwargs.get("on_env_failure", "raise"), int(vector_kwargs.get("max_restarts", 3)), startup
+            self._links,
+            self._reopen,
+            self._checked_obs,
+            self._obs_schema,
+            self.autoreset_mode,
+            vector_kwargs.get("on_env_failure", "raise"),
+            int(vector_kwargs.get("max_restarts", 3)),
+            startup,
+            backend.heartbeat_timeout,
         )
         self._last_ids = np.arange(0)
 
@@ -109,12 +120,12 @@ class RemoteVectorPortal(PortalVectorEnv):
         if len(host_keys) not in (1, len(b.host_list())):
             raise E.PortalError(f"host_key: give one key for all hosts or one per host ({len(b.host_list())})")
         server = keys.public_key(host_keys[index if len(host_keys) > 1 else 0], "host_key")
-        path = b.client_key or f"{keys.default_keys_dir()}/agent.key_secret"
+        path = b.client_key or keys.default_client_key()
         try:
             public, secret = keys.load_secret(path, "client_key")
         except E.PortalError as exc:
             raise E.PortalError(
-                f"{exc}; create this agent's key pair with `portal-shm keys create agent` and give "
+                f"{exc}; create this agent's key pair with `portal-shm keys create` and give "
                 "the hosts its public .key file (their clients directory)"
             ) from None
         return public, secret, server
@@ -131,6 +142,15 @@ class RemoteVectorPortal(PortalVectorEnv):
             "runtime_options": dict(b.runtime_options),
             "vector": vector_kwargs,
         }
+        for address, problem in zip(hosts, reach.unreachable_all(hosts)):
+            if problem:  # refused or unresolvable: say so now, not after heartbeat_timeout of silence
+                fix = (
+                    "check the name in hosts= (or $PORTAL_SHM_HOSTS), or give the host's IP address"
+                    if problem.unresolved
+                    else "is `portal-shm host --bind tcp://0.0.0.0:PORT` running there, and that port open to "
+                    "this machine?"
+                )
+                raise E.PortalError(f"cannot reach env host {address}: {problem}; {fix}")
         offset = 0
         for index, (address, count) in enumerate(zip(hosts, counts)):
             self._links.append(self._open_link(index, address, offset, count))
@@ -166,6 +186,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._obs_fixed, self._act_fixed = is_fixed(self._obs_schema), is_fixed(self._act_schema)
         self._obs_specs = trees.leaf_specs(self._obs_schema) if self._obs_fixed else []
         self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
+        self._actions = ActionLeaves(self._act_schema, self.single_action_space) if self._act_fixed else None
         if self._batched and not self._obs_fixed:
             raise E.PortalError("async batches over hosts need an observation space with a fixed layout")
 
@@ -192,6 +213,27 @@ class RemoteVectorPortal(PortalVectorEnv):
         offer = codecs.agent_offer(b.compression, is_loopback(address))
         link.send({**self._hello, "num_envs": count, "codecs": offer, "compression": b.compression})
         return link
+
+    def _reopen(self, index: int, cause: BaseException, deadline: float) -> HostLink:
+        """A fresh session with host ``index`` in place of the lost one (its hello answered), once
+        the host is back; ``HostLostError`` when it is not back by ``deadline``."""
+        old, start = self._links[index], time.monotonic()
+        address = self._address_after_loss(index, old.address, deadline)
+        old.close()
+        while True:
+            link = self._links[index] = self._open_link(index, address, old.offset, old.num_envs)
+            try:
+                wait([link], lambda: [] if 1 in self.results_of(link) else [link], deadline, "reconnecting")
+                self._welcome(link)
+                return link
+            except E.HostLostError:
+                link.close()
+                if time.monotonic() > deadline:
+                    raise E.HostLostError(
+                        address,
+                        old.env_indices,
+                        f"not back within startup_timeout={deadline - start:.3g} s after: {cause}",
+                    ) from cause
 
     def _address_after_loss(self, index: int, address: str, deadline: float) -> str:
         """Where to reconnect host ``index`` lost at ``address``: the same host, once it is back."""
@@ -319,19 +361,10 @@ class RemoteVectorPortal(PortalVectorEnv):
         if not self._act_fixed:
             values = list(actions)
             return [({"actions": values[rows_of(i)]}, []) for i in range(len(self._links))]
-        arrays = []
-        for array, (shape, dtype) in zip(trees.flatten(actions, self._act_schema), self._act_specs):
-            expected = (count,) + shape
-            if array.shape != expected:
-                if array.ndim == 0 < len(expected):
-                    raise TypeError(
-                        f"actions must hold one action per env (shape {expected}), got the scalar {array.item()!r}"
-                    )
-                raise ValueError(
-                    f"actions of shape {array.shape} do not match the batched action space "
-                    f"{self.action_space} (expected shape {expected})"
-                )
-            arrays.append(array.astype(dtype, copy=False) if array.dtype != dtype else array)
+        arrays = [
+            array.astype(dtype, copy=False)
+            for array, (_, dtype) in zip(self._actions.arrays(actions, count), self._act_specs)
+        ]
         return [({}, [a[rows_of(i)] for a in arrays]) for i in range(len(self._links))]
 
     def _observations(self, replies: list, counts: list) -> Any:

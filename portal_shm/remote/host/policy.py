@@ -23,13 +23,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import HostPolicyError, PortalError
-from ..runtimes.backend import Backend
-from ..runtimes.docker import LABEL_ENV_IMAGE, DockerBackend
-from ..runtimes.micromamba import MicromambaBackend
-from ..runtimes.process import ProcessBackend
-from ..runtimes.venv import VenvBackend
-from ..server.envs import PLUGIN_MODULES, load_entry_point
+from ...errors import HostPolicyError, PortalError
+from ...runtimes.backend import Backend
+from ...runtimes.docker import LABEL_ENV_IMAGE, DockerBackend
+from ...runtimes.micromamba import MicromambaBackend
+from ...runtimes.process import ProcessBackend
+from ...runtimes.venv import VenvBackend
+from ...server.envs import PLUGIN_MODULES, load_entry_point
 from .request_values import MAX_NAME, check_name, check_plain, check_vector_options
 
 log = logging.getLogger("portal_shm.host")
@@ -353,7 +353,7 @@ class HostPolicy:
         return ProcessBackend(python=self._python(options.get("python")))
 
     def _docker(self, options: dict) -> Backend:
-        image = options.get("image", DockerBackend.image)
+        image = options.get("image", str(DockerBackend.image))  # the host names it: no warning
         if not isinstance(image, str) or not _IMAGE.fullmatch(image):
             raise HostPolicyError(f"image {str(image)[:200]!r} is not an image name (repository[:tag])")
         memory, cpus, pids = self.container_limits(options)
@@ -386,7 +386,7 @@ class HostPolicy:
 
     def check_image(self, image: str) -> None:
         """An image on this host that the operator allows: by pattern, or by the env-image label."""
-        from ..runtimes.docker import docker_client
+        from ...runtimes.docker import docker_client
 
         try:
             found = docker_client().images.get(image)

@@ -28,12 +28,12 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
-from ..errors import PortalError
-from . import frames, keys
-from . import messages as M
-from .error_data import to_data
-from .host_policy import HostPolicy
-from .host_session import HostSession
+from ...errors import PortalError
+from .. import frames, keys
+from .. import messages as M
+from ..error_data import to_data
+from .policy import HostPolicy
+from .session import HostSession
 
 log = logging.getLogger("portal_shm.host")
 
@@ -59,12 +59,17 @@ class HostOptions:
 
 class ClientKeys:
     """The ZAP check of client keys: the allowed list, reread when its directory changes, and a log
-    line for every refusal (libzmq refuses silently)."""
+    line for every refusal (libzmq refuses silently).
+
+    A directory where two files hold one key (or two names differ only in case) stops the host at
+    start; appearing later, those files' keys are refused and each such problem logged as an error.
+    """
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self._stamp: Any = None
         self._keys: dict = {}
+        keys.client_keys(directory)  # raises, naming the files, when they clash
 
     def allowed(self) -> dict:
         try:
@@ -72,7 +77,9 @@ class ClientKeys:
         except OSError:
             stamp = None
         if stamp != self._stamp:
-            self._stamp, self._keys = stamp, keys.client_keys(self.directory)
+            self._stamp, (self._keys, problems) = stamp, keys.scan_client_keys(self.directory)
+            for problem in problems:
+                log.error("clients directory: %s; those files' keys are refused until then", problem)
         return self._keys
 
     def callback(self, domain: str, key: bytes) -> bool:
@@ -104,6 +111,7 @@ class Host:
         self._auth: Optional[ThreadAuthenticator] = None
         self.public_key: Optional[str] = None
         self.public_key_path: Optional[str] = None
+        self.freed: dict = {}  # what close() stopped: sessions, envs, env servers
         self.socket = self._bind()
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
 
@@ -123,9 +131,14 @@ class Host:
             self.public_key, self.public_key_path = public.decode("ascii"), path
             clients = o.clients_dir or os.path.join(os.path.dirname(path), "clients")
             os.makedirs(clients, mode=0o700, exist_ok=True)
+            try:
+                self._clients = ClientKeys(clients)
+            except PortalError:
+                socket.close(0)
+                self.context.term()
+                raise
             self._auth = ThreadAuthenticator(self.context, log=logging.getLogger("portal_shm.host.zap"))
             self._auth.start()
-            self._clients = ClientKeys(clients)
             self._auth.configure_curve_callback("portal-shm", credentials_provider=self._clients)
             socket.setsockopt(zmq.CURVE_SERVER, 1)
             socket.setsockopt(zmq.CURVE_PUBLICKEY, public)
@@ -210,7 +223,7 @@ class Host:
             fds = session.begin_inline(header, arrays)
         except Exception as exc:
             session.inline = None
-            self.socket.send_multipart([identity] + session._frames({**to_data(exc), "re": header["seq"]}))
+            self.socket.send_multipart([identity] + session.numbered_frames({**to_data(exc), "re": header["seq"]}))
             return
         for fd in fds:
             self._poller.register(fd, zmq.POLLIN)
@@ -345,7 +358,38 @@ class Host:
                 del self.sessions[identity]
                 session.close_pipes()
 
+    def banner(self) -> str:
+        """The start-up lines an operator needs: where agents connect, the key they pin, whose keys are
+        accepted, and what agents may run here."""
+        o = self.options
+        lines = [f"portal-shm host {self.name} at {self.address}"]
+        if o.insecure:
+            lines.append("  INSECURE: no encryption, no authentication (--insecure)")
+        else:
+            accepted = sorted(self._clients.allowed().values())
+            lines += [
+                f"  public key  {self.public_key}  (agents pin it: host_key= this or a copy of {self.public_key_path})",
+                f"  clients     {self._clients.directory}: {len(accepted)} agent key(s)"
+                + (
+                    f" ({', '.join(accepted[:8])}{', ...' if len(accepted) > 8 else ''})"
+                    if accepted
+                    else "; copy each agent's USER@HOST.key there"
+                ),
+            ]
+        lines += [
+            f"  limits      {o.max_envs} envs, {o.max_envs_per_agent} per agent key",
+            f"  agents may run: {self.policy.describe()}",
+        ]
+        return "\n".join(lines)
+
     def close(self) -> None:
+        """Stop every session (its envs and env servers first), then the sockets; ``freed`` says what went."""
+        live = list(self.sessions.values())
+        self.freed = {
+            "sessions": len(live),
+            "envs": sum(s.num_envs for s in live if s.started),
+            "servers": sum(_server_count(s) for s in live),
+        }
         for session in self.sessions.values():
             session.stop()
         for session in self.sessions.values():
@@ -360,18 +404,33 @@ class Host:
         self.context.term()
 
 
+def _server_count(session: HostSession) -> int:
+    portal = session.portal
+    try:
+        return len(portal.servers) if portal is not None else 0
+    except Exception:  # a portal that failed half-way through its start
+        return 0
+
+
 def run_host(options: HostOptions) -> None:
-    """Serve until SIGTERM or SIGINT, printing the address and the public key to pin."""
+    """Serve until SIGTERM or SIGINT: the banner (``Host.banner``) at start, what was freed at the end."""
     host = Host(options)
+    stopped_by: list = []
+
+    def stop(signum: int, _frame: Any) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        host.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: host.stop())
-    log.warning(
-        "portal-shm host %s at %s, %s",
-        host.name,
-        host.address,
-        "INSECURE: no encryption, no authentication (--insecure)"
-        if options.insecure
-        else f"public key {host.public_key} ({host.public_key_path})",
-    )
-    log.warning("agents may run: %s", host.policy.describe())
+        signal.signal(sig, stop)
+    log.info("%s", host.banner())
     host.serve()
+    freed = host.freed
+    log.info(
+        "portal-shm host %s stopped (%s): closed %d agent session(s), stopped %d env server(s) with %d env(s)",
+        host.name,
+        stopped_by[0] if stopped_by else "stop()",
+        freed.get("sessions", 0),
+        freed.get("servers", 0),
+        freed.get("envs", 0),
+    )

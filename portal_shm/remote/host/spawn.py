@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Optional
 
-from ..errors import PortalError
-from .keys import create_key_pair
+from ...errors import PortalError
+from ..keys import create_key_pair
 
 
 class LocalKeys:

@@ -20,10 +20,10 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from ..errors import HostLostError, PortalError, PortalTimeoutError, ServerProtocolError
-from . import frames
-from . import messages as M
-from .reliable import Sequencer
+from ...errors import HostLostError, PortalError, PortalTimeoutError, ServerProtocolError
+from .. import frames
+from .. import messages as M
+from ..reliable import Sequencer
 
 _EVENTS_OPT, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum flag arithmetic is Python code
 _ARRIVAL = itertools.count()  # batches of all hosts are handed out in the order they arrived
@@ -70,7 +70,7 @@ class HostLink:
         self.last_obs: list = []  # observation leaves of this host's envs as the last lockstep call left them
         self.last_obs_value: Any = None  # the same for spaces without a fixed layout
         self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)
-        self.restarted: dict = {}  # async batches: env -> why it restarted, until its first batch is out
+        self.restarted: dict = {}  # async batches: env -> its restart infos, until its first batch is out
         self.outputs: list = []  # lockstep: observation arrays replies decompress into, in turn (see use_outputs)
         self._output = 0
         self.socket = context.socket(zmq.DEALER)

@@ -1,0 +1,234 @@
+"""Lockstep driver: every env steps (or resets) in the same ring slot, and the agent waits for all.
+
+One step: the actions go into slot ``k`` (or, for spaces without a fixed layout, one message per
+server), each server gets ``STEP k`` in its mailbox and a ring on its doorbell, and the agent
+waits on the servers in order, batching each one's infos as soon as it is done. The slot moves
+round the ring, so a batch handed out stays valid for ``ring_depth - 1`` further calls.
+
+With ``on_env_failure="restart"`` the step's rows of a failed server are made by the agent
+(``recovery.py``); the driver only says where a server failed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium.spaces import Space
+from gymnasium.vector.utils import iterate
+
+from ..errors import EnvError, PortalTimeoutError, ServerProtocolError
+from ..wire import protocol as P
+from ..wire.doorbell import spin_until
+from ..wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING
+from .control import POLL_SLICE
+from .health import Health
+from .infos import add_info
+from .recovery import RESTARTABLE, Recovery
+from .replies import ControlCalls
+from .ring_views import RingViews
+from .session import ServerLink
+from .validate import check_blobs
+
+Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+
+
+class Lockstep:
+    """Steps and resets all envs of a portal together; owns the ring slot they are in."""
+
+    def __init__(
+        self,
+        servers: list[ServerLink],
+        ring: RingViews,
+        recovery: Recovery,
+        health: Health,
+        calls: ControlCalls,
+        action_space: Space[Any],
+        *,
+        copy: bool,
+        spin_wait: float,
+        loose_actions: bool,
+    ) -> None:
+        """``loose_actions``: a batch of actions that does not fit the ring's layout travels as a
+        message instead of raising (AsyncVectorEnv hands each env its element, whatever its shape)."""
+        self.servers = servers
+        self.ring = ring
+        self.recovery = recovery
+        self.health = health
+        self.calls = calls
+        self.action_space = action_space
+        self.copy = copy
+        self.spin_wait = spin_wait
+        self.loose_actions = loose_actions
+        self.step_timeout = recovery.step_timeout
+        self.slot = -1
+
+    # -- reset -------------------------------------------------------------------------------
+    def reset_async(
+        self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]
+    ) -> None:
+        k, prev = (self.slot + 1) % self.ring.ring_depth, max(self.slot, 0)
+        self.recovery.note_reset(seeds, mask)
+        messages = []
+        for server in self.servers:
+            envs = server.env_indices
+            messages.append(
+                {
+                    "cmd": P.RESET,
+                    "slot": k,
+                    "prev_slot": prev,
+                    "seeds": [seeds[i] for i in envs],
+                    "options": options,
+                    "mask": None if mask is None else [bool(mask[i]) for i in envs],
+                }
+            )
+        self.calls.send(messages)
+        self.slot = k
+
+    def reset_wait(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
+        k = self.slot
+        extras, _, errors, failed = self.calls.replies("reset", timeout)
+        # -- recovery: restart failed servers and repeat the reset for their envs --
+        restarted = []
+        for server, cause in failed.items():
+            extras.update(self.recovery.retry_reset(server, self.calls.messages[server.index], cause))
+            restarted.extend(server.env_indices)
+        if errors:
+            self.health.raise_env_errors(errors)
+        infos = self.ring.gather(k, extras, {})
+        for i in restarted:
+            infos = add_info(infos, {"env_restarted": True}, i, self.ring.num_envs)
+        return self.ring.observations(k, self.copy), infos
+
+    # -- step --------------------------------------------------------------------------------
+    def step_async(self, actions: Any) -> None:
+        k = (self.slot + 1) % self.ring.ring_depth
+        cmd = P.CMD_STEP
+        if self.ring.actions is None:
+            self._send_actions(actions)
+            cmd = P.CMD_STEP_ACTIONS
+        else:
+            try:
+                self.ring.write_actions(k, actions)
+            except (ValueError, TypeError):
+                if not self.loose_actions:
+                    raise
+                # e.g. [0, 1, 2] for three Box(0, 1, (1,)) envs: such a batch travels as a message.
+                self._send_actions(actions)
+                cmd = P.CMD_STEP_ACTIONS
+        self.slot = k
+        recovery = self.recovery
+        for server in self.servers:
+            if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
+                continue  # a restarted server's envs: reset instead of step, or end the episode
+            server.post(cmd, k, pending=True)
+
+    def _send_actions(self, actions: Any) -> None:
+        """Actions without a fixed layout: one message per server, each env's action as msgpack."""
+        per_env = list(iterate(self.action_space, actions))
+        if len(per_env) != self.ring.num_envs:
+            raise ValueError(f"got {len(per_env)} actions for {self.ring.num_envs} envs")
+        messages = [{"cmd": P.ACTIONS, "actions": [per_env[i] for i in server.env_indices]} for server in self.servers]
+        for message in messages:
+            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
+        for server, message in zip(self.servers, messages):
+            server.channel.send(message, server.check_alive)
+
+    def step_wait(self, timeout: Optional[float]) -> Batch:
+        timeout = self.step_timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        k = self.slot
+        extras: dict[int, bytes] = {}
+        infos: dict[str, Any] = {}
+        errors: list[EnvError] = []
+        recovery = self.recovery
+        failed: list[tuple[ServerLink, Optional[BaseException]]] = []
+        # Servers own ascending env ranges: batching each one's infos as soon as it is done
+        # keeps env order (as gymnasium's) and hides the work behind the slower servers.
+        for server in self.servers:
+            try:
+                if recovery.failed_early and server.index in recovery.failed_early:
+                    failed.append((server, recovery.failed_early.pop(server.index)))
+                    continue
+                if recovery.ended and server.index in recovery.ended:
+                    failed.append((server, None))
+                    continue
+                if recovery.resetting and server.index in recovery.resetting:
+                    extras.update(recovery.finish_reset(server, timeout))
+                else:
+                    self._wait_done(server, deadline)
+                    if server.mailbox[STATUS] == STATUS_ERROR or server.mailbox[EXTRA]:
+                        server_errors = self._step_message(server, timeout, extras)
+                        if server_errors and recovery.enabled:
+                            raise server_errors[0]
+                        errors.extend(server_errors)
+                if not errors:
+                    infos = self.ring.gather(k, extras, infos, server.env_indices)
+            except RESTARTABLE as exc:
+                if recovery.enabled:
+                    failed.append((server, exc))
+                elif isinstance(exc, EnvError):
+                    errors.append(exc)
+                else:
+                    raise
+        # -- recovery: restart failed servers, end their envs' episodes in this slot --
+        for server, cause in failed:
+            infos = recovery.end_episodes(server, k, infos, cause)
+        if errors:
+            self.health.raise_env_errors(errors)
+        reward, terminated, truncated = self.ring.results(k, self.copy)
+        return self.ring.observations(k, self.copy), reward, terminated, truncated, infos
+
+    @staticmethod
+    def _step_message(server: ServerLink, timeout: Optional[float], extras: dict[int, bytes]) -> list[EnvError]:
+        """The message a server sent beside its step: its env errors, or infos blobs into ``extras``."""
+        message = server.recv(timeout, "step")
+        if message["cmd"] == P.ERROR:
+            return server.errors(message)
+        if message["cmd"] == P.EXTRA:
+            extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
+            return []
+        raise ServerProtocolError(f"{server.describe()} sent {message['cmd']!r:.40} during a step")
+
+    def _wait_done(self, server: ServerLink, deadline: Optional[float]) -> None:
+        """Wait until ``server`` replaced its PENDING status: spin a while, then sleep on its pipe
+        (whose rings may be left from steps seen while spinning: the status word is the truth)."""
+        words = server.mailbox
+        if spin_until(lambda: words[STATUS] != STATUS_PENDING, self.spin_wait):
+            server.done.skipped()
+            return
+        done = server.done
+        check_at = time.monotonic() + POLL_SLICE
+        while True:
+            if done.wait(POLL_SLICE) and words[STATUS] != STATUS_PENDING:
+                return
+            now = time.monotonic()
+            if now >= check_at:
+                server.check_alive()
+                if deadline is not None and now > deadline:
+                    raise PortalTimeoutError(
+                        f"{server.describe()} did not finish its step within "
+                        f"{self.step_timeout} s (step_timeout): hung or too slow"
+                    )
+                check_at = now + POLL_SLICE
+
+    # -- for a driver outside the portal's thread ----------------------------------------------
+    def step_finished(self, readable: Any) -> Optional[bool]:
+        """After ``step_async``: whether every server finished, once the rings of the done pipes whose
+        fds are in ``readable`` are read (None: a pipe closed, ``step_wait`` says why).
+
+        Each ring is read as it comes: a pipe left readable would wake the caller's poll again at
+        once, and it would spin until the slowest server finished, on the cores the servers need.
+        The status words, not the rings, say who finished.
+        """
+        finished = True
+        for server in self.servers:
+            done = server.done
+            if done.fd in readable:
+                done.take()
+                if done.closed:
+                    return None
+            if server.mailbox[STATUS] == STATUS_PENDING:
+                finished = False
+        return finished

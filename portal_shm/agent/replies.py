@@ -1,0 +1,123 @@
+"""Control messages to every server of a portal and their replies (reset, call, render, set_attr).
+
+Control messages travel on each server's ZeroMQ channel, its doorbell says "look at the channel";
+every server is sent its message before any reply is read, so they all work at once. Always all
+replies are collected, even after an error, so that the servers stay in step with the agent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from ..errors import EnvError, ServerProtocolError
+from ..wire import protocol as P
+from .health import Health
+from .recovery import RESTARTABLE, Recovery
+from .session import ServerLink
+from .validate import check_reply
+
+#: Servers that failed during a control exchange, with what they failed of.
+Failed = dict[ServerLink, BaseException]
+
+
+def send_all(
+    servers: list[ServerLink], messages: list[dict[str, Any]], restart: bool
+) -> tuple[list[ServerLink], Failed]:
+    """Send each server its control message; (servers reached, failed server -> exception).
+
+    Without the restart policy the first failure raises.
+    """
+    sent: list[ServerLink] = []
+    failed: Failed = {}
+    for server, message in zip(servers, messages):
+        try:
+            server.channel.send(message, server.check_alive)
+            server.post(P.CMD_CONTROL)
+            sent.append(server)
+        except RESTARTABLE as exc:
+            if not restart:
+                raise
+            failed[server] = exc
+    return sent, failed
+
+
+def collect(
+    servers: list[ServerLink], what: str, timeout: Optional[float], restart: bool
+) -> tuple[dict[int, bytes], list[Any], list[EnvError], Failed]:
+    """One reply per server: (infos blobs beside the ring, results, env errors, failed servers).
+
+    With the restart policy a failed server does not stop the collection: it is returned in the
+    fourth item (server -> exception) for the caller to recover. A reset counts an env's exception
+    as a failure, other calls only a broken server.
+    """
+    extras: dict[int, bytes] = {}
+    results: list[Any] = []
+    errors: list[EnvError] = []
+    failed: Failed = {}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for server in servers:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            message = server.recv(remaining, what)
+            if message["cmd"] == P.ERROR:
+                server_errors = server.errors(message)
+                if restart and what == "reset":
+                    raise server_errors[0]
+                errors.extend(server_errors)
+            elif message["cmd"] == P.REPLY:
+                server_extras, server_results = check_reply(message, server.env_indices, server.describe())
+                extras.update(server_extras)
+                results.extend(server_results)
+            else:
+                raise ServerProtocolError(f"{server.describe()} answered {what} with {message['cmd']!r:.40}")
+        except RESTARTABLE as exc:
+            if not restart:
+                raise
+            failed[server] = exc
+    return extras, results, errors, failed
+
+
+class ControlCalls:
+    """The one control exchange in flight: sent by ``send``, its replies taken by ``replies``/``wait``."""
+
+    def __init__(self, servers: list[ServerLink], recovery: Recovery, health: Health, num_envs: int) -> None:
+        self.servers = servers
+        self.recovery = recovery
+        self.health = health
+        self.num_envs = num_envs
+        self.step_timeout: Optional[float] = recovery.step_timeout
+        self._sent: list[ServerLink] = []
+        self._send_failed: Failed = {}
+        self.messages: list[dict[str, Any]] = []
+
+    def send(self, messages: list[dict[str, Any]]) -> None:
+        """Send one message per server and wake it; raises ``TypeError`` naming an unsendable value
+        before any server is told."""
+        for message in messages:
+            P.packb(message)
+        self.messages = messages
+        self._sent, self._send_failed = send_all(self.servers, messages, self.recovery.enabled)
+
+    def replies(
+        self, what: str, timeout: Optional[float]
+    ) -> tuple[dict[int, bytes], list[Any], list[EnvError], Failed]:
+        """``collect``'s four items for the servers reached, those not reached among the failed."""
+        timeout = self.step_timeout if timeout is None else timeout
+        extras, results, errors, failed = collect(self._sent, what, timeout, self.recovery.enabled)
+        failed.update(self._send_failed)
+        return extras, results, errors, failed
+
+    def wait(self, what: str, timeout: Optional[float]) -> list[Any]:
+        """The results of a call, one per env (or none); a failed server is restarted and raises."""
+        _, results, errors, failed = self.replies(what, timeout)
+        # -- recovery: restart broken servers; the call still raises, their envs end next step --
+        for server, exc in failed.items():
+            self.recovery.after_control_failure(server, exc)
+        if failed:
+            raise self.health.recovered(next(iter(failed.values())))
+        if errors:
+            self.health.raise_env_errors(errors)
+        if len(results) not in (0, self.num_envs):
+            raise ServerProtocolError(f"env servers returned {len(results)} results for {self.num_envs} envs")
+        return results

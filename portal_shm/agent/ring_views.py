@@ -1,0 +1,234 @@
+"""The agent's numpy views of the ring, and every read and write it makes of them.
+
+One object owns the views (mailbox, observation leaves, rewards, flags, infos, action leaves) so
+that the drivers (``lockstep.py``, ``batch_driver.py``) and recovery (``recovery.py``) never index
+the ring themselves: actions in, observations and infos out, and the rows recovery makes up in
+place of a failed server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+from gymnasium.spaces import Space
+
+from ..errors import ServerProtocolError
+from ..wire import trees
+from ..wire.schema import is_fixed, leaves, revive
+from .actions import ActionLeaves
+from .infos import add_info
+from .validate import decode_infos
+
+#: ``pick(leaf index, ring array of that leaf)``: the part of a fixed leaf a batch returns.
+Pick = Callable[[int, np.ndarray], Any]
+#: One env's variable-layout observation leaves as decoded from its infos (leaf index -> value).
+VarObs = dict[Any, Any]
+#: What a compiled observation builder takes: ``(pick, var)`` (see ``RingViews.build``). ``var`` is
+#: typed Any on purpose: a variable-layout leaf indexes it and each env's entry without a check, and
+#: the TypeError, KeyError or IndexError of a missing one is what ``build`` reports.
+BuildArg = tuple[Pick, Any]
+#: ``save_rows``'s copy: observation leaves, infos lengths and infos bytes of some rows.
+SavedRows = tuple[list[np.ndarray], np.ndarray, np.ndarray]
+
+
+class RingViews:
+    """Views of one attached ring, for ``num_envs`` envs and ``ring_depth`` slots."""
+
+    def __init__(
+        self,
+        views: dict[str, np.ndarray],
+        obs_schema: dict[str, Any],
+        act_schema: dict[str, Any],
+        single_observation_space: Space[Any],
+        single_action_space: Space[Any],
+        ring_depth: int,
+        info_capacity: int,
+    ) -> None:
+        self.mailbox = views["mailbox"]
+        self.reward, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
+        self.info_len, self.info = views["info_len"], views["info"]
+        self.num_envs = self.reward.shape[1]
+        self.ring_depth = ring_depth
+        self.info_capacity = info_capacity
+        self.obs_schema = obs_schema
+        self.single_observation_space = single_observation_space
+        #: Unbatched infos (one env's dict as it is), for ``Portal``, the one-env ``gymnasium.Env``.
+        self.raw_infos = False
+        # Actions of spaces without a fixed layout are sent as a message (one per server and step):
+        # then ``actions`` is None and the ring has no action leaves.
+        fixed_actions = is_fixed(act_schema)
+        self.act_leaves: list[np.ndarray] = (
+            [views[f"act.{j}"] for j in range(len(leaves(act_schema)))] if fixed_actions else []
+        )
+        self.actions = ActionLeaves(act_schema, single_action_space) if fixed_actions else None
+        obs_leaves = leaves(obs_schema)
+        self.obs_by_index = {
+            index: views[f"obs.{index}"] for index, (_, leaf) in enumerate(obs_leaves) if is_fixed(leaf)
+        }
+        self.obs_fixed = list(self.obs_by_index.values())
+        self.var_spaces: dict[int, Any] = {
+            index: trees.at(single_observation_space, path)
+            for index, (path, leaf) in enumerate(obs_leaves)
+            if not is_fixed(leaf)
+        }
+        #: Each env's last variable-layout observation leaves (leaf index -> value), or None.
+        self.var_obs: list[Optional[VarObs]] = [None] * self.num_envs
+        self._build = trees.builder(obs_schema, self._leaf_getter)
+        self._obs_slots: Optional[list[Any]] = (
+            None
+            if self.var_spaces
+            else [self._build((lambda index, array, k=k: array[k], None)) for k in range(ring_depth)]
+        )
+        self._results = [(self.reward[k], self.terminated[k], self.truncated[k]) for k in range(ring_depth)]
+
+    def _leaf_getter(self, index: int, node: dict[str, Any]) -> Callable[[BuildArg], Any]:
+        if is_fixed(node):
+            array = self.obs_by_index[index]
+            return lambda arg: arg[0](index, array)
+        return lambda arg: tuple(env_var[index] for env_var in arg[1])
+
+    # -- observations and results ----------------------------------------------------------
+    @property
+    def all_fixed(self) -> bool:
+        """Whether every observation leaf lives in the ring (no variable-layout leaves)."""
+        return self._obs_slots is not None
+
+    def build(self, pick: Pick, var: Optional[Sequence[Optional[VarObs]]]) -> Any:
+        """The observation tree of a batch: each fixed leaf ``pick(index, ring array)``, each
+        variable-layout leaf from ``var`` (one decoded dict per env of the batch)."""
+        try:
+            return self._build((pick, var))
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ServerProtocolError(f"an env sent an incomplete variable-layout observation: {exc}") from None
+
+    def observations(self, k: int, copy: bool) -> Any:
+        """Every env's observation in slot ``k``: views of the ring unless ``copy``."""
+        if self._obs_slots is not None:
+            obs = self._obs_slots[k]
+        else:
+            obs = self.build(lambda index, array: array[k], self.var_obs)
+        return trees.copy_tree(obs) if copy else obs
+
+    def results(self, k: int, copy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(reward, terminated, truncated) of slot ``k``: views of the ring unless ``copy``."""
+        reward, terminated, truncated = self._results[k]
+        if copy:
+            return reward.copy(), terminated.copy(), truncated.copy()
+        return reward, terminated, truncated
+
+    def env_obs(self, slot: int, i: int) -> Any:
+        """A copy of env ``i``'s observation in ``slot``, with the structure of its space."""
+        var = self.var_obs[i]
+        return trees.unflatten(
+            (
+                self.obs_by_index[index][slot, i].copy()
+                if index in self.obs_by_index
+                else (None if var is None else var.get(index))
+                for index in range(len(self.obs_by_index) + len(self.var_spaces))
+            ),
+            self.obs_schema,
+        )
+
+    # -- actions -----------------------------------------------------------------------------
+    def write_actions(self, k: int, actions: Any) -> None:
+        """Every env's action into slot ``k`` (fixed-layout action spaces only)."""
+        checker = self.actions
+        assert checker is not None  # the drivers send other actions as messages
+        for target, array in zip(self.act_leaves, checker.arrays(actions, self.num_envs)):
+            np.copyto(target[k], array, casting="unsafe")
+
+    def write_env_actions(self, k: int, rows: slice, arrays: list[np.ndarray], picked: Any) -> None:
+        """The actions of envs ``rows`` into slot ``k``: ``arrays[leaf][picked]`` (from ``actions``)."""
+        for target, array in zip(self.act_leaves, arrays):
+            np.copyto(target[k, rows], array[picked], casting="unsafe")
+
+    # -- infos -------------------------------------------------------------------------------
+    def gather(
+        self,
+        k: int,
+        extras: dict[int, bytes],
+        infos: dict[str, Any],
+        envs: Optional[list[int]] = None,
+        first: int = -1,
+        total: int = 0,
+    ) -> dict[str, Any]:
+        """Decode and batch the infos of ``envs`` (all by default), in env order, into ``infos``.
+
+        Async batches put env ``envs[j]`` at position ``first + j`` of a batch of ``total`` envs;
+        ``extras`` holds the blobs that did not fit their ring rows (env index -> bytes).
+        """
+        lengths = self.info_len[k].tolist()
+        total = total or self.num_envs
+        for j, i in enumerate(range(self.num_envs) if envs is None else envs):
+            length = lengths[i]
+            if length == 0:
+                continue
+            if length == -1 and i in extras:
+                blob = extras[i]
+            elif 0 < length <= self.info_capacity:
+                blob = self.info[k, i, :length].tobytes()
+            else:
+                raise ServerProtocolError(f"env {i} wrote an invalid infos length {length}")
+            env_infos, var_obs = decode_infos(blob, i)
+            position = i if first < 0 else first + j
+            for env_info in env_infos:
+                if env_info:
+                    if self.var_spaces and "final_obs" in env_info:
+                        env_info["final_obs"] = _revive(self.single_observation_space, env_info["final_obs"], i)
+                    infos = self.add(infos, env_info, position, total, i)
+            if var_obs is not None:
+                self.var_obs[i] = {
+                    index: _revive(self.var_spaces.get(index), value, i) for index, value in var_obs.items()
+                }
+        return infos
+
+    def add(
+        self, infos: dict[str, Any], env_info: dict[str, Any], position: int, total: int, env: int
+    ) -> dict[str, Any]:
+        """One env's infos into the batch at ``position``, as gymnasium batches them."""
+        if self.raw_infos:
+            return {**infos, **env_info}
+        try:
+            return add_info(infos, env_info, position, total)
+        except Exception as exc:
+            raise ServerProtocolError(f"env {env}'s infos cannot be batched with the others': {exc}") from None
+
+    # -- rows recovery writes in place of a server ---------------------------------------------
+    def clear_results(self, k: int, rows: Any) -> None:
+        """Reward 0 and no episode end for ``rows`` of slot ``k`` (a reset's step)."""
+        self.reward[k, rows] = 0.0
+        self.terminated[k, rows] = False
+        self.truncated[k, rows] = False
+
+    def truncate(self, k: int, prev: int, rows: Any) -> None:
+        """``rows`` of slot ``k``: their observation of slot ``prev``, reward 0, truncated, no infos."""
+        for view in self.obs_fixed:
+            view[k, rows] = view[prev, rows]
+        self.clear_results(k, rows)
+        self.truncated[k, rows] = True
+        self.info_len[k, rows] = 0
+
+    def save_rows(self, k: int, rows: slice) -> SavedRows:
+        """A copy of what a reset wrote into ``rows`` of slot ``k``: observations and infos."""
+        return (
+            [view[k, rows].copy() for view in self.obs_fixed],
+            self.info_len[k, rows].copy(),
+            self.info[k, rows].copy(),
+        )
+
+    def restore_rows(self, k: int, rows: slice, saved: SavedRows) -> None:
+        """``save_rows``'s copy into slot ``k`` as the result of a step (reward 0, no episode end)."""
+        obs, info_len, info = saved
+        for view, values in zip(self.obs_fixed, obs):
+            view[k, rows] = values
+        self.clear_results(k, rows)
+        self.info_len[k, rows] = info_len
+        self.info[k, rows] = info
+
+
+def _revive(space: Any, value: Any, env: int) -> Any:
+    try:
+        return value if space is None else revive(space, value)
+    except Exception as exc:  # the value came from an env runtime: malformed is a protocol error
+        raise ServerProtocolError(f"env {env} sent a value that does not fit {space}: {exc}") from None

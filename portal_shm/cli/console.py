@@ -1,0 +1,22 @@
+"""The rich Console of every ``portal-shm`` verb: wrapped to the terminal, never to a file or pipe.
+
+Off a terminal rich assumes 80 columns and wraps there, which splits what scripts grep for
+(``(210,\\n160, 3)``) and cuts tables into narrow columns. Piped or redirected output keeps each
+line whole instead: no soft wrapping and a width no table reaches (``$COLUMNS`` still wins).
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+
+PIPE_WIDTH = 1000  # off a terminal: wide enough for any row we print, so nothing wraps
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A Console on stdout (or stderr) that wraps only when it writes to a terminal."""
+    console = Console(stderr=stderr)
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(stderr=stderr, soft_wrap=True, width=PIPE_WIDTH)
