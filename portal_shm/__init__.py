@@ -13,9 +13,11 @@ from .version import __version__
 _LAZY = {
     "make_vec": "api",
     "make": "api",
+    "load_tuning": "tuning",
     "VectorPortal": "agent.vector",
     "PortalVectorEnv": "agent.contract",
     "Portal": "agent.portal_env",
+    "RecordVideo": "agent.record_video",
     "EnvSpec": "agent.spec",
     "ProcessBackend": "runtimes.process",
     "Backend": "runtimes.backend",

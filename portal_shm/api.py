@@ -21,6 +21,7 @@ from .remote.client.backend import option_names as remote_option_names
 from .remote.host.policy import AGENT_RUNTIME_OPTIONS
 from .runtimes.backend import Backend
 from .runtimes.registry import BACKENDS, backend_option_names, resolve_backend
+from .tuning import PathOrDict, merge_tuning, resolve_tuning
 
 
 def _spec(id: str, backend: Union[str, Backend], env_kwargs: Optional[dict], kwargs: dict) -> EnvSpec:
@@ -71,6 +72,7 @@ def make_vec(
     backend: Union[str, Backend] = "process",
     vector_kwargs: Optional[dict] = None,
     env_kwargs: Optional[dict] = None,
+    tune: Optional[PathOrDict] = None,
     **kwargs: Any,
 ) -> PortalVectorEnv:
     """Create ``num_envs`` copies of env ``id`` in isolated runtimes, batched as one ``PortalVectorEnv``
@@ -83,9 +85,16 @@ def make_vec(
     the env's constructor inside its runtime (``env_kwargs={...}`` passes ones whose names clash).
     ``vector_kwargs`` go to ``VectorPortal`` (``autoreset_mode``, ``copy``, ``ring_depth``,
     ``envs_per_server``, ``step_timeout`` ...).
+
+    ``tune`` applies what ``portal-shm tune ID -n N --write FILE`` measured best on this machine:
+    the path of that file (or its dict, or ``load_tuning``'s result). Its ``vector_kwargs`` go
+    under the explicit ``vector_kwargs`` (those win); a file tuned for another id or ``num_envs``
+    raises ``TuningError`` (``portal_shm.tuning``).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    if tune is not None:
+        vector_kwargs = merge_tuning(resolve_tuning(tune, id, num_envs), vector_kwargs)
     if backend in ("remote", "ray") or isinstance(backend, (RemoteBackend, RayBackend)):
         return _hosted(id, num_envs, backend, vector_kwargs, env_kwargs, kwargs)
     spec = _spec(id, backend, env_kwargs, kwargs)

@@ -1,47 +1,60 @@
-"""Stable-Baselines3 on a VectorPortal: ``SB3VecEnv(portal)`` is an SB3 ``VecEnv``.
+"""Stable-Baselines3 on portal-shm: ``SubprocVecEnv(env_fns)`` in place of SB3's, or ``SB3VecEnv(portal)``.
 
 ```python
-import portal_shm
-from portal_shm.sb3 import SB3VecEnv
+from portal_shm.sb3 import SubprocVecEnv  # was: from stable_baselines3.common.vec_env import SubprocVecEnv
 from stable_baselines3 import PPO
-from stable_baselines3.common.vec_env import VecMonitor
+from stable_baselines3.common.env_util import make_vec_env
 
-portal = portal_shm.make_vec("ALE/Pong-v5", 8, backend="docker", image="portal-shm/ale",
-                             vector_kwargs={"autoreset_mode": "SameStep"})
-model = PPO("CnnPolicy", VecMonitor(SB3VecEnv(portal)))
+model = PPO("MlpPolicy", make_vec_env("CartPole-v1", 8, vec_env_cls=SubprocVecEnv)).learn(10_000)
 ```
 
-SB3 resets an env in the same ``step`` that ended its episode and hands the last observation of
-the episode over as ``infos[i]["terminal_observation"]``: that is gymnasium's SAME_STEP autoreset,
-so the portal must be made with ``autoreset_mode="SameStep"``. Infos become SB3's list of per-env
-dicts, with ``"TimeLimit.truncated"`` set as SB3's own VecEnvs set it, and the infos of the resets
-in ``reset_infos``.
+``SubprocVecEnv`` takes SB3's arguments and builds its own portal; ``SB3VecEnv`` puts an SB3
+``VecEnv`` over a portal (or any gymnasium vector env) the caller made, e.g. one with envs in
+containers. SB3 resets an env in the same ``step`` that ended its episode and hands the episode's
+last observation over as ``infos[i]["terminal_observation"]``: that is gymnasium's SAME_STEP
+autoreset. ``SubprocVecEnv`` makes its portal in that mode; ``SB3VecEnv`` uses a SAME_STEP portal as
+it is and resets the ended envs of a NEXT_STEP or DISABLED one itself, in the step that ended them
+(one more round trip on steps where an episode ends). Infos become SB3's list of per-env dicts, with
+``"TimeLimit.truncated"`` set as SB3's own VecEnvs set it, and the infos of the resets in
+``reset_infos``.
 
-Zero copy and how long observations stay valid: the observations ``reset``/``step_wait`` return
-are views of the portal's shared-memory ring (unless ``copy=True``), valid until
-``ring_depth - 1`` further steps (4 by default: 3 steps). SB3's algorithms hold an observation for
-one step (``_last_obs``) and copy it into their rollout or replay buffer, so views are enough for
-them; a callback or wrapper that keeps observations longer must copy them (or pass ``copy=True``).
-Terminal observations are always fresh arrays: SB3 keeps them in the infos.
+Zero copy and how long observations stay valid: ``SB3VecEnv(portal)``'s observations are whatever
+the portal returns: with ``copy=False`` (``make_vec``'s default) views of its shared-memory ring,
+valid until ``ring_depth - 1`` further steps (4 by default: 3 steps). SB3's algorithms hold an
+observation for one step (``_last_obs``) and copy it into their rollout or replay buffer, so views
+are enough for them; a callback or wrapper that keeps observations longer must copy them (or pass
+``copy=True``). ``SubprocVecEnv`` returns fresh arrays, as SB3's does (``copy=False`` among its
+portal options gives views). Terminal observations are always fresh arrays: SB3 keeps them in the
+infos.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import operator
 import re
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+import warnings
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
 
+from .api import VectorPortal
 from .errors import EnvError
 
 try:
+    import cloudpickle
     from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvObs, VecEnvStepReturn
 except ImportError as _exc:  # pragma: no cover - depends on the installation
     raise ImportError("portal_shm.sb3 needs stable-baselines3 (and torch): pip install 'portal-shm[sb3]'") from _exc
 
 Indices = Union[None, int, Iterable[int]]
+
+# The method ``SubprocVecEnv`` attaches to each env it makes (see ``env_side``).
+ENV_SIDE_COMMAND = "_portal_shm_sb3_command"
 
 
 def unbatch_infos(infos: dict, num_envs: int) -> list:
@@ -77,54 +90,150 @@ def wrapper_names(description: str) -> list:
     return names[:-innermost] if len(names) > innermost else []
 
 
+def batch_actions(space: spaces.Space, actions: Any, num_envs: int) -> Any:
+    """SB3's actions (anything whose item ``i`` is env ``i``'s action) as gymnasium's batch.
+
+    SB3's own ``SubprocVecEnv`` sends ``actions[i]`` to env ``i``, so its tests and users pass lists
+    such as ``[space.sample() for _ in range(n)]``, also for ``Dict`` and ``Tuple`` spaces, whose
+    gymnasium batch is a dict or tuple of arrays instead. A numeric array is already a batch; so
+    is a dict for a ``Dict`` space (gymnasium's layout, accepted as well).
+    """
+    if isinstance(actions, np.ndarray) and actions.dtype != object:
+        return actions
+    if isinstance(space, spaces.Dict) and isinstance(actions, dict):
+        return actions
+    items = list(actions)
+    if len(items) != num_envs:
+        raise ValueError(
+            f"got {len(items)} actions for {num_envs} envs: pass one action per env (actions[i] for env i)"
+        )
+    return concatenate(space, items, create_empty_array(space, num_envs))
+
+
+def env_side(env_fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``env_fn``, with the worker commands of SB3's ``SubprocVecEnv`` attached to the env it makes.
+
+    ``env_is_wrapped`` needs ``isinstance`` on the env's wrapper chain, which only the env's own
+    interpreter can run: the made env gets a method ``ENV_SIDE_COMMAND`` that the agent calls
+    through ``call_envs`` with the wrapper class cloudpickled (an importable class travels as its
+    name and is imported there, as it is for ``env_fn``). Environments that are not gymnasium
+    envs (old ``gym`` ones) are converted as SB3's workers convert them.
+
+    The factory is a closure on purpose: cloudpickle ships closures by value, so the env's runtime
+    never imports this module, nor through it SB3 and torch.
+    """
+    command_name = ENV_SIDE_COMMAND
+
+    def make_env() -> Any:
+        import types
+
+        import cloudpickle
+        import gymnasium
+
+        env = env_fn()
+        if not isinstance(env, gymnasium.Env):
+            from stable_baselines3.common.vec_env.patch_gym import _patch_env
+
+            env = _patch_env(env)
+
+        def command(self: Any, name: str, *args: Any) -> Any:
+            if name == "is_wrapped":
+                wrapper_class = cloudpickle.loads(args[0])
+                layer = self
+                while isinstance(layer, gymnasium.Wrapper):
+                    if isinstance(layer, wrapper_class):
+                        return True
+                    layer = layer.env
+                return False
+            if name == "has_attr":
+                try:
+                    self.get_wrapper_attr(args[0])
+                except AttributeError:
+                    return False
+                return True
+            raise ValueError(f"unknown portal_shm.sb3 command {name!r}: the agent and the env side differ in version")
+
+        setattr(env, command_name, types.MethodType(command, env))
+        return env
+
+    return make_env
+
+
 class SB3VecEnv(VecEnv):
-    """A gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (a VectorPortal) as an SB3 ``VecEnv``.
+    """A gymnasium ``VectorEnv`` (a VectorPortal, any kind) as an SB3 ``VecEnv``.
 
     Args:
-        venv: the portal, made with ``vector_kwargs={"autoreset_mode": "SameStep"}``. Any gymnasium
-            vector env in that mode works (``SyncVectorEnv`` too), which is how the tests compare.
-        copy: return fresh observation arrays instead of ring views (see the module docstring).
+        venv: the portal. SAME_STEP autoreset (``vector_kwargs={"autoreset_mode": "SameStep"}``) is
+            SB3's own; in NEXT_STEP or DISABLED mode the ended envs are reset here, within the step
+            that ended them. Gymnasium's ``SyncVectorEnv`` works too, which is how the tests compare.
+        copy: return fresh observation arrays instead of what the portal returns (see the module
+            docstring).
 
-    Per-env calls: a VectorPortal's ``call`` always addresses every env, so ``env_method`` with
-    ``indices`` runs the method in every env and returns the chosen envs' results (right for pure
-    methods such as HER's ``compute_reward``, not for methods with side effects); ``set_attr``
-    with ``indices`` reads the attribute of every env and writes back their values with the
-    chosen ones replaced. Results and values travel as msgpack: numbers, strings, arrays, lists,
-    dicts.
+    Per-env calls run only in the envs ``indices`` names, as in SB3's ``SubprocVecEnv``: an index
+    as SB3 takes it (None for all, an int, or an iterable; negative ones count from the end; one
+    named twice runs twice). ``set_attr`` sets the attribute on the outermost wrapper
+    (``setattr(env, ...)``, as SB3's workers do; gymnasium's ``set_wrapper_attr`` would set it
+    in the inner env that has it). Results and values travel as msgpack: numbers, strings, bytes,
+    arrays, lists, dicts. An env's exception in a call raises there (``EnvError``, also the env's
+    exception type) and leaves the portal usable.
     """
 
+    reward_dtype: type = np.float32  # DummyVecEnv's
+
     def __init__(self, venv: VectorEnv, copy: bool = False) -> None:
-        mode = venv.metadata.get("autoreset_mode")
-        if mode != AutoresetMode.SAME_STEP and mode != AutoresetMode.SAME_STEP.value:
-            raise ValueError(
-                f"SB3VecEnv needs a vector env in SAME_STEP autoreset mode (SB3 resets in the step that ends "
-                f"an episode), this one is in {mode}: make it with "
-                "make_vec(..., vector_kwargs={'autoreset_mode': 'SameStep'})"
-            )
+        mode = venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.autoreset_mode = AutoresetMode(mode.value if isinstance(mode, AutoresetMode) else mode)
         self.venv = venv
         self.copy = copy
-        self._actions: Optional[np.ndarray] = None
+        self.closed = False
+        if hasattr(venv, "call_envs"):
+            self._calls: Any = venv
+        elif hasattr(venv, "envs"):
+            self._calls = _LocalEnvs(venv.envs)
+        else:
+            raise TypeError(
+                f"SB3VecEnv needs a vector env with per-env calls (a portal, or one holding its envs in "
+                f"`envs` as SyncVectorEnv does); {type(venv).__name__} has neither"
+            )
+        self._actions: Optional[Any] = None
         super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
 
     # -- stepping ------------------------------------------------------------------------
     def reset(self) -> VecEnvObs:
-        """Reset every env with the seeds of ``seed()`` and the options of ``set_options()``, once."""
+        """Reset every env with the seeds of ``seed()`` and the options of ``set_options()``, once.
+
+        The portal takes one options dict per reset: envs with different options are reset in
+        groups (``options["reset_mask"]``), each env once. An env whose options are empty while
+        other envs' are not gets ``options={}`` where SB3 passes none.
+        """
         seeds = list(self._seeds) if any(seed is not None for seed in self._seeds) else None
-        obs, infos = self.venv.reset(seed=seeds, options=self._common_options())
-        self.reset_infos = unbatch_infos(infos, self.num_envs)
+        groups: list = []
+        for i, options in enumerate(self._options):
+            for group_options, members in groups:
+                if group_options == options:
+                    members.append(i)
+                    break
+            else:
+                groups.append((options, [i]))
+        if len(groups) == 1:
+            options = groups[0][0]
+            obs, infos = self.venv.reset(seed=seeds, options=dict(options) if options else None)
+            self.reset_infos = unbatch_infos(infos, self.num_envs)
+        else:
+            self.reset_infos = [{} for _ in range(self.num_envs)]
+            for options, members in groups:
+                mask = np.zeros(self.num_envs, dtype=np.bool_)
+                mask[members] = True
+                obs, infos = self.venv.reset(seed=seeds, options={**options, "reset_mask": mask})
+                per_env = unbatch_infos(infos, self.num_envs)
+                for i in members:
+                    self.reset_infos[i] = per_env[i]
         self._reset_seeds()
         self._reset_options()
         return self._obs(obs)
 
-    def _common_options(self) -> Optional[dict]:
-        first = self._options[0]
-        if any(options != first for options in self._options[1:]):
-            raise ValueError(
-                "a VectorPortal resets all its envs with one options dict; set_options() gave different options per env"
-            )
-        return dict(first) if first else None
-
-    def step_async(self, actions: np.ndarray) -> None:
+    def step_async(self, actions: Any) -> None:
+        actions = batch_actions(self.venv.single_action_space, actions, self.num_envs)
         if hasattr(self.venv, "step_async"):
             self.venv.step_async(actions)
         else:  # gymnasium's SyncVectorEnv steps in step_wait
@@ -138,69 +247,191 @@ class SB3VecEnv(VecEnv):
             obs, rewards, terminated, truncated, infos = self.venv.step_wait()
         dones = np.logical_or(terminated, truncated)
         per_env = unbatch_infos(infos, self.num_envs)
-        for i in np.flatnonzero(dones):
-            reset_info = per_env[i]
-            final_info = reset_info.pop("final_info", {})
-            final_obs = reset_info.pop("final_obs", None)
-            self.reset_infos[i] = reset_info
-            final_info["terminal_observation"] = _fresh(final_obs)
-            per_env[i] = final_info
+        ended = np.flatnonzero(dones)
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            for i in ended:
+                reset_info = per_env[i]
+                final_info = reset_info.pop("final_info", {})
+                final_obs = reset_info.pop("final_obs", None)
+                self.reset_infos[i] = reset_info
+                final_info["terminal_observation"] = _fresh(final_obs)
+                per_env[i] = final_info
+        elif ended.size:
+            final_obs = _fresh(obs)
+            obs, infos = self.venv.reset(options={"reset_mask": np.array(dones, dtype=np.bool_)})
+            reset_infos = unbatch_infos(infos, self.num_envs)
+            for i in ended:
+                per_env[i]["terminal_observation"] = _row(final_obs, i)
+                self.reset_infos[i] = reset_infos[i]
         time_limited = np.logical_and(truncated, np.logical_not(terminated)).tolist()
         for info, truncation in zip(per_env, time_limited):
             info["TimeLimit.truncated"] = truncation
-        return self._obs(obs), np.asarray(rewards, dtype=np.float32), dones, per_env
+        return self._obs(obs), np.asarray(rewards, dtype=self.reward_dtype), dones, per_env
 
     def _obs(self, obs: Any) -> VecEnvObs:
         return _fresh(obs) if self.copy else obs
 
     def close(self) -> None:
-        self.venv.close()
+        if not self.closed:
+            self.closed = True
+            self.venv.close()
 
     # -- attributes and methods of the envs ----------------------------------------------
-    def _indices(self, indices: Indices) -> list:
+    def env_ids(self, indices: Indices) -> list:
+        """SB3's ``indices`` as env indices: None for all, an int, or an iterable of ints, each
+        taken as Python takes a list index (``-1`` is the last env)."""
         if indices is None:
             return list(range(self.num_envs))
         if isinstance(indices, (int, np.integer)):
-            return [int(indices)]
-        return [int(i) for i in indices]
+            indices = [indices]
+        ids = []
+        for index in indices:
+            i = operator.index(index)
+            if not -self.num_envs <= i < self.num_envs:
+                raise IndexError(f"env index {i} is out of range: this VecEnv has {self.num_envs} envs")
+            ids.append(i % self.num_envs)
+        return ids
+
+    def _per_env(self, indices: Indices, run: Callable[[list], Sequence[Any]]) -> list:
+        """``run`` over the envs ``indices`` names, results in their order; an env named twice
+        runs twice (in a later round: a portal call names each env at most once)."""
+        ids = self.env_ids(indices)
+        results: list = [None] * len(ids)
+        pending = list(range(len(ids)))
+        while pending:
+            chosen: dict = {}
+            later = []
+            for position in pending:
+                if ids[position] in chosen:
+                    later.append(position)
+                else:
+                    chosen[ids[position]] = position
+            for position, result in zip(chosen.values(), run(list(chosen))):
+                results[position] = result
+            pending = later
+        return results
 
     def get_attr(self, attr_name: str, indices: Indices = None) -> list:
         """The attribute of the chosen envs; an attribute an env lacks raises ``AttributeError``."""
         with _attribute_errors():
-            values = self.venv.get_attr(attr_name)
-        return [values[i] for i in self._indices(indices)]
+            return self._per_env(indices, lambda ids: self._calls.get_attr_envs(ids, attr_name))
 
     def set_attr(self, attr_name: str, value: Any, indices: Indices = None) -> None:
-        chosen = self._indices(indices)
-        if sorted(chosen) == list(range(self.num_envs)):
-            values = [value] * self.num_envs
-        else:
-            with _attribute_errors():
-                values = list(self.venv.get_attr(attr_name))
-            for i in chosen:
-                values[i] = value
+        """Set the attribute on the chosen envs' outermost wrapper, as SB3's ``SubprocVecEnv`` does."""
         with _attribute_errors():
-            self.venv.set_attr(attr_name, values)
+            self._per_env(indices, lambda ids: self._calls.call_envs(ids, "__setattr__", attr_name, value))
 
     def env_method(self, method_name: str, *method_args: Any, indices: Indices = None, **method_kwargs: Any) -> list:
-        """Results of ``method_name`` of the chosen envs (it runs in every env: see the class docstring)."""
+        """Results of ``method_name`` in the chosen envs, which alone run it."""
         with _attribute_errors():
-            results = self.venv.call(method_name, *method_args, **method_kwargs)
-        return [results[i] for i in self._indices(indices)]
+            return self._per_env(
+                indices, lambda ids: self._calls.call_envs(ids, method_name, *method_args, **method_kwargs)
+            )
 
     def env_is_wrapped(self, wrapper_class: type, indices: Indices = None) -> list:
         """Whether each chosen env has a wrapper of that class name in its runtime.
 
-        The env lives in another interpreter, so the class itself cannot be compared: the wrapper
-        chain is read from the env's ``repr`` (gymnasium wrappers print ``<Name<...>>``).
+        A portal made elsewhere may live in an interpreter that cannot import the class, so it is
+        not compared: the wrapper chain is read from the env's ``repr`` (gymnasium wrappers print
+        ``<Name<...>>``). ``SubprocVecEnv``, which makes its envs, checks ``isinstance`` there.
         """
-        descriptions = self.venv.call("__repr__")
         name = wrapper_class.__name__
-        return [name in wrapper_names(str(descriptions[i])) for i in self._indices(indices)]
+        descriptions = self._per_env(indices, lambda ids: self._calls.call_envs(ids, "__repr__"))
+        return [name in wrapper_names(str(description)) for description in descriptions]
 
     def get_images(self) -> Sequence[Optional[np.ndarray]]:
-        """Each env's ``render()`` (envs made with ``render_mode="rgb_array"``)."""
+        """Each env's ``render()``; as SB3's ``SubprocVecEnv``, ``None`` each (with a warning)
+        unless the envs render ``rgb_array``."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images."
+            )
+            return [None] * self.num_envs
         return list(self.venv.render() or [None] * self.num_envs)
+
+
+class SubprocVecEnv(SB3VecEnv):
+    """SB3's ``SubprocVecEnv``, on a portal: import it in its place, change nothing else.
+
+    Args:
+        env_fns: one env factory per env, as SB3 takes them (lambdas, closures, ``functools.partial``,
+            ``make_vec_env``'s); cloudpickled to the env servers.
+        start_method: checked as SB3 checks it (a ``multiprocessing`` start method, else
+            ``ValueError: cannot find context for ...``) and otherwise without effect: env servers
+            are always fresh processes, started by the portal's backend, never forked from the
+            caller.
+        portal_options: ``VectorPortal``'s options (``backend``, ``ring_depth``, ``step_timeout``,
+            ``copy``, ...). ``envs_per_server`` defaults to 1: one process per env, as SB3 runs them
+            (envs that share a process share its global RNGs). ``autoreset_mode`` can only be
+            SAME_STEP, SB3's.
+
+    As SB3's: per-env calls only in the envs ``indices`` names, ``actions[i]`` for env ``i`` for
+    every action space, ``env_is_wrapped`` by ``isinstance`` in the env's process, ``seed()`` and
+    ``set_options()`` for the next reset, ``render``/``get_images``, and rewards as float64 (SB3
+    stacks the envs' Python floats). Unlike SB3's, an env's exception in ``env_method``,
+    ``get_attr`` or ``set_attr`` raises here (an ``EnvError`` that is also the env's exception type)
+    and the other envs stay usable: SB3's worker dies with it.
+    """
+
+    reward_dtype: type = np.float64
+
+    def __init__(
+        self, env_fns: Sequence[Callable[[], Any]], start_method: Optional[str] = None, **portal_options: Any
+    ) -> None:
+        if start_method is not None:
+            multiprocessing.get_context(start_method)  # SB3's check, with its error
+        self.start_method = start_method
+        mode = portal_options.pop("autoreset_mode", AutoresetMode.SAME_STEP)
+        if AutoresetMode(mode.value if isinstance(mode, AutoresetMode) else mode) != AutoresetMode.SAME_STEP:
+            raise ValueError(
+                f"SubprocVecEnv runs SB3's SAME_STEP autoreset, not {mode}: leave out autoreset_mode "
+                "(SB3VecEnv(portal) takes a portal in any mode)"
+            )
+        portal_options.setdefault("envs_per_server", 1)
+        portal = VectorPortal(
+            [env_side(env_fn) for env_fn in env_fns], autoreset_mode=AutoresetMode.SAME_STEP, **portal_options
+        )
+        try:
+            super().__init__(portal)
+        except BaseException:
+            portal.close()
+            raise
+
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has the attribute (through its wrappers), its value never sent."""
+        return all(self._per_env(None, lambda ids: self._calls.call_envs(ids, ENV_SIDE_COMMAND, "has_attr", attr_name)))
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Indices = None) -> list:
+        """``isinstance`` against ``wrapper_class`` along each chosen env's wrapper chain, in its
+        process (the class cloudpickled there; an importable one travels as its name)."""
+        shipped = cloudpickle.dumps(wrapper_class)
+        return self._per_env(indices, lambda ids: self._calls.call_envs(ids, ENV_SIDE_COMMAND, "is_wrapped", shipped))
+
+
+class _LocalEnvs:
+    """Per-env calls on a vector env that holds its envs in this process (gymnasium's SyncVectorEnv)."""
+
+    def __init__(self, envs: Sequence[Any]) -> None:
+        self.envs = envs
+
+    def call_envs(self, env_ids: Sequence[int], name: str, *args: Any, **kwargs: Any) -> tuple:
+        results = []
+        for i in env_ids:
+            attr = self.envs[i].get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return tuple(results)
+
+    def get_attr_envs(self, env_ids: Sequence[int], name: str) -> tuple:
+        return tuple(self.envs[i].get_wrapper_attr(name) for i in env_ids)
+
+
+def _row(value: Any, i: int) -> Any:
+    """Env ``i``'s part of a batched observation (arrays, dicts and tuples of them)."""
+    if isinstance(value, dict):
+        return {key: _row(item, i) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_row(item, i) for item in value)
+    return np.array(value[i])
 
 
 def _fresh(value: Any) -> Any:
@@ -219,6 +450,6 @@ def _attribute_errors() -> Iterator[None]:
     try:
         yield
     except EnvError as exc:
-        if exc.error_type == "AttributeError":
+        if exc.error_type == "AttributeError" and not isinstance(exc, AttributeError):
             raise AttributeError(str(exc)) from exc
         raise

@@ -82,8 +82,65 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env; ``recv()`` then hands out the reset batches (async batches)."""
 
+    @abstractmethod
+    def call_envs(self, env_ids: Any, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """``call`` in the envs ``env_ids`` only (SB3's ``env_method(..., indices=)``): their results,
+        in the order of ``env_ids``; the other envs are not touched."""
+
+    @abstractmethod
+    def get_attr_envs(self, env_ids: Any, name: str) -> tuple[Any, ...]:
+        """``get_attr`` of the envs ``env_ids`` only, in their order."""
+
+    @abstractmethod
+    def set_attr_envs(self, env_ids: Any, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """``set_attr`` in the envs ``env_ids`` only: one value for all, or one per env named."""
+
+    @abstractmethod
+    def get_state(self, env_ids: Any, allow_pickle: bool = False) -> list[bytes]:
+        """Each env's state (opaque bytes, made in its runtime), restorable by ``set_state``."""
+
+    @abstractmethod
+    def set_state(self, states: Any, env_ids: Any, allow_pickle: bool = False) -> tuple[Any, dict[str, Any]]:
+        """Restore states into envs (one each; one state into several: a fork): every env's observation."""
+
+    @abstractmethod
+    def record_frames(self, env_ids: Any, on: bool = True) -> None:
+        """Turn frame capture on (or off) in the envs ``env_ids``: while on, each of their steps renders
+        on its own server after the step and the frame rides in the env's info (``RecordVideo``
+        takes it out again); the other envs never render. Needs ``render_mode="rgb_array"``."""
+
+    @abstractmethod
+    def stats(self, window: float = 10.0) -> dict[str, Any]:
+        """Where the time goes over the last ``window`` seconds: rates, per-env step latency, per
+        server load, the agent's time inside and away from the portal, and the verdict ``bound``."""
+
     @property
     @abstractmethod
     def servers(self) -> list[dict[str, Any]]:
         """Where each env lives: one dict per env server with ``server`` (its index), ``envs`` (the
         env indices it hosts), ``runtime`` (a description) and ``pid`` (on its host, where known)."""
+
+
+def check_env_ids(env_ids: Any, num_envs: int) -> list[int]:
+    """The env indices a per-env call names, checked as every portal kind checks them."""
+    try:
+        ids = [int(i) for i in np.asarray(env_ids).reshape(-1)]
+    except (TypeError, ValueError):
+        raise TypeError(f"env_ids must be env indices (ints), got {env_ids!r:.80}") from None
+    if not ids:
+        raise ValueError("env_ids names no env: give at least one index")
+    if min(ids) < 0 or max(ids) >= num_envs or len(set(ids)) != len(ids):
+        raise ValueError(f"env_ids must be distinct env indices in [0, {num_envs}), got {ids}")
+    return ids
+
+
+def per_env_values(values: Any, count: int) -> list[Any]:
+    """``set_attr``'s values: one for all envs, or a list or tuple of one per env."""
+    if not isinstance(values, (list, tuple)):
+        return [values] * count
+    if len(values) != count:
+        raise ValueError(
+            "Values must be a list or tuple with length equal to the number of environments. "
+            f"Got `{len(values)}` values for {count} environments."
+        )
+    return list(values)

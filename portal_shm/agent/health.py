@@ -45,10 +45,11 @@ class Health:
             self.broken = exc
             self.session.graceful = False
 
-    def raise_env_errors(self, errors: list[EnvError]) -> NoReturn:
+    def raise_env_errors(self, errors: list[EnvError], fatal: bool = True) -> NoReturn:
         """Raise an env's error: the first one, or in the env_fns form the last one after logging all
-        as AsyncVectorEnv does (whose failed workers shut down: the portal then refuses further calls)."""
-        if self.gymnasium_form:
+        as AsyncVectorEnv does (whose failed workers shut down: the portal then refuses further calls).
+        ``fatal=False`` (per-env calls, as SB3's): the first one, and the portal goes on."""
+        if self.gymnasium_form and fatal:
             F.log_env_errors(errors)
             self.broken = errors[-1]
             raise errors[-1]

@@ -86,16 +86,37 @@ class Lockstep:
         self.calls.send(messages)
         self.slot = k
 
-    def reset_wait(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
+    def set_state_async(self, states: dict[int, bytes], allow_pickle: bool) -> None:
+        """Restore the envs ``states`` names (env index -> state) into a new slot; the others keep
+        their observation there, as in a masked reset (every server writes its rows of the slot)."""
+        k, prev = (self.slot + 1) % self.ring.ring_depth, max(self.slot, 0)
+        messages = []
+        for server in self.servers:
+            envs = [i for i in server.env_indices if i in states]
+            messages.append(
+                {
+                    "cmd": P.SET_STATE,
+                    "slot": k,
+                    "prev_slot": prev,
+                    "envs": envs,
+                    "states": [states[i] for i in envs],
+                    "allow_pickle": allow_pickle,
+                }
+            )
+        self.calls.send(messages)
+        self.slot = k
+
+    def reset_wait(self, timeout: Optional[float], what: str = "reset") -> tuple[Any, dict[str, Any]]:
+        """The observations and infos of ``reset_async`` (or of ``set_state_async``: ``what``)."""
         k = self.slot
-        extras, _, errors, failed = self.calls.replies("reset", timeout)
+        extras, _, errors, failed = self.calls.replies(what, timeout)
         # -- recovery: restart failed servers and repeat the reset for their envs --
         restarted = []
         for server, cause in failed.items():
             extras.update(self.recovery.retry_reset(server, self.calls.messages[server.index], cause))
             restarted.extend(server.env_indices)
         if errors:
-            self.health.raise_env_errors(errors)
+            self.health.raise_env_errors(errors, fatal=what == "reset")
         infos = self.ring.gather(k, extras, {})
         for i in restarted:
             infos = add_info(infos, {"env_restarted": True}, i, self.ring.num_envs)

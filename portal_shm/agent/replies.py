@@ -43,13 +43,18 @@ def send_all(
 
 
 def collect(
-    servers: list[ServerLink], what: str, timeout: Optional[float], restart: bool
+    servers: list[ServerLink],
+    what: str,
+    timeout: Optional[float],
+    restart: bool,
+    chosen: Optional[dict[int, list[int]]] = None,
 ) -> tuple[dict[int, bytes], list[Any], list[EnvError], Failed]:
     """One reply per server: (infos blobs beside the ring, results, env errors, failed servers).
 
     With the restart policy a failed server does not stop the collection: it is returned in the
     fourth item (server -> exception) for the caller to recover. A reset counts an env's exception
-    as a failure, other calls only a broken server.
+    as a failure, other calls only a broken server. ``chosen``: a call that names some envs only
+    (server index -> its envs named), whose results are one per env named.
     """
     extras: dict[int, bytes] = {}
     results: list[Any] = []
@@ -66,7 +71,8 @@ def collect(
                     raise server_errors[0]
                 errors.extend(server_errors)
             elif message["cmd"] == P.REPLY:
-                server_extras, server_results = check_reply(message, server.env_indices, server.describe())
+                envs = server.env_indices if chosen is None else chosen[server.index]
+                server_extras, server_results = check_reply(message, envs, server.describe())
                 extras.update(server_extras)
                 results.extend(server_results)
             else:
@@ -89,27 +95,33 @@ class ControlCalls:
         self.step_timeout: Optional[float] = recovery.step_timeout
         self._sent: list[ServerLink] = []
         self._send_failed: Failed = {}
-        self.messages: list[dict[str, Any]] = []
+        self._chosen: Optional[dict[int, list[int]]] = None
+        self.messages: dict[int, dict[str, Any]] = {}
 
-    def send(self, messages: list[dict[str, Any]]) -> None:
-        """Send one message per server and wake it; raises ``TypeError`` naming an unsendable value
-        before any server is told."""
+    def send(self, messages: list[dict[str, Any]], chosen: Optional[dict[int, list[int]]] = None) -> None:
+        """Send one message per server (with ``chosen``, only to the servers it names: server index ->
+        the envs named there) and wake it; raises ``TypeError`` naming an unsendable value before any
+        server is told."""
         for message in messages:
             P.packb(message)
-        self.messages = messages
-        self._sent, self._send_failed = send_all(self.servers, messages, self.recovery.enabled)
+        servers = self.servers if chosen is None else [self.servers[index] for index in chosen]
+        self.messages = {server.index: message for server, message in zip(servers, messages)}
+        self._chosen = chosen
+        self._sent, self._send_failed = send_all(servers, messages, self.recovery.enabled)
 
     def replies(
         self, what: str, timeout: Optional[float]
     ) -> tuple[dict[int, bytes], list[Any], list[EnvError], Failed]:
         """``collect``'s four items for the servers reached, those not reached among the failed."""
         timeout = self.step_timeout if timeout is None else timeout
-        extras, results, errors, failed = collect(self._sent, what, timeout, self.recovery.enabled)
+        extras, results, errors, failed = collect(self._sent, what, timeout, self.recovery.enabled, self._chosen)
         failed.update(self._send_failed)
         return extras, results, errors, failed
 
     def wait(self, what: str, timeout: Optional[float]) -> list[Any]:
-        """The results of a call, one per env (or none); a failed server is restarted and raises."""
+        """The results of a call, one per env (or none); a failed server is restarted and raises.
+
+        An env's exception in a call naming some envs (``chosen``) leaves the portal usable."""
         _, results, errors, failed = self.replies(what, timeout)
         # -- recovery: restart broken servers; the call still raises, their envs end next step --
         for server, exc in failed.items():
@@ -117,7 +129,8 @@ class ControlCalls:
         if failed:
             raise self.health.recovered(next(iter(failed.values())))
         if errors:
-            self.health.raise_env_errors(errors)
-        if len(results) not in (0, self.num_envs):
-            raise ServerProtocolError(f"env servers returned {len(results)} results for {self.num_envs} envs")
+            self.health.raise_env_errors(errors, fatal=self._chosen is None)
+        expected = self.num_envs if self._chosen is None else sum(len(envs) for envs in self._chosen.values())
+        if len(results) not in (0, expected):
+            raise ServerProtocolError(f"env servers returned {len(results)} results for {expected} envs")
         return results

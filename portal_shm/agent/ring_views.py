@@ -46,6 +46,12 @@ class RingViews:
         info_capacity: int,
     ) -> None:
         self.mailbox = views["mailbox"]
+        #: The servers' counters (``wire/stats.py``), read by ``agent/stats.py``.
+        self.stats_views = {name: views[name] for name in ("env_stats", "env_hist", "server_stats")}
+        #: Ring bytes one env step writes and reads: its observation, action, reward, flags, infos length.
+        self.env_step_bytes = sum(
+            int(view[0, 0].nbytes) for name, view in views.items() if name.startswith(("obs.", "act."))
+        ) + sum(int(views[name][0, 0].nbytes) for name in ("reward", "terminated", "truncated", "info_len"))
         self.reward, self.terminated, self.truncated = views["reward"], views["terminated"], views["truncated"]
         self.info_len, self.info = views["info_len"], views["info"]
         self.num_envs = self.reward.shape[1]

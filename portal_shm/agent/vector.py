@@ -23,7 +23,7 @@ from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from ..errors import PortalError
+from ..errors import PortalError, ServerProtocolError
 from ..runtimes.backend import Backend
 from ..wire import protocol as P
 from ..wire.doorbell import Waiter
@@ -31,17 +31,19 @@ from ..wire.layout import ring_layout
 from . import env_fns as F
 from .batch_driver import Batch, BatchDriver
 from .batches import batch_grouping
-from .contract import PortalVectorEnv
+from .contract import PortalVectorEnv, check_env_ids, per_env_values
 from .health import Health
 from .lockstep import Lockstep
 from .pending import AsyncState, PendingCall
 from .portal_spaces import ObservationMode, check_observation_mode, portal_spaces
+from .publish import Publisher
 from .recovery import Recovery, check_policy
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import PortalSession
 from .spec import EnvSpec
 from .spin import default_spin_wait, server_spin
+from .stats import WINDOW_S, AgentClock, StatsReader
 
 DEFAULT_RING_DEPTH = 4  # batches the ring holds (remote lockstep replies reuse as many arrays)
 
@@ -219,6 +221,14 @@ class VectorPortal(PortalVectorEnv):
                 spin_wait=self.spin_wait,
                 loose_actions=self._gymnasium_form,
             )
+            self._clock = AgentClock()
+            self._stats = StatsReader(
+                self._ring.stats_views, servers, self._clock, lambda: self._recovery.restarts, self._ring.env_step_bytes
+            )
+            self._publisher = Publisher(
+                self._session.resources.run_dir, self._describe, lambda: self._stats.report(WINDOW_S)
+            )
+            self._clock.on_tick = self._tick
             self._batches: Optional[BatchDriver] = None
             if self._async:
                 if self._ring.actions is None:
@@ -310,6 +320,7 @@ class VectorPortal(PortalVectorEnv):
                 )
             self._run(self._batches.reset, seeds, options)
         else:
+            self._clock.enter()
             self._run(self._lockstep.reset_async, seeds, options, mask)
         self._pending.begin(AsyncState.WAITING_RESET)
 
@@ -323,6 +334,7 @@ class VectorPortal(PortalVectorEnv):
             obs, _, _, _, infos = self.recv(timeout)
             return obs, infos
         result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, timeout)
+        self._clock.leave()
         return result
 
     def step_async(self, actions: Any) -> None:
@@ -332,6 +344,7 @@ class VectorPortal(PortalVectorEnv):
         if self._batches is not None:
             self.send(actions)
         else:
+            self._clock.enter()
             self._run(self._lockstep.step_async, actions)
         self._pending.begin(AsyncState.WAITING_STEP)
 
@@ -348,6 +361,7 @@ class VectorPortal(PortalVectorEnv):
         if self._batches is not None:
             return self.recv(timeout)
         result: Batch = self._run(self._lockstep.step_wait, timeout)
+        self._clock.leave()
         return result
 
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
@@ -363,14 +377,16 @@ class VectorPortal(PortalVectorEnv):
         self._pending.check_waiting(AsyncState.WAITING_CALL)
         return tuple(self._control_wait("call", timeout))
 
-    def _send_control(self, messages: list[dict[str, Any]], what: str) -> None:
+    def _send_control(
+        self, messages: list[dict[str, Any]], what: str, chosen: Optional[dict[int, list[int]]] = None
+    ) -> None:
         self._check_usable()
         self._pending.check_idle(what)
         for message in messages:
             P.packb(message)  # raises TypeError naming an unsendable value before any server is told
         if self._batches is not None:
             self._run(self._batches.settle)
-        self._run(self._calls.send, messages)
+        self._run(self._calls.send, messages, chosen)
         self._pending.begin(AsyncState.WAITING_CALL)
 
     def _control_wait(self, what: str, timeout: Optional[float]) -> list[Any]:
@@ -378,9 +394,91 @@ class VectorPortal(PortalVectorEnv):
         results: list[Any] = self._run(self._calls.wait, what, timeout)
         return results
 
-    def _control(self, messages: list[dict[str, Any]], what: str) -> list[Any]:
-        self._send_control(messages, what)
+    def _control(
+        self, messages: list[dict[str, Any]], what: str, chosen: Optional[dict[int, list[int]]] = None
+    ) -> list[Any]:
+        self._send_control(messages, what, chosen)
         return self._control_wait(what, None)
+
+    def _chosen(self, env_ids: Any) -> tuple[list[int], dict[int, list[int]]]:
+        """(the env ids, checked; server index -> the ids it hosts, in their order), servers ascending."""
+        ids = check_env_ids(env_ids, self.num_envs)
+        server_of = {i: server.index for server in self._session.servers for i in server.env_indices}
+        chosen: dict[int, list[int]] = {}
+        for i in ids:
+            chosen.setdefault(server_of[i], []).append(i)
+        return ids, dict(sorted(chosen.items()))
+
+    def call_envs(self, env_ids: Any, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """``call(name, ...)`` in the envs ``env_ids`` only (SB3's ``env_method(..., indices=)``): their
+        results in the order of ``env_ids``; the other envs' servers are not even woken."""
+        if self._gymnasium_form and name in ("reset", "step", "close"):
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
+        ids, chosen = self._chosen(env_ids)
+        messages = [
+            {"cmd": P.CALL, "name": name, "args": list(args), "kwargs": kwargs, "envs": envs}
+            for envs in chosen.values()
+        ]
+        results = self._control(messages, f"call({name!r})", chosen)
+        if not results:
+            return tuple(None for _ in ids)
+        by_env = dict(zip((i for envs in chosen.values() for i in envs), results))
+        return tuple(by_env[i] for i in ids)
+
+    def get_state(self, env_ids: Any, allow_pickle: bool = False) -> list[bytes]:
+        """The state of each env of ``env_ids``, as opaque bytes (``portal_shm.server.state``): a
+        versioned msgpack blob made in the env's runtime, restorable into any env of the same id
+        and versions (another server, container or host). ``allow_pickle``: envs with no state
+        adapter are pickled inside their runtime (the agent never unpickles anything)."""
+        ids, chosen = self._chosen(env_ids)
+        messages = [{"cmd": P.GET_STATE, "envs": envs, "allow_pickle": bool(allow_pickle)} for envs in chosen.values()]
+        results = self._control(messages, "get_state", chosen)
+        by_env = dict(zip((i for envs in chosen.values() for i in envs), results))
+        states = [by_env.get(i) for i in ids]
+        if not all(isinstance(state, bytes) for state in states):
+            raise ServerProtocolError("an env server answered get_state with something that is not bytes")
+        return states  # type: ignore[return-value]
+
+    def set_state(
+        self, states: Sequence[bytes], env_ids: Any, allow_pickle: bool = False
+    ) -> tuple[Any, dict[str, Any]]:
+        """Restore ``states`` (from ``get_state``) into the envs ``env_ids``, one each (a state may go
+        to several envs: a fork); returns every env's observation, as a masked reset does (the
+        others' unchanged), and the restored envs' infos. Their episodes go on from the state.
+        ``allow_pickle``: accept states the env's runtime pickled (unpickling there runs code)."""
+        ids = check_env_ids(env_ids, self.num_envs)
+        states = list(states)
+        if len(states) != len(ids) or not all(isinstance(state, bytes) for state in states):
+            raise ValueError(f"set_state takes one state (bytes, from get_state) per env: {len(states)} for {len(ids)}")
+        if self._batches is not None:
+            raise PortalError(
+                "set_state is for lockstep portals: with batch_size the envs are in different slots of "
+                "the ring; make the portal without batch_size to restore states"
+            )
+        self._check_usable()
+        self._pending.check_idle("set_state")
+        self._run(self._lockstep.set_state_async, dict(zip(ids, states)), bool(allow_pickle))
+        result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, None, "set_state")
+        return result
+
+    def record_frames(self, env_ids: Any, on: bool = True) -> None:
+        """Frame capture on (or off) in the envs ``env_ids``, from their next step on; only their
+        servers are told, and an env that cannot render ``rgb_array`` frames fails with the fix."""
+        _, chosen = self._chosen(env_ids)
+        messages = [{"cmd": P.RECORD, "envs": envs, "on": bool(on)} for envs in chosen.values()]
+        self._control(messages, "record_frames", chosen)
+
+    def get_attr_envs(self, env_ids: Any, name: str) -> tuple[Any, ...]:
+        return self.call_envs(env_ids, name)
+
+    def set_attr_envs(self, env_ids: Any, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        ids, chosen = self._chosen(env_ids)
+        value_of = dict(zip(ids, per_env_values(values, len(ids))))
+        messages = [
+            {"cmd": P.SET_ATTR, "name": name, "values": [value_of[i] for i in envs], "envs": envs}
+            for envs in chosen.values()
+        ]
+        self._control(messages, f"set_attr({name!r})", chosen)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
@@ -399,13 +497,7 @@ class VectorPortal(PortalVectorEnv):
         return self.get_attr("np_random")
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        if not isinstance(values, (list, tuple)):
-            values = [values for _ in range(self.num_envs)]
-        if len(values) != self.num_envs:
-            raise ValueError(
-                "Values must be a list or tuple with length equal to the number of environments. "
-                f"Got `{len(values)}` values for {self.num_envs} environments."
-            )
+        values = per_env_values(values, self.num_envs)
         messages = [
             {"cmd": P.SET_ATTR, "name": name, "values": [values[i] for i in server.env_indices]}
             for server in self._session.servers
@@ -432,7 +524,9 @@ class VectorPortal(PortalVectorEnv):
         ``actions`` is batched along ``env_ids``; the envs must form whole servers that are not
         already stepping (the envs ``recv`` hands out always do). Returns at once.
         """
-        self._run(self._require_batches("send").send, actions, env_ids)
+        batches = self._require_batches("send")
+        self._clock.enter()
+        self._run(batches.send, actions, env_ids)
 
     def recv(self, timeout: float | None = None) -> Batch:
         """The first ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``.
@@ -446,7 +540,9 @@ class VectorPortal(PortalVectorEnv):
         batches = self._require_batches("recv")
         if self._pending.state is AsyncState.WAITING_STEP:
             self._pending.end()
+        self._clock.enter()
         result: Batch = self._run(batches.recv, timeout)
+        self._clock.leave()
         return result
 
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
@@ -504,6 +600,31 @@ class VectorPortal(PortalVectorEnv):
         """Whether the restart policy has a step to change (a restarted server's envs): then only
         ``step_wait`` finishes the step."""
         return self._recovery.pending
+
+    def stats(self, window: float = WINDOW_S) -> dict[str, Any]:
+        """Where the time goes, over the last ``window`` seconds (and ``since_start``): env steps/s,
+        per env its server-measured step latency (p50/p90/p99 µs, sampled), episodes, resets and
+        restarts; per server its rate, busy share, CPU share and RSS; the agent's share of time
+        inside portal calls and away from them; ring bytes/s; and the bottleneck verdict
+        (``bound``: see ``portal_shm.agent.bound`` for its rules). Reading costs the servers nothing."""
+        self._check_usable()
+        return self._stats.report(window)
+
+    def _tick(self) -> None:
+        """Once a second, from the portal's own calls: a snapshot for ``stats``, a report for ``top``."""
+        self._stats.keep()
+        self._publisher.tick()
+
+    def _describe(self) -> dict[str, Any]:
+        first = self._session.servers[0].spec if self._session.servers else None
+        return {
+            "kind": "local",
+            "env_id": None if first is None else first.id,
+            "num_envs": self.num_envs,
+            "batch_size": self.batch_size,
+            "tag": self.tag,
+            "servers": self.servers,
+        }
 
     @property
     def restarts(self) -> list[int]:

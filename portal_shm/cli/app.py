@@ -166,12 +166,18 @@ def build_parser() -> argparse.ArgumentParser:
     from ..bench.cli import add_bench_command
     from .docker import add_docker_commands
     from .env import add_env_commands
+    from .record import add_record_command
     from .remote import add_remote_commands
+    from .top import add_top_command
+    from .tune import add_tune_command
 
     add_docker_commands(commands)
     add_env_commands(commands)
     add_remote_commands(commands)
     add_bench_command(commands)
+    add_tune_command(commands)
+    add_top_command(commands)
+    add_record_command(commands)
 
     gc = commands.add_parser(
         "gc",

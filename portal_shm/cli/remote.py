@@ -98,6 +98,7 @@ def host_policy(args: argparse.Namespace) -> Any:
             k: os.path.abspath(os.path.expanduser(v)) for k, v in _named(args.micromamba, "--micromamba").items()
         },
         agent_installs=args.agent_installs,
+        pickled_states=args.pickled_states,
         env_kwargs=_list(args.env_kwargs) or (),
         calls=_list(args.calls) if args.calls is not None else defaults.calls,
     )
@@ -212,6 +213,12 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="let agents name packages for venvs (requirements=[...]): installing a package runs its code on this "
         "host, so this gives every agent key the right to run code here",
+    )
+    policy.add_argument(
+        "--pickled-states",
+        action="store_true",
+        help="let agents save and restore env states that the env runtime pickles (get_state(allow_pickle=True)): "
+        "unpickling runs code, so this gives every agent key the right to run code in the env runtimes",
     )
     policy.add_argument(
         "--env-kwargs",

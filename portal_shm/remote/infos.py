@@ -18,6 +18,7 @@ from ..errors import ServerProtocolError
 # Values of these arrays cross as Python numbers: the agent's batching gives them the same dtype
 # (gymnasium picks int64, float64, bool for int, float, bool), and msgpack packs them natively,
 # where numpy scalars take a Python hook each way (for every value of every batch).
+HOST_PREFIX = "env host "  # how texts about a host's envs start on the agent (errors and env_failure)
 _NATIVE = frozenset(np.dtype(t) for t in (np.int64, np.float64, np.bool_))
 
 
@@ -64,11 +65,14 @@ def unbatch(infos: dict, count: int, skip: tuple = ("env_id", "_env_id")) -> lis
     return [[j, env_info] for j, env_info in enumerate(per_env) if env_info is not None]
 
 
-def batch(sparse: Any, positions: Any, total: int, what: str, infos: Optional[dict] = None) -> dict:
+def batch(sparse: Any, positions: Any, total: int, what: str, infos: Optional[dict] = None, envs: Any = None) -> dict:
     """gymnasium's vector infos of a batch of ``total`` from a host's sparse per-env infos.
 
-    ``positions[j]`` is where the host's env ``j`` sits in the batch; the host's list is untrusted.
-    Hosts are added in env order into one ``infos``, so dtypes come out as in one process.
+    ``positions[j]`` is where the host's env ``j`` sits in the batch, ``envs[j]`` its index in the
+    agent's portal (default: its position); the host's list is untrusted. Hosts are added in env
+    order into one ``infos``, so dtypes come out as in one process. A host's ``env_failure`` text
+    names its own envs (its local portal's numbering): it is prefixed with the host and the env's
+    index here, as errors from hosts are.
     """
     infos = {} if infos is None else infos
     if not isinstance(sparse, list):
@@ -79,6 +83,10 @@ def batch(sparse: Any, positions: Any, total: int, what: str, infos: Optional[di
         j, env_info = item
         if not 0 <= j < len(positions):
             raise ServerProtocolError(f"{what} sent infos for env {j}, which is not in the batch")
+        failure = env_info.get("env_failure")
+        if isinstance(failure, str) and not failure.startswith(HOST_PREFIX):
+            env = int(positions[j] if envs is None else envs[j])
+            env_info = {**env_info, "env_failure": f"{HOST_PREFIX}{what[len('host ') :]} (envs [{env}]): {failure}"}
         try:
             infos = add_info(infos, env_info, int(positions[j]), total)
         except Exception as exc:

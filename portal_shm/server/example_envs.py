@@ -17,7 +17,9 @@ from gymnasium import spaces
 
 
 class NullEnv(gym.Env):
-    """Returns one preallocated frame every step: measures pure transport cost."""
+    """Returns one preallocated frame every step: measures pure transport cost.
+
+    ``renders`` counts its ``render()`` calls, so tests can tell which envs were rendered."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -27,6 +29,7 @@ class NullEnv(gym.Env):
         self.frame = np.zeros(tuple(shape), np.uint8)
         self.episode_length = episode_length
         self.render_mode = render_mode
+        self.renders = 0
         self.t = 0
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
@@ -39,7 +42,54 @@ class NullEnv(gym.Env):
         return self.frame, 0.0, False, self.t >= self.episode_length, {}
 
     def render(self):
+        self.renders += 1
         return self.frame
+
+
+class SlowEnv(gym.Env):
+    """Takes ``step_ms`` per step (sleeping, as an env waiting on a simulator would): a known cost."""
+
+    def __init__(self, step_ms: float = 1.0, episode_length: int = 200):
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.step_ms, self.episode_length, self.t = float(step_ms), int(episode_length), 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        time.sleep(self.step_ms / 1000)
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, False, self.t >= self.episode_length, {}
+
+
+class RandomWalkEnv(gym.Env):
+    """A noisy walk (the noise from ``np_random``) with ``get_state``/``set_state`` of its own:
+    the state of the env, its generator and its wrappers travel in ``portal_shm`` env states."""
+
+    def __init__(self, episode_length: int = 50):
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.episode_length, self.position, self.t = int(episode_length), 0.0, 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.position, self.t = float(self.np_random.normal()), 0
+        return np.array([self.position], np.float32), {}
+
+    def step(self, action):
+        self.position += float(action) - 0.5 + 0.1 * float(self.np_random.normal())
+        self.t += 1
+        obs = np.array([self.position], np.float32)
+        return obs, self.position, False, self.t >= self.episode_length, {"t": self.t}
+
+    def get_state(self) -> dict:
+        return {"position": self.position, "t": self.t}
+
+    def set_state(self, state: dict) -> None:
+        self.position, self.t = float(state["position"]), int(state["t"])
 
 
 class NestedEnv(gym.Env):

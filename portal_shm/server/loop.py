@@ -18,12 +18,17 @@ import numpy as np
 import zmq
 
 from ..wire import protocol as P
+from ..wire import stats as S
+from ..wire import trees
 from ..wire.doorbell import Bell, Waiter, close_all, spin_until
 from ..wire.handoff import fetch_descriptors
 from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
+from .recording import check_renders, stepping_envs
+from .state import capture, restore
+from .stats import ServerCounters
 
 IDLE_CHECK_SECONDS = 0.5
 WATCHDOG_GRACE_SECONDS = 3.0
@@ -95,6 +100,8 @@ class EnvServer:
         self.config = config
         self.env_indices = [int(i) for i in config["env_indices"]]
         self.envs = envs
+        # What the step loop steps: ``envs``, with ``Recorded`` stand-ins while their frames are captured.
+        self.stepping = list(envs)
         self.autoreset = [False] * len(envs)
         self.last_var_obs: list = [None] * len(envs)
         self.context = zmq.Context()
@@ -221,6 +228,9 @@ class EnvServer:
         self.info_len = views["info_len"]
         self.info = views["info"]
         self.info_capacity = self.info.shape[2]
+        self.counters = ServerCounters(self.envs, views, self.rows, self.config["server_index"])
+        self.obs_schema = obs_schema
+        self.last_slot = 0
 
     def wait_command(self) -> bool:
         """True once the agent posted a command, False after ``IDLE_CHECK_SECONDS`` without one.
@@ -247,6 +257,7 @@ class EnvServer:
             if not self.wait_command():
                 if not self.agent_alive():
                     raise AgentGone()
+                self.counters.flush(time.perf_counter_ns())
                 continue
             cmd = int(mailbox[CMD])
             if cmd == P.CMD_STEP or cmd == P.CMD_STEP_ACTIONS:
@@ -310,7 +321,12 @@ class EnvServer:
         serving a cheap env); values that numpy refuses are written again one env at a time,
         so the env that returned them is the one reported.
         """
+        start = time.perf_counter_ns()
+        self.last_slot = k
         mailbox = self.mailbox
+        counters = self.counters
+        counters.steps += 1
+        sampled = not counters.steps & (S.SAMPLE_EVERY - 1)
         extras: dict = {}
         errors: list = []
         mode = self.autoreset_mode
@@ -321,7 +337,7 @@ class EnvServer:
                 raise P.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
             actions = message["actions"]
         envs, indices, autoreset, read_action, whole = (
-            self.envs,
+            counters.timed if sampled else self.stepping,
             self.env_indices,
             self.autoreset,
             self.read_action,
@@ -333,6 +349,7 @@ class EnvServer:
             env, i = envs[j], indices[j]
             try:
                 if autoreset[j] and mode == NEXT_STEP:
+                    counters.episodes[j] += 1
                     obs, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
                     infos = [info]
@@ -346,6 +363,7 @@ class EnvServer:
                     obs, reward, terminated, truncated, info = env.step(action)
                     infos = [info]
                     if mode == SAME_STEP and (terminated or truncated):
+                        counters.episodes[j] += 1
                         infos = [{"final_obs": obs, "final_info": info}]
                         obs, info = env.reset()
                         infos.append(info)
@@ -364,6 +382,12 @@ class EnvServer:
                 # Every env steps, as each would in a process of its own; all errors are reported.
                 errors.append(error_message(exc, i, "step"))
         self._write_results(k, rewards, terminateds, truncateds, lengths, errors)
+        if sampled:
+            counters.commit_sample()
+        now = time.perf_counter_ns()
+        counters.busy_ns += now - start
+        if now >= counters.flush_at:
+            counters.flush(now)
         if errors:
             self.send(dict(errors[0], more=errors[1:]))
             mailbox[STATUS] = STATUS_ERROR
@@ -398,7 +422,7 @@ class EnvServer:
         cmd = message.get("cmd")
         env_index = None
         try:
-            if cmd == P.RESET:
+            if cmd == P.RESET or cmd == P.SET_STATE:
                 errors = self.reset(message)
                 if errors:
                     self.send(dict(errors[0], more=errors[1:]))
@@ -406,15 +430,32 @@ class EnvServer:
                     self.send({"cmd": P.REPLY, "extras": self._reset_extras})
             elif cmd == P.CALL:
                 results = []
-                for j, env in enumerate(self.envs):
+                for j in self._chosen(message):
                     env_index = self.env_indices[j]
-                    attr = get_attr(env, message["name"])
+                    attr = get_attr(self.envs[j], message["name"])
                     results.append(attr(*message["args"], **message["kwargs"]) if callable(attr) else attr)
                 self._reply_results(results, message["name"])
             elif cmd == P.SET_ATTR:
-                for j, env in enumerate(self.envs):
+                for value, j in zip(message["values"], self._chosen(message)):
                     env_index = self.env_indices[j]
-                    set_attr(env, message["name"], message["values"][j])
+                    set_attr(self.envs[j], message["name"], value)
+                self.send({"cmd": P.REPLY})
+            elif cmd == P.GET_STATE:
+                results = []
+                allow_pickle = message.get("allow_pickle") is True
+                for j in self._chosen(message):
+                    env_index = self.env_indices[j]
+                    env = self.envs[j]
+                    pending = self.autoreset[j]  # its episode ended: the next step resets it
+                    results.append(capture(env, env_name(env), self._last_obs(j), None, allow_pickle, pending))
+                self._reply_results(results, "get_state")
+            elif cmd == P.RECORD:
+                on, chosen = message.get("on") is True, self._chosen(message)
+                for j in chosen if on else ():
+                    env_index = self.env_indices[j]
+                    check_renders(self.envs[j], env_index)
+                self.stepping = stepping_envs(self.envs, self.stepping, chosen, self.env_indices, on)
+                self.counters.wrap(self.stepping)  # sampled steps of recorded envs: timed and recorded
                 self.send({"cmd": P.REPLY})
             elif cmd == P.RENDER:
                 results = []
@@ -439,6 +480,29 @@ class EnvServer:
             self.send(error_message(exc, env_index, str(cmd)))
         return True
 
+    def _last_obs(self, j: int) -> Any:
+        """Env ``j``'s observation as it last wrote it into the ring (and beside it)."""
+        i, k, var = self.env_indices[j], self.last_slot, self.last_var_obs[j] or {}
+        fixed = {
+            index: self.ring.views[f"obs.{index}"]
+            for index, (_, leaf) in enumerate(leaves(self.obs_schema))
+            if is_fixed(leaf)
+        }
+        return trees.unflatten(
+            (
+                fixed[index][k, i].copy() if index in fixed else var.get(index)
+                for index in range(len(leaves(self.obs_schema)))
+            ),
+            self.obs_schema,
+        )
+
+    def _chosen(self, message: dict) -> list:
+        """Positions of the envs a call names (``envs``: their indices; all of this server's by default)."""
+        envs = message.get("envs")
+        if envs is None:
+            return list(range(len(self.envs)))
+        return [self.env_indices.index(i) for i in envs]
+
     def _reply_results(self, results: list, name: str) -> None:
         try:
             data = P.packb({"cmd": P.REPLY, "results": results})
@@ -449,14 +513,27 @@ class EnvServer:
     def reset(self, message: dict) -> list:
         """Reset the envs (those in the mask); returns the error messages of envs that raised."""
         k, prev = int(message["slot"]), int(message["prev_slot"])
-        seeds, options, mask = message["seeds"], message.get("options"), message.get("mask")
+        self.last_slot = k
+        seeds, options, mask = message.get("seeds"), message.get("options"), message.get("mask")
+        states = dict(zip(message["envs"], message["states"])) if message.get("cmd") == P.SET_STATE else None
         self._reset_extras = {}
         errors = []
         for j, env in enumerate(self.envs):
             i = self.env_indices[j]
             payload: list = []
-            if mask is None or mask[j]:
+            if states is not None and i in states:
                 try:
+                    obs, info, pending = restore(env, states[i], env_name(env), message.get("allow_pickle") is True)
+                    self.autoreset[j] = pending  # a state taken at an episode's end resets at the next step
+                    self._write(k, j, i, obs, payload)
+                    self._publish(k, i, [info], payload, self._reset_extras)
+                except Exception as exc:
+                    errors.append(error_message(exc, i, P.SET_STATE))
+            elif states is None and (mask is None or mask[j]):
+                try:
+                    self.counters.resets[j] += 1
+                    if self.autoreset[j] and self.autoreset_mode != SAME_STEP:
+                        self.counters.episodes[j] += 1  # an ended episode not autoreset yet ends here
                     obs, info = env.reset(seed=seeds[j], options=options)
                     self.autoreset[j] = False
                     self._write(k, j, i, obs, payload)
@@ -487,3 +564,12 @@ def _probe_agent(path: Optional[str], fd: Optional[int]) -> tuple:
         return True, fd
     fcntl.lockf(fd, fcntl.LOCK_UN)
     return False, fd
+
+
+def env_name(env: Any) -> str:
+    """What a state names its env by: the registered id, else the base env's class."""
+    spec = getattr(env, "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        return str(spec.id)
+    base = getattr(env, "unwrapped", env)
+    return f"{type(base).__module__}:{type(base).__qualname__}"

@@ -8,11 +8,32 @@ frame stacking happen inside the env's runtime, so the ring (and the agent) only
 This module is imported inside env runtimes (images, old interpreters): Python 3.9 syntax and
 only gymnasium and numpy. Resizing is numpy-only (an exact area average), because the env images
 carry no OpenCV, which gymnasium's own ``AtariPreprocessing`` and ``ResizeObservation`` need.
+
+``atari()``'s defaults beside envpool's Atari defaults (``portal_shm.envpool.make("Pong-v5")``
+passes envpool's, so scripts written for envpool see the same games)::
+
+    what                    atari() default              envpool default
+    frames stacked          stack=4                      stack_num=4
+    frame size              screen_size=84 (or (h, w))   img_height=84, img_width=84
+    colour                  grayscale=True               gray_scale=True (RGB: (3*stack, h, w))
+    action repeat           frame_skip=4, max of last 2  frame_skip=4, max of last 2
+    no-ops at reset         noop_min=0 .. noop_max=30    1 .. noop_max=30 (noop_min=1)
+    FIRE at reset           fire_reset=False             use_fire_reset=True (as the last no-op)
+    lost life               plays on (both flags False)  episodic_life=False
+    reward                  the game's                   reward_clip=False (raw in info["reward"])
+    sticky actions          0.25 (ALE v5's)              repeat_action_probability=0.0
+    time limit              ALE's 108,000 frames         max_episode_steps=27000 agent steps
+    action set              minimal                      full_action_space=False
+    resizing                exact area average           OpenCV INTER_AREA (use_inter_area_resize)
+
+Frames match envpool's only up to resizing: the area average here and OpenCV's differ by at most
+one grey level on some pixels (rounding), and the random no-op counts come from another generator.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from collections import deque
+from typing import Any, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -88,11 +109,24 @@ def grayscale(frame: np.ndarray) -> np.ndarray:
 class AtariFrames(gym.Wrapper):
     """The usual Atari preprocessing (Machado et al. 2018 / Mnih et al. 2015), numpy only.
 
-    The wrapped ALE env must run with ``frameskip=1`` and ``obs_type="grayscale"``. On reset: up to
-    ``noop_max`` random no-ops. On step: the action repeats ``frame_skip`` times, rewards are summed
-    and the last two frames max-pooled (Atari sprites flicker), then the frame is shrunk to
-    ``screen_size``. ``terminal_on_life_loss`` ends the episode when a life is lost (the game is
-    then reset on the next reset, as gymnasium's ``AtariPreprocessing`` does).
+    The wrapped ALE env must run with ``frameskip=1`` and ``obs_type="grayscale"`` (frames ``(h, w)``)
+    or ``"rgb"`` (frames ``(3, h, w)``, channels first as convolutions take them). On reset:
+    ``noop_min`` to ``noop_max`` random no-ops, the last of them replaced by FIRE if ``fire_reset``
+    and the game has FIRE (games such as Breakout wait for it to launch the ball).
+    On step: the action repeats ``frame_skip`` times, rewards are summed and the last two frames
+    max-pooled (Atari sprites flicker), then the frame is shrunk to ``screen_size``.
+
+    A lost life ends the episode in one of two ways. ``terminal_on_life_loss`` (gymnasium's
+    ``AtariPreprocessing``): the next reset restarts the game, so a return covers one life and
+    ``lives`` never reaches 0. ``episodic_life`` (envpool's): the next reset continues the same
+    game (no-ops and FIRE again, ``continued`` is then True) and only a game over, a truncation or
+    a seeded reset restarts it, so the learner sees one episode per life while the game's score and
+    ``info["lives"]`` run on to the real game over (``lives == 0``), where returns are counted.
+
+    ``reward_clip`` returns the reward's sign, ``info["reward"]`` the game's own. ``max_episode_steps``
+    truncates a game after that many agent steps, counted across its lives (envpool's
+    ``elapsed_step``). ``envpool_infos`` replaces ALE's infos by envpool's: ``lives``, ``reward``
+    (unclipped), ``terminated`` (1 at game over, 0 at a lost life) and ``elapsed_step``.
     """
 
     def __init__(
@@ -100,50 +134,110 @@ class AtariFrames(gym.Wrapper):
         env: gym.Env,
         noop_max: int = 30,
         frame_skip: int = 4,
-        screen_size: int = 84,
+        screen_size: Union[int, tuple] = 84,
         terminal_on_life_loss: bool = False,
+        *,
+        noop_min: int = 0,
+        episodic_life: bool = False,
+        reward_clip: bool = False,
+        fire_reset: bool = False,
+        max_episode_steps: Optional[int] = None,
+        envpool_infos: bool = False,
     ) -> None:
         super().__init__(env)
         shape = env.observation_space.shape
-        if shape is None or len(shape) != 2:
+        if shape is None or len(shape) not in (2, 3) or (len(shape) == 3 and shape[2] != 3):
             raise ValueError(
-                f"AtariFrames needs grayscale frames (H, W); got observation space {env.observation_space}"
+                f"AtariFrames needs grayscale (H, W) or RGB (H, W, 3) frames; got observation space {env.observation_space}"
             )
         if frame_skip < 1:
             raise ValueError(f"frame_skip must be at least 1, got {frame_skip}")
+        if not 0 <= noop_min <= noop_max:
+            raise ValueError(
+                f"no-ops are drawn from [noop_min, noop_max]: got noop_min={noop_min}, noop_max={noop_max}"
+            )
+        if episodic_life and terminal_on_life_loss:
+            raise ValueError(
+                "episodic_life and terminal_on_life_loss both end the episode at a lost life; pass one: "
+                "episodic_life continues the game at the next reset (envpool), terminal_on_life_loss restarts it"
+            )
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be at least 1 (or None), got {max_episode_steps}")
+        size = (screen_size, screen_size) if isinstance(screen_size, int) else tuple(screen_size)
+        self.noop_min = noop_min
         self.noop_max = noop_max
         self.frame_skip = frame_skip
         self.terminal_on_life_loss = terminal_on_life_loss
-        self.resize = AreaResize(shape, (screen_size, screen_size))
+        self.episodic_life = episodic_life
+        self.reward_clip = reward_clip
+        self.max_episode_steps = max_episode_steps
+        self.envpool_infos = envpool_infos
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action = meanings.index("FIRE") if fire_reset and "FIRE" in meanings else None
+        self.rgb = len(shape) == 3
+        self.resize = AreaResize(shape[:2], size)
         self.frames = np.zeros((2,) + tuple(shape), np.uint8)
         self.lives = 0
-        self.observation_space = gym.spaces.Box(0, 255, (screen_size, screen_size), np.uint8)
+        self.elapsed_step = 0
+        self.game_ended = True  # the next reset restarts the game (always before the first)
+        self.continued = False  # the last reset continued a game after a lost life (read by StackFrames)
+        self.observation_space = gym.spaces.Box(0, 255, ((3,) + size) if self.rgb else size, np.uint8)
 
     def _ale(self) -> Any:
         return self.env.unwrapped.ale
 
     def _observe(self) -> np.ndarray:
-        return self.resize(np.maximum(self.frames[0], self.frames[1]) if self.frame_skip > 1 else self.frames[1])
+        frame = self.resize(np.maximum(self.frames[0], self.frames[1]) if self.frame_skip > 1 else self.frames[1])
+        return np.ascontiguousarray(frame.transpose(2, 0, 1)) if self.rgb else frame
+
+    def _info(self, info: dict, reward: float, game_over: bool) -> dict:
+        if self.envpool_infos:
+            lives = self._ale().lives()
+            return {"lives": lives, "reward": reward, "terminated": int(game_over), "elapsed_step": self.elapsed_step}
+        if self.reward_clip:
+            info = {**info, "reward": reward}
+        return info
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple:
-        obs, info = self.env.reset(seed=seed, options=options)
-        noops = int(self.np_random.integers(0, self.noop_max + 1)) if self.noop_max > 0 else 0
-        for _ in range(noops):
-            obs, _, terminated, truncated, info = self.env.step(0)
+        self.continued = self.episodic_life and seed is None and not self.game_ended
+        obs: Optional[np.ndarray] = None
+        info: dict = {}
+        if not self.continued:
+            obs, info = self.env.reset(seed=seed, options=options)
+            self.elapsed_step = 0
+        high = self.noop_max + 1
+        noops = int(self.np_random.integers(self.noop_min, high)) if self.noop_max > self.noop_min else self.noop_min
+        if self.fire_action is not None:  # FIRE takes the last no-op's place, as envpool counts them
+            actions = [0] * max(noops - 1, 0) + [self.fire_action]
+        else:
+            actions = [0] * noops
+        for action in actions:
+            obs, _, terminated, truncated, info = self.env.step(action)
             if terminated or truncated:
                 obs, info = self.env.reset()
+                self.elapsed_step, self.continued = 0, False
+        if obs is None:  # a continued game without no-ops or FIRE: the screen as it stands
+            ale = self._ale()
+            obs = ale.getScreenRGB() if self.rgb else ale.getScreenGrayscale()
+            info = {
+                "lives": ale.lives(),
+                "episode_frame_number": ale.getEpisodeFrameNumber(),
+                "frame_number": ale.getFrameNumber(),
+            }
         self.lives = self._ale().lives()
+        self.game_ended = False
         self.frames[0] = 0
         self.frames[1] = obs
-        return self._observe(), info
+        return self._observe(), self._info(info, 0.0, False)
 
     def step(self, action: Any) -> tuple:
         total = 0.0
-        terminated = truncated = False
+        game_over = terminated = truncated = False
         info: dict = {}
         for t in range(self.frame_skip):
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            obs, reward, game_over, truncated, info = self.env.step(action)
             total += float(reward)
+            terminated = game_over
             if self.terminal_on_life_loss:
                 lives = self._ale().lives()
                 terminated = terminated or lives < self.lives
@@ -153,7 +247,45 @@ class AtariFrames(gym.Wrapper):
                 break
             if t >= self.frame_skip - 2:
                 self.frames[t - (self.frame_skip - 2)] = obs
-        return self._observe(), total, terminated, truncated, info
+        self.elapsed_step += 1
+        if self.episodic_life:  # as envpool: judged once per agent step, a bonus life is no loss
+            lives = self._ale().lives()
+            terminated = terminated or 0 < lives < self.lives
+            self.lives = lives
+        if self.max_episode_steps is not None and self.elapsed_step >= self.max_episode_steps:
+            terminated, truncated = False, True  # as envpool: the time limit wins over the game's end
+        self.game_ended = bool(game_over or truncated)
+        reward = float(np.sign(total)) if self.reward_clip else total
+        return self._observe(), reward, terminated, truncated, self._info(info, total, bool(game_over))
+
+
+class StackFrames(gym.Wrapper):
+    """The last ``stack`` observations, oldest first: what ``FrameStackObservation`` gives (a reset
+    fills the stack with its observation), except after a reset that continued a game
+    (``AtariFrames.continued``, episodic life), which keeps the frames before it, as envpool does.
+    """
+
+    def __init__(self, env: gym.Env, stack: int) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        self.stack = stack
+        self.frames: deque = deque(maxlen=stack)
+        self.observation_space = gym.spaces.Box(
+            np.repeat(space.low[None], stack, axis=0), np.repeat(space.high[None], stack, axis=0), dtype=space.dtype
+        )
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple:
+        obs, info = self.env.reset(seed=seed, options=options)
+        if getattr(self.env, "continued", False) and len(self.frames) == self.stack:
+            self.frames.append(obs)
+        else:
+            self.frames.extend([obs] * self.stack)
+        return np.stack(self.frames), info
+
+    def step(self, action: Any) -> tuple:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.frames.append(obs)
+        return np.stack(self.frames), reward, terminated, truncated, info
 
 
 def atari(
@@ -161,28 +293,46 @@ def atari(
     *,
     noop_max: int = 30,
     frame_skip: int = 4,
-    screen_size: int = 84,
+    screen_size: Union[int, tuple] = 84,
     terminal_on_life_loss: bool = False,
     stack: int = 4,
+    grayscale: bool = True,
+    noop_min: int = 0,
+    episodic_life: bool = False,
+    reward_clip: bool = False,
+    fire_reset: bool = False,
+    max_episode_steps: Optional[int] = None,
+    envpool_infos: bool = False,
     **kwargs: Any,
 ) -> gym.Env:
-    """An ALE game with the usual preprocessing: observations ``(stack, screen_size, screen_size)`` uint8.
+    """An ALE game with the usual preprocessing: observations ``(stack, h, w)`` grayscale or
+    ``(stack, 3, h, w)`` RGB, uint8 (``screen_size``: ``h = w`` or ``(h, w)``).
 
     ``kwargs`` go to ALE (``repeat_action_probability``, ``full_action_space``, ``mode`` ...); v5's
-    sticky actions (0.25) stay on unless overridden.
+    sticky actions (0.25) stay on unless overridden. The other flags are ``AtariFrames``'; their
+    defaults, and envpool's, are in the module docstring. ``max_episode_steps`` replaces ALE's own
+    limit (v5: 108,000 frames, no-ops included) unless ``max_num_frames_per_episode`` is given too.
     """
     import ale_py
 
     gym.register_envs(ale_py)
-    env = gym.make(env_id, frameskip=1, obs_type="grayscale", **kwargs)
+    if max_episode_steps is not None:
+        kwargs.setdefault("max_num_frames_per_episode", 0)  # 0: ALE sets no limit of its own
+    env = gym.make(env_id, frameskip=1, obs_type="grayscale" if grayscale else "rgb", **kwargs)
     env = AtariFrames(
         env,
         noop_max=noop_max,
         frame_skip=frame_skip,
         screen_size=screen_size,
         terminal_on_life_loss=terminal_on_life_loss,
+        noop_min=noop_min,
+        episodic_life=episodic_life,
+        reward_clip=reward_clip,
+        fire_reset=fire_reset,
+        max_episode_steps=max_episode_steps,
+        envpool_infos=envpool_infos,
     )
-    return FrameStackObservation(env, stack) if stack > 1 else env
+    return StackFrames(env, stack) if stack > 1 else env
 
 
 class ScreenOnly(gym.ObservationWrapper):

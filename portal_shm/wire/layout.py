@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from . import stats
 from .schema import is_fixed, leaf_shape_dtype, leaves
 
 ALIGN = 64
@@ -58,6 +59,9 @@ def ring_layout(
     add("info_len", (depth, num_envs), np.int64)
     add("info", (depth, num_envs, info_capacity), np.uint8)
     add("mailbox", (num_servers, len(MAILBOX_FIELDS)), np.int64)
+    add("env_stats", (num_envs, len(stats.ENV_FIELDS)), np.int64)
+    add("env_hist", (num_envs, stats.BUCKETS), np.int64)
+    add("server_stats", (num_servers, len(stats.SERVER_FIELDS)), np.int64)
     return {
         "fields": fields,
         "size": _align(offset),

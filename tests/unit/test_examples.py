@@ -46,3 +46,26 @@ def test_example_trains_and_writes_its_curve(script, plugin, tmp_path):
     assert "done: 64 env steps" in result.stdout
     header = (tmp_path / "curve.csv").read_text().splitlines()[0]
     assert header == "global_step,seconds,episodic_return,episodic_length"
+
+
+def test_envpool_script_logs_the_games_returns(tmp_path):
+    """examples/ppo_atari_envpool.py, envpool's API through portal_shm.envpool: a few thousand steps
+    of Breakout with episodic life, and the games' scores (not one life's) are logged."""
+    pytest.importorskip("torch")
+    pytest.importorskip("ale_py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    args = ["--num-envs", "2", "--rollout-steps", "128", "--total-timesteps", "2048", "--epochs", "1"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "ppo_atari_envpool.py"), *args, "--tensorboard", ""],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    returns = [
+        float(line.split("episodic_return=")[1]) for line in result.stdout.splitlines() if "episodic_return=" in line
+    ]
+    assert len(returns) >= 2 and all(r >= 0 for r in returns), result.stdout
+    assert "update 8/8 global_step=2048 SPS=" in result.stdout and "done: 2048 env steps" in result.stdout

@@ -26,6 +26,7 @@ from ...agent.infos import add_info
 from ...agent.recovery import check_policy, restart_infos, restart_seed
 from ...wire import trees
 from .. import messages as M
+from ..infos import HOST_PREFIX
 from .link import HostLink, wait
 
 
@@ -102,7 +103,7 @@ class HostRecovery:
             if same_step
             else {}
         )
-        infos: list = [[j, info] for j, info in restart_infos(list(range(count)), cause, final).items()]
+        infos: list = [[j, info] for j, info in _restart_infos(link, cause, final).items()]
         flags = [np.zeros(count, np.float64), np.zeros(count, np.bool_), np.ones(count, np.bool_)]
         if same_step:
             for j, info in reset_infos:
@@ -124,7 +125,7 @@ class HostRecovery:
         """Async batches: host ``index`` is back with its envs reset; mark them for their next batch."""
         link, _, _ = self.reconnect(index, cause, batched=True)
         link.in_flight = link.num_envs
-        link.restarted = {j: info for j, info in restart_infos(list(range(link.num_envs)), cause, {}).items()}
+        link.restarted = _restart_infos(link, cause, {})
 
     @staticmethod
     def mark_restarted(link: HostLink, ids: list, reward: np.ndarray, truncated: np.ndarray, infos: dict) -> tuple:
@@ -137,3 +138,12 @@ class HostRecovery:
             reward[row], truncated[row] = 0.0, True
             infos = add_info(infos, link.restarted.pop(ids[row]), row, len(ids))
         return reward, truncated, infos
+
+
+def _restart_infos(link: HostLink, cause: BaseException, final: dict) -> dict:
+    """A local portal's restart infos for the envs of a lost host (by their index on the host),
+    ``env_failure`` worded as a host's is on this side (``infos.HOST_PREFIX``)."""
+    out = restart_infos(list(range(link.num_envs)), cause, final)
+    for j, info in out.items():
+        info["env_failure"] = f"{HOST_PREFIX}{link.address} (envs [{link.offset + j}]): {info['env_failure']}"
+    return out

@@ -24,9 +24,10 @@ from gymnasium.vector.utils import batch_space
 
 from ... import errors as E
 from ...agent.actions import ActionLeaves
-from ...agent.contract import PortalVectorEnv
+from ...agent.contract import PortalVectorEnv, check_env_ids, per_env_values
 from ...agent.pending import AsyncState, PendingCall
 from ...agent.spaces import schema_to_space
+from ...agent.stats import WINDOW_S, AgentClock, ClockHistory, check_window
 from ...agent.validate import check_schema
 from ...agent.vector import DEFAULT_RING_DEPTH, seed_list
 from ...wire import protocol as P
@@ -40,6 +41,7 @@ from . import reach
 from .backend import RemoteBackend, is_loopback
 from .link import HostLink, poller_of, wait
 from .recovery import HostRecovery
+from .stats import host_part, merge
 
 
 def _error(link: HostLink, header: dict) -> Exception:
@@ -98,6 +100,8 @@ class RemoteVectorPortal(PortalVectorEnv):
             backend.heartbeat_timeout,
         )
         self._last_ids = np.arange(0)
+        self._clock = AgentClock()
+        self._clock_history = ClockHistory(self._clock)
 
     # -- start-up --------------------------------------------------------------------------------
     def _curve(self, index: int) -> Optional[tuple]:
@@ -481,6 +485,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         if self._batched:
             self.send(actions)
         else:
+            self._clock.enter()
             parts = self._split_actions(
                 actions,
                 self.num_envs,
@@ -508,13 +513,9 @@ class RemoteVectorPortal(PortalVectorEnv):
         counts = [link.num_envs for link in self._links]
         obs = self._observations(replies, counts)
         reward, terminated, truncated = self._flags(replies, counts)
-        return (
-            obs,
-            reward,
-            terminated,
-            truncated,
-            self._infos(replies, [lk.offset for lk in self._links], self.num_envs),
-        )
+        infos = self._infos(replies, [lk.offset for lk in self._links], self.num_envs)
+        self._clock.leave()
+        return obs, reward, terminated, truncated, infos
 
     # -- async batches ------------------------------------------------------------------------------
     def send(self, actions: Any, env_ids: Any = None) -> None:
@@ -526,6 +527,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         if ids.size == 0:
             raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
         link = self._link_of(ids)
+        self._clock.enter()
         link.in_flight += ids.size
         local = ids - link.offset
         ((fields, arrays),) = self._split_actions(actions, ids.size, lambda i: slice(None))[:1]
@@ -545,6 +547,12 @@ class RemoteVectorPortal(PortalVectorEnv):
         return self._recv_batch(timeout)
 
     def _recv_batch(self, timeout: Optional[float] = None) -> tuple:
+        self._clock.enter()
+        batch = self._next_batch(timeout)
+        self._clock.leave()
+        return batch
+
+    def _next_batch(self, timeout: Optional[float]) -> tuple:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -570,7 +578,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         obs = self._observations(replies, [count])
         reward, terminated, truncated = self._flags(replies, [count])
         global_ids = np.asarray(ids, dtype=np.int64) + link.offset
-        infos = batch_infos(header.get("infos", []), np.arange(count), count, f"host {link.address}")
+        infos = batch_infos(header.get("infos", []), np.arange(count), count, f"host {link.address}", envs=global_ids)
         link.in_flight = max(0, link.in_flight - count)
         if link.restarted:
             reward, truncated, infos = self._recovery.mark_restarted(link, ids, reward, truncated, infos)
@@ -613,6 +621,98 @@ class RemoteVectorPortal(PortalVectorEnv):
         finally:
             self._pending.end()
 
+    def _ask_some(self, env_ids: Any, header: dict, what: str, values: Optional[list] = None) -> tuple:
+        """One request to each host that serves some of ``env_ids`` (``env_ids`` there: its own
+        indices); the hosts' values in the order of ``env_ids``."""
+        self._check_open()
+        self._pending.check_idle(what)
+        ids = check_env_ids(env_ids, self.num_envs)
+        value_of = dict(zip(ids, values)) if values is not None else {}
+        chosen: dict[int, list[int]] = {}
+        for i in ids:
+            index = next(j for j, link in enumerate(self._links) if link.offset <= i < link.offset + link.num_envs)
+            chosen.setdefault(index, []).append(i)
+        seqs = {}
+        for index, envs in sorted(chosen.items()):
+            link = self._links[index]
+            fields = {"env_ids": [i - link.offset for i in envs]}
+            if values is not None:
+                fields["values"] = [value_of[i] for i in envs]
+            seqs[index] = link.send({**header, **fields})
+        self._wait(lambda: [self._links[j] for j, seq in seqs.items() if seq not in self._links[j].results], None, what)
+        by_env: dict = {}
+        for index, seq in seqs.items():
+            link = self._links[index]
+            reply, _ = link.results.pop(seq)
+            if reply["cmd"] == M.ERROR:
+                raise _error(link, reply)
+            if values is not None:
+                continue
+            part = reply.get("values")
+            if not isinstance(part, list) or len(part) != len(chosen[index]):
+                raise E.ServerProtocolError(f"host {link.address} sent {what} values for another number of envs")
+            by_env.update(zip(chosen[index], part))
+        return tuple(by_env.get(i) for i in ids)
+
+    def call_envs(self, env_ids: Any, name: str, *args: Any, **kwargs: Any) -> tuple:
+        header = {"cmd": M.CALL, "name": name, "args": list(args), "kwargs": kwargs}
+        return self._ask_some(env_ids, header, f"call({name!r})")
+
+    def record_frames(self, env_ids: Any, on: bool = True) -> None:
+        """``VectorPortal.record_frames`` on the hosts that serve ``env_ids``: their frames come back
+        in the envs' infos as every info does. A host restarted or reached again records nothing
+        until the next call."""
+        self._ask_some(env_ids, {"cmd": M.RECORD, "on": bool(on)}, "record_frames")
+
+    def get_attr_envs(self, env_ids: Any, name: str) -> tuple:
+        return self._ask_some(env_ids, {"cmd": M.GET_ATTR, "name": name}, f"get_attr({name!r})")
+
+    def set_attr_envs(self, env_ids: Any, name: str, values: Any) -> None:
+        count = len(check_env_ids(env_ids, self.num_envs))
+        self._ask_some(env_ids, {"cmd": M.SET_ATTR, "name": name}, f"set_attr({name!r})", per_env_values(values, count))
+
+    def get_state(self, env_ids: Any, allow_pickle: bool = False) -> list[bytes]:
+        """``VectorPortal.get_state`` on the hosts that serve ``env_ids`` (a pickled state only
+        where the host allows it: ``portal-shm host --pickled-states``)."""
+        header = {"cmd": M.GET_STATE, "allow_pickle": bool(allow_pickle)}
+        states = list(self._ask_some(env_ids, header, "get_state"))
+        if not all(isinstance(state, bytes) for state in states):
+            raise E.ServerProtocolError("a host answered get_state with something that is not bytes")
+        return states
+
+    def set_state(self, states: Any, env_ids: Any, allow_pickle: bool = False) -> tuple[Any, dict]:
+        """``VectorPortal.set_state`` over hosts: each host that serves some of ``env_ids`` restores
+        its envs; every env's observation comes back (the others' as they were)."""
+        self._check_open()
+        self._pending.check_idle("set_state")
+        if self._batched:
+            raise E.PortalError("set_state is for lockstep portals: make the portal without batch_size")
+        ids = check_env_ids(env_ids, self.num_envs)
+        states = list(states)
+        if len(states) != len(ids) or not all(isinstance(state, bytes) for state in states):
+            raise ValueError(f"set_state takes one state (bytes, from get_state) per env: {len(states)} for {len(ids)}")
+        state_of = dict(zip(ids, states))
+        headers: list = []
+        for link in self._links:
+            local = [i for i in ids if link.offset <= i < link.offset + link.num_envs]
+            headers.append(
+                None
+                if not local
+                else {
+                    "cmd": M.SET_STATE,
+                    "env_ids": [i - link.offset for i in local],
+                    "states": [state_of[i] for i in local],
+                    "allow_pickle": bool(allow_pickle),
+                }
+            )
+            if local:
+                link.stand_in = None
+        replies = self._collect_all(self._post_all(headers, what="set_state"))
+        counts = [link.num_envs for link in self._links]
+        return self._observations(replies, counts), self._infos(
+            replies, [lk.offset for lk in self._links], self.num_envs
+        )
+
     def get_attr(self, name: str) -> tuple:
         return self._ask_all({"cmd": M.GET_ATTR, "name": name}, f"get_attr({name!r})")
 
@@ -636,6 +736,20 @@ class RemoteVectorPortal(PortalVectorEnv):
         return self._ask_all({"cmd": M.RENDER}, "render")
 
     # -- status and shutdown ------------------------------------------------------------------------
+    def stats(self, window: float = WINDOW_S) -> dict:
+        """``VectorPortal.stats`` over every host (each host's report of its local portal, merged in
+        env order), with the agent's shares measured here and each host's wire bytes (``hosts``)."""
+        self._check_open()
+        self._pending.check_idle("stats")
+        window = check_window(window)
+        replies = self._request_all([{"cmd": M.STATS, "window": window} for _ in self._links], what="stats")
+        parts, first = [], 0
+        for link, header, _ in replies:
+            parts.append(host_part(header.get("stats"), link, first))
+            first += len(link.servers)
+        agent, since_start = self._clock_history.shares(window)
+        return merge(parts, agent, since_start, self.wire_stats())
+
     def wire_stats(self) -> list[dict]:
         """Per host, in order: its address, the codec, and the bytes of observations before and after
         compression (``ratio``), as received so far."""

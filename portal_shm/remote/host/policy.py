@@ -140,6 +140,8 @@ class HostPolicy:
             installing a package runs its code on this host, so it is a right to run code here.
         env_kwargs: globs over env kwarg names allowed beside those the env's constructor declares.
         calls: globs over the names of ``call``/``get_attr``/``set_attr`` (public names only).
+        pickled_states: agents may save and restore env states the envs' runtime pickles
+            (``--pickled-states``): unpickling runs code, so it is a right to run code in the runtime.
     """
 
     runtimes: tuple = DEFAULT_RUNTIMES
@@ -156,6 +158,7 @@ class HostPolicy:
     agent_installs: bool = False
     env_kwargs: tuple = ()
     calls: tuple = ("*",)
+    pickled_states: bool = False
 
     def check(self) -> None:
         """The operator's own values, on the host that applies them (a bad flag stops the host)."""

@@ -352,18 +352,66 @@ class HostSession(threading.Thread):
             name, args, kwargs = self._call_name(header), header.get("args", ()), header.get("kwargs", {})
             if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
                 raise ValueError("call: args must be a list and kwargs a dict")
-            values = portal.call(name, *args, **{check_name(k, "call kwarg"): v for k, v in kwargs.items()})
+            kwargs = {check_name(k, "call kwarg"): v for k, v in kwargs.items()}
+            ids = self._env_ids(header)
+            values = portal.call(name, *args, **kwargs) if ids is None else portal.call_envs(ids, name, *args, **kwargs)
             self._emit({"cmd": M.RESULT, "re": seq, "values": list(values)})
         elif cmd == M.GET_ATTR:
-            self._emit({"cmd": M.RESULT, "re": seq, "values": list(portal.get_attr(self._call_name(header)))})
+            name, ids = self._call_name(header), self._env_ids(header)
+            values = portal.get_attr(name) if ids is None else portal.get_attr_envs(ids, name)
+            self._emit({"cmd": M.RESULT, "re": seq, "values": list(values)})
         elif cmd == M.SET_ATTR:
-            portal.set_attr(self._call_name(header), header["values"])
+            name, ids = self._call_name(header), self._env_ids(header)
+            if ids is None:
+                portal.set_attr(name, header["values"])
+            else:
+                portal.set_attr_envs(ids, name, header["values"])
             self._emit({"cmd": M.RESULT, "re": seq})
+        elif cmd == M.GET_STATE:
+            ids = self._env_ids(header)
+            if ids is None:
+                raise ValueError("get_state: env_ids must name the envs")
+            allow = header.get("allow_pickle") is True and self.host.policy.pickled_states
+            self._emit({"cmd": M.RESULT, "re": seq, "values": portal.get_state(ids, allow_pickle=allow)})
+        elif cmd == M.SET_STATE:
+            ids, states = self._env_ids(header), header.get("states")
+            if ids is None or not isinstance(states, list) or not all(isinstance(x, bytes) for x in states):
+                raise ValueError("set_state: env_ids and one state (bytes) per env")
+            allow = header.get("allow_pickle") is True and self.host.policy.pickled_states
+            obs, infos = portal.set_state(states, ids, allow_pickle=allow)
+            self._emit_result(seq, obs, None, infos, self.num_envs)
+        elif cmd == M.RECORD:  # allowed to every agent: it renders frames of the agent's own envs
+            ids = self._env_ids(header)
+            if ids is None:
+                raise ValueError("record: env_ids must name the envs")
+            portal.record_frames(ids, header.get("on") is True)
+            self._emit({"cmd": M.RESULT, "re": seq, "values": [None] * len(ids)})
+        elif cmd == M.STATS:
+            window = header.get("window")
+            if not isinstance(window, (int, float)) or not 0.1 <= window <= 3600:
+                raise ValueError("stats: window must be a number of seconds in [0.1, 3600]")
+            report = portal.stats(float(window))
+            for server in report.get("servers", []):
+                server["pid"] = None  # the host's own process ids are not the agent's to know
+            self._emit({"cmd": M.RESULT, "re": seq, "stats": report})
         elif cmd == M.RENDER:
             values = portal.render()
             self._emit({"cmd": M.RESULT, "re": seq, "values": None if values is None else list(values)})
         else:
             raise ValueError(f"unknown request {cmd!r}")
+
+    def _env_ids(self, header: dict) -> Optional[list]:
+        """The envs a per-env call names (this session's own indices), checked; None: all of them."""
+        ids = header.get("env_ids")
+        if ids is None:
+            return None
+        if not (
+            isinstance(ids, list)
+            and ids
+            and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.num_envs for i in ids)
+        ):
+            raise ValueError(f"env_ids must be a list of this session's env indices, got {ids!r:.80}")
+        return ids
 
     def _call_name(self, header: dict) -> str:
         try:
