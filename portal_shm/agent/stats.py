@@ -35,7 +35,12 @@ def check_window(window: float) -> float:
 
 
 class AgentClock:
-    """The agent's wall time inside portal calls (from a step's start to its results) and away."""
+    """The agent's wall time inside portal calls (from a step's start to its results) and away.
+
+    Sampled, as the servers' step times are: one call in ``SAMPLE_EVERY`` has the time away
+    before it and the time inside it measured; the others cost a counter. The shares come from
+    the sampled calls, which are every kind of call alike.
+    """
 
     __slots__ = ("inside", "away", "calls", "entered", "left", "next_tick", "on_tick")
 
@@ -49,34 +54,30 @@ class AgentClock:
         self.on_tick: Optional[Callable[[], None]] = None
 
     def enter(self) -> None:
-        if self.entered is None:
+        left = self.left
+        if left is not None:  # the call before left on a sampled step: this one is measured
             now = time.perf_counter()
-            if self.left is not None:
-                self.away += now - self.left
-            self.entered = now
+            self.away += now - left
+            self.left, self.entered = None, now
 
     def leave(self) -> None:
+        self.calls += 1
         entered = self.entered
         if entered is not None:
             now = time.perf_counter()
             self.inside += now - entered
-            self.left, self.entered = now, None
-            self.calls += 1
+            self.entered = None
             if now >= self.next_tick:
                 self.next_tick = now + SNAPSHOT_EVERY_S
                 if self.on_tick is not None:
                     self.on_tick()
+        elif not self.calls & (S.SAMPLE_EVERY - 1):
+            self.left = time.perf_counter()
 
 
 def clock_now(clock: AgentClock) -> tuple[float, float, float, int]:
-    """(wall, inside, away, calls) of a clock now, the call or the wait in progress included."""
-    now = time.perf_counter()
-    inside, away = clock.inside, clock.away
-    if clock.entered is not None:
-        inside += now - clock.entered
-    elif clock.left is not None:
-        away += now - clock.left
-    return now, inside, away, clock.calls
+    """(wall, sampled time inside, sampled time away, calls) of a clock now."""
+    return time.perf_counter(), clock.inside, clock.away, clock.calls
 
 
 ClockReading = tuple[float, float, float, int]

@@ -321,12 +321,12 @@ class EnvServer:
         serving a cheap env); values that numpy refuses are written again one env at a time,
         so the env that returned them is the one reported.
         """
-        start = time.perf_counter_ns()
         self.last_slot = k
         mailbox = self.mailbox
         counters = self.counters
         counters.steps += 1
         sampled = not counters.steps & (S.SAMPLE_EVERY - 1)
+        start = time.perf_counter_ns() if sampled else 0
         extras: dict = {}
         errors: list = []
         mode = self.autoreset_mode
@@ -382,12 +382,8 @@ class EnvServer:
                 # Every env steps, as each would in a process of its own; all errors are reported.
                 errors.append(error_message(exc, i, "step"))
         self._write_results(k, rewards, terminateds, truncateds, lengths, errors)
-        if sampled:
-            counters.commit_sample()
-        now = time.perf_counter_ns()
-        counters.busy_ns += now - start
-        if now >= counters.flush_at:
-            counters.flush(now)
+        if sampled:  # timing, and copying the counts into the ring, ride on sampled steps only
+            counters.commit_sample(start)
         if errors:
             self.send(dict(errors[0], more=errors[1:]))
             mailbox[STATUS] = STATUS_ERROR

@@ -64,14 +64,21 @@ class ServerCounters:
         stand-in to it), and a sampled step must go through the same stand-ins, timed."""
         self.timed = [Timed(env, self, j) for j, env in enumerate(envs)]
 
-    def commit_sample(self) -> None:
-        """The durations the ``Timed`` envs collected in this step, one sample per env."""
+    def commit_sample(self, start_ns: int) -> None:
+        """End a sampled step that began at ``start_ns``: the durations the ``Timed`` envs collected,
+        one sample per env; the server's busy time, counted as ``SAMPLE_EVERY`` steps like this one
+        (the other steps take no clock reading at all); and, every ``FLUSH_NS``, the counts copied
+        into the ring."""
         pending, hist, sampled, sampled_ns = self.pending, self.hist, self.sampled, self.sampled_ns
         for j, ns in enumerate(pending):
             hist[j][S.bucket(ns)] += 1
             sampled[j] += 1
             sampled_ns[j] += ns
             pending[j] = 0
+        now = time.perf_counter_ns()
+        self.busy_ns += (now - start_ns) * S.SAMPLE_EVERY
+        if now >= self.flush_at:
+            self.flush(now)
 
     def flush(self, now_ns: int) -> None:
         """Copy the counts into the ring (cheap, and only every ``FLUSH_NS``)."""
