@@ -82,6 +82,7 @@ def _served_loop(envs: list, actions: list) -> tuple:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             k = (k + 1) % depth
+            server.seq += 1  # as an agent numbers its commands: one step in SAMPLE_EVERY is sampled
             server.step(k)
             n += count
         slot[0] = k

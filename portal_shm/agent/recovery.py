@@ -165,7 +165,7 @@ class Recovery:
             self.resetting.discard(server.index)
             self.failed_early[server.index] = exc
             return True
-        server.post(P.CMD_CONTROL)
+        server.post_control()
         return True
 
     def finish_reset(self, server: ServerLink, timeout: Optional[float]) -> dict[int, bytes]:
@@ -248,7 +248,7 @@ class Recovery:
         while True:
             try:
                 server.channel.send(self._reset_message(server, k, prev), server.check_alive)
-                server.post(P.CMD_CONTROL)
+                server.post_control()
                 self.resetting.add(server.index)
                 return self.finish_reset(server, self.step_timeout)
             except RESTARTABLE as exc:
@@ -271,7 +271,7 @@ class Recovery:
             self.ended.discard(server.index)
             try:
                 server.channel.send(message, server.check_alive)
-                server.post(P.CMD_CONTROL)
+                server.post_control()
                 return self.finish_reset(server, self.step_timeout)
             except RESTARTABLE as exc:
                 cause = exc

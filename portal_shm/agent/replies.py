@@ -33,7 +33,7 @@ def send_all(
     for server, message in zip(servers, messages):
         try:
             server.channel.send(message, server.check_alive)
-            server.post(P.CMD_CONTROL)
+            server.post_control()
             sent.append(server)
         except RESTARTABLE as exc:
             if not restart:

@@ -29,6 +29,7 @@ from ..wire import protocol as P
 from ..wire.doorbell import Bell, Waiter, bell_pipe, close_all
 from ..wire.handoff import SegmentOffer
 from ..wire.layout import CMD, SEQ, SLOT, STATUS, STATUS_PENDING
+from ..wire.protocol import CMD_CONTROL
 from ..wire.ring import Ring
 from .control import ControlChannel
 from .spec import EnvSpec
@@ -60,6 +61,7 @@ class ServerLink:
         self.hello: dict[str, Any] = {}
         self.generation = 0
         self.seq = 0  # commands posted to the current server
+        self.controls = 0  # of which control commands
         #: Its envs' rows of the ring (a server's envs are consecutive).
         self.rows = slice(env_indices[0], env_indices[-1] + 1)
 
@@ -82,6 +84,11 @@ class ServerLink:
     def runtime(self) -> str:
         """Its runtime's description ("not started" before its backend started it)."""
         return self.handle.describe() if self.handle is not None else "not started"
+
+    def post_control(self) -> None:
+        """Ring the server for a control message (counted apart: its steps are ``seq - controls``)."""
+        self.controls += 1
+        self.post(CMD_CONTROL)
 
     def describe(self) -> str:
         """'env server 1 (envs [2, 3]) [runtime: ...]': what every error about this server names."""
@@ -272,6 +279,7 @@ class PortalSession:
         server.go, server.done = Bell(go_write), Waiter(done_read)
         server.mailbox = memoryview(ring.views["mailbox"][server.index])
         server.seq = server.mailbox[SEQ]
+        server.controls = 0
         offer.expect(server.token, [go_read, done_write])
 
     def _attach_message(self) -> dict[str, Any]:
@@ -290,7 +298,7 @@ class PortalSession:
                         continue
                     try:
                         server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
-                        server.post(P.CMD_CONTROL)
+                        server.post_control()
                     except Exception:
                         pass
                 deadline = time.monotonic() + timeout

@@ -22,6 +22,7 @@ from .bound import verdict
 from .session import ServerLink
 
 WINDOW_S = 10.0
+AGENT_SAMPLE_EVERY = 8  # a power of two; a sampled call costs two clock readings
 SNAPSHOT_EVERY_S = 1.0
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -37,7 +38,7 @@ def check_window(window: float) -> float:
 class AgentClock:
     """The agent's wall time inside portal calls (from a step's start to its results) and away.
 
-    Sampled, as the servers' step times are: one call in ``SAMPLE_EVERY`` has the time away
+    Sampled, as the servers' step times are: one call in ``AGENT_SAMPLE_EVERY`` has the time away
     before it and the time inside it measured; the others cost a counter. The shares come from
     the sampled calls, which are every kind of call alike.
     """
@@ -71,7 +72,7 @@ class AgentClock:
                 self.next_tick = now + SNAPSHOT_EVERY_S
                 if self.on_tick is not None:
                     self.on_tick()
-        elif not self.calls & (S.SAMPLE_EVERY - 1):
+        elif not self.calls & (AGENT_SAMPLE_EVERY - 1):
             self.left = time.perf_counter()
 
 
@@ -196,11 +197,16 @@ class StatsReader:
             cpu.append(used)
             rss.append(resident)
         now, inside, away, calls = clock_now(self.clock)
+        env, server_stats = self.views["env_stats"].copy(), self.views["server_stats"].copy()
+        for server in self.servers:  # steps are the agent's own count: the step commands it posted
+            steps = server.seq - server.controls
+            env[server.rows, S.STEPS] = steps
+            server_stats[server.index, S.SERVER_STEPS] = steps
         return Snapshot(
             now,
-            self.env_totals.update(self.views["env_stats"].copy()),
+            self.env_totals.update(env),
             self.hist_totals.update(self.views["env_hist"].copy()),
-            self.server_totals.update(self.views["server_stats"].copy()),
+            self.server_totals.update(server_stats),
             cpu,
             rss,
             (inside, away, calls),

@@ -33,6 +33,7 @@ from .stats import ServerCounters
 IDLE_CHECK_SECONDS = 0.5
 WATCHDOG_GRACE_SECONDS = 3.0
 NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
+_SAMPLE_MASK = S.SAMPLE_EVERY - 1
 
 
 class AgentGone(Exception):
@@ -203,7 +204,7 @@ class EnvServer:
         views = self.ring.views
         self.mailbox = views["mailbox"][self.config["server_index"]]
         self._words = memoryview(self.mailbox)  # reads one word faster than numpy indexing does
-        self._seq = self._words[SEQ]
+        self.seq = self._words[SEQ]  # the agent's last command number: what step sampling counts
         self.obs_fixed = []
         self.obs_var = []
         for index, (path, leaf) in enumerate(leaves(obs_schema)):
@@ -241,14 +242,14 @@ class EnvServer:
         """
         if self.spin is None:
             return self.go.wait(IDLE_CHECK_SECONDS)
-        words, seq = self._words, self._seq
+        words, seq = self._words, self.seq
         if self.spin > 0 and spin_until(lambda: words[SEQ] != seq, self.spin, only_idle=False):
             self.go.skipped()
         else:
             while words[SEQ] == seq:
                 if not self.go.wait(IDLE_CHECK_SECONDS):
                     return False
-        self._seq = words[SEQ]
+        self.seq = words[SEQ]
         return True
 
     def serve_forever(self) -> None:
@@ -323,10 +324,7 @@ class EnvServer:
         """
         self.last_slot = k
         mailbox = self.mailbox
-        counters = self.counters
-        counters.steps += 1
-        sampled = not counters.steps & (S.SAMPLE_EVERY - 1)
-        start = time.perf_counter_ns() if sampled else 0
+        sampled = not self.seq & _SAMPLE_MASK  # the agent counts the steps; the server only samples
         extras: dict = {}
         errors: list = []
         mode = self.autoreset_mode
@@ -337,7 +335,7 @@ class EnvServer:
                 raise P.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
             actions = message["actions"]
         envs, indices, autoreset, read_action, whole = (
-            counters.timed if sampled else self.stepping,
+            self.counters.timed if sampled else self.stepping,
             self.env_indices,
             self.autoreset,
             self.read_action,
@@ -349,7 +347,7 @@ class EnvServer:
             env, i = envs[j], indices[j]
             try:
                 if autoreset[j] and mode == NEXT_STEP:
-                    counters.episodes[j] += 1
+                    self.counters.episodes[j] += 1
                     obs, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
                     infos = [info]
@@ -363,7 +361,7 @@ class EnvServer:
                     obs, reward, terminated, truncated, info = env.step(action)
                     infos = [info]
                     if mode == SAME_STEP and (terminated or truncated):
-                        counters.episodes[j] += 1
+                        self.counters.episodes[j] += 1
                         infos = [{"final_obs": obs, "final_info": info}]
                         obs, info = env.reset()
                         infos.append(info)
@@ -383,7 +381,7 @@ class EnvServer:
                 errors.append(error_message(exc, i, "step"))
         self._write_results(k, rewards, terminateds, truncateds, lengths, errors)
         if sampled:  # timing, and copying the counts into the ring, ride on sampled steps only
-            counters.commit_sample(start)
+            self.counters.commit_sample()
         if errors:
             self.send(dict(errors[0], more=errors[1:]))
             mailbox[STATUS] = STATUS_ERROR

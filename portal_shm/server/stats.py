@@ -1,4 +1,4 @@
-"""An env server's own counters: steps, episodes, resets, sampled step latency and busy time.
+"""An env server's own counters: episodes, resets, sampled step latency and busy time.
 
 Counted in Python where the step loop already is, copied into the server's rows of the ring
 (``wire/stats.py``) every ``FLUSH_NS`` and when idle. Sampled steps go through ``Timed``
@@ -44,7 +44,6 @@ class ServerCounters:
 
     def __init__(self, envs: list, views: Optional[dict], rows: Any, server_index: int) -> None:
         count = len(envs)
-        self.steps = 0
         self.busy_ns = 0
         self.flush_at = 0
         self.episodes = [0] * count
@@ -64,19 +63,21 @@ class ServerCounters:
         stand-in to it), and a sampled step must go through the same stand-ins, timed."""
         self.timed = [Timed(env, self, j) for j, env in enumerate(envs)]
 
-    def commit_sample(self, start_ns: int) -> None:
-        """End a sampled step that began at ``start_ns``: the durations the ``Timed`` envs collected,
-        one sample per env; the server's busy time, counted as ``SAMPLE_EVERY`` steps like this one
-        (the other steps take no clock reading at all); and, every ``FLUSH_NS``, the counts copied
-        into the ring."""
+    def commit_sample(self) -> None:
+        """End a sampled step: the durations the ``Timed`` envs collected, one sample per env; the
+        server's busy time (its envs' own step time, counted as ``SAMPLE_EVERY`` steps like this
+        one: the other steps take no clock reading at all); and, every ``FLUSH_NS``, the counts
+        copied into the ring."""
         pending, hist, sampled, sampled_ns = self.pending, self.hist, self.sampled, self.sampled_ns
+        busy = 0
         for j, ns in enumerate(pending):
             hist[j][S.bucket(ns)] += 1
             sampled[j] += 1
             sampled_ns[j] += ns
+            busy += ns
             pending[j] = 0
+        self.busy_ns += busy * S.SAMPLE_EVERY
         now = time.perf_counter_ns()
-        self.busy_ns += (now - start_ns) * S.SAMPLE_EVERY
         if now >= self.flush_at:
             self.flush(now)
 
@@ -88,10 +89,10 @@ class ServerCounters:
             return
         rows = self.rows
         env_stats = views["env_stats"]
-        env_stats[rows, S.STEPS] = self.steps
         env_stats[rows, S.EPISODES] = self.episodes
         env_stats[rows, S.RESETS] = self.resets
         env_stats[rows, S.SAMPLED] = self.sampled
         env_stats[rows, S.SAMPLED_NS] = self.sampled_ns
         views["env_hist"][rows] = np.asarray(self.hist, dtype=np.int64)
-        views["server_stats"][self.server_index] = (self.steps, self.busy_ns, time.monotonic_ns())
+        views["server_stats"][self.server_index, S.BUSY_NS] = self.busy_ns
+        views["server_stats"][self.server_index, S.FLUSHED_NS] = time.monotonic_ns()

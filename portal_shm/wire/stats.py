@@ -2,6 +2,8 @@
 
 No message per step: a server counts in Python and copies its counts into the ring every
 ``FLUSH_NS`` (and when idle), where the agent reads them whenever it is asked for statistics.
+Steps are the one count the agent keeps itself (the step commands it posted to each server,
+``ServerLink.seq`` less its control commands): a server's step loop does no counting at all.
 Step latency is sampled (every ``SAMPLE_EVERY``-th server step times each of its envs) into
 histograms with four buckets per octave: quantiles good to about 20 %, at no cost on the other
 steps. What a server writes is untrusted: the agent clamps what it reads (``agent/stats.py``).
@@ -14,7 +16,7 @@ STEPS, EPISODES, RESETS, SAMPLED, SAMPLED_NS = range(len(ENV_FIELDS))
 SERVER_FIELDS = ("steps", "busy_ns", "flushed_ns")
 SERVER_STEPS, BUSY_NS, FLUSHED_NS = range(len(SERVER_FIELDS))
 
-SAMPLE_EVERY = 16  # a power of two: the server tests ``steps & (SAMPLE_EVERY - 1)``
+SAMPLE_EVERY = 64  # a power of two: the server tests ``seq & (SAMPLE_EVERY - 1)``, seq the agent's command number
 FLUSH_NS = 50_000_000
 _MIN_BITS, _MAX_BITS = 9, 36  # buckets from 256 ns to about 69 s
 BUCKETS = 4 * (_MAX_BITS - _MIN_BITS + 1)

@@ -89,6 +89,17 @@ def test_envs_that_sleep_read_as_env_bound():
         envs.close()
 
 
+def test_cheap_envs_with_a_free_policy_read_as_transport_bound():
+    envs = portal_shm.make_vec("portal_shm.server.example_envs:NullEnv", 4, shape=(4,))
+    try:
+        run(envs, 1.5)
+        bound = envs.stats(window=1.0)["bound"]
+        assert bound["verdict"] == "transport", bound
+        assert bound["figures"]["server_busy"] < 0.6
+    finally:
+        envs.close()
+
+
 def test_an_env_ten_times_slower_than_its_siblings_is_named_within_five_seconds():
     specs = [EnvSpec(SLOW, {"step_ms": 0.3})] * 3 + [EnvSpec(SLOW, {"step_ms": 3.0})]
     envs = VectorPortal(specs, envs_per_server=1)
