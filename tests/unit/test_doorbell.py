@@ -54,7 +54,7 @@ def _server(spin):
     server = EnvServer.__new__(EnvServer)
     server.mailbox = np.zeros(len(MAILBOX_FIELDS), np.int64)
     server._words = memoryview(server.mailbox)
-    server._seq = 0
+    server.seq = 0
     server.spin = spin
     read, write = bell_pipe()
     server.go = Waiter(read)
@@ -73,7 +73,7 @@ def test_a_server_takes_a_numbered_command_once_whether_it_spins_or_sleeps():
         assert time.monotonic() - begin >= 0.4  # slept for IDLE_CHECK_SECONDS, found nothing
         server.mailbox[SEQ] = 2
         bell.ring()
-        assert server.wait_command() and server._seq == 2
+        assert server.wait_command() and server.seq == 2
         bell.close()
         server.go.close()
 
