@@ -301,6 +301,7 @@ class PortalSession:
                         server.post_control()
                     except Exception:
                         pass
+                self.resources.remove_dir()
                 deadline = time.monotonic() + timeout
                 for server in self.servers:
                     while server.handle is not None and server.handle.exit_status() is None:

@@ -67,9 +67,14 @@ class PortalResources:
     def log_path(self, server_index: int) -> str:
         return os.path.join(self.run_dir, f"server-{server_index}.log")
 
+    def remove_dir(self) -> None:
+        """Delete the run directory but keep the lock: servers told to close hold its descriptor, so
+        they still see their agent alive, and an agent killed while it waits for them leaves nothing."""
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
     def release(self) -> None:
         """Delete the run directory and drop the lock; safe to repeat."""
-        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.remove_dir()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -163,7 +163,7 @@ class NestedEnv(gym.Env):
 
 class FaultyEnv(gym.Env):
     """Fails on purpose in a chosen phase after ``after`` steps: ``raise``, ``segfault``, ``exit``
-    (``os._exit(7)``), ``hang`` (sleeps), ``spin`` (an endless Python loop), ``stop`` (SIGSTOPs
+    (``os._exit(7)``), ``hang`` (sleeps), ``slow`` (sleeps two seconds, then goes on), ``spin`` (an endless Python loop), ``stop`` (SIGSTOPs
     its own process), ``oom`` (allocates memory until the runtime's limit kills it) or, in
     ``step``, ``bad_reward`` (returns a reward that is not a number)."""
 
@@ -184,6 +184,8 @@ class FaultyEnv(gym.Env):
             os._exit(7)
         if self.fault == "hang":
             time.sleep(3600)
+        if self.fault == "slow":
+            time.sleep(2.0)
         if self.fault == "spin":
             while True:
                 pass

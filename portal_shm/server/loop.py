@@ -283,7 +283,7 @@ class EnvServer:
         close_all((self.go, self.done))
         if self.ring is not None:
             self.ring.close()
-        if agent_gone:
+        if agent_gone or not self.agent_alive():  # (it may have died while the envs closed)
             self.unlink_agent_resources()
         self.socket.close(linger=0 if agent_gone else 2000)
         self.context.term()

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -155,6 +156,24 @@ def test_env_raising_in_close_does_not_delay_close():
     _wait_until_clean(tag, pids, 3)
 
 
+def test_the_run_directory_goes_before_the_servers_finish_closing():
+    """An agent killed while ``close()`` waits for its servers leaves nothing to collect: the run
+    directory is removed as soon as the servers are told to close, not after they exit."""
+    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "slow", "phase": "close"})])
+    tag, pids = envs.tag, _server_pids(envs)
+    closing = threading.Thread(target=envs.close)
+    closing.start()
+    try:
+        deadline = time.monotonic() + 1.5
+        while any(tag in name for name in leftovers()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not [name for name in leftovers() if tag in name]
+        assert not _pid_gone(pids[0])  # still inside its env's two-second close
+    finally:
+        closing.join()
+    assert _pid_gone(pids[0])
+
+
 def test_unknown_env_id_fails_fast_naming_the_id():
     started = time.monotonic()
     with pytest.raises(portal_shm.EnvNotFoundError, match="NoSuchEnv-v0"):
@@ -180,11 +199,14 @@ def test_close_removes_segments_sockets_and_processes():
 AGENT = textwrap.dedent("""
     import sys, time, numpy as np, portal_shm
     from portal_shm import EnvSpec, VectorPortal
-    fault = "spin" if sys.argv[1] == "spin" else "hang"
-    phase = "step" if sys.argv[1] == "spin" else sys.argv[1]
+    fault = {"spin": "spin", "closing": "slow"}.get(sys.argv[1], "hang")
+    phase = {"spin": "step", "closing": "close"}.get(sys.argv[1], sys.argv[1])
     envs = VectorPortal([EnvSpec("portal_shm.server.example_envs:FaultyEnv", {"fault": fault, "phase": phase})])
     print(envs.tag, " ".join(s["runtime"].split()[2].rstrip(",") for s in envs.servers), flush=True)
-    if phase == "step":
+    if phase == "close":  # its server takes 2 s to close its env: the agent is killed while it waits
+        print("closing", flush=True)
+        envs.close()
+    elif phase == "step":
         envs.reset(seed=0)
         print("stepping", flush=True)
         envs.step(np.zeros(1, np.int64))
@@ -213,7 +235,7 @@ def _start_agent(mode: str) -> tuple:
         [sys.executable, "-c", AGENT, mode], stdout=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal
     )
     shm_name, *pids = process.stdout.readline().split()
-    assert process.stdout.readline().strip() in ("stepping", "resetting", "idle")
+    assert process.stdout.readline().strip() in ("stepping", "resetting", "idle", "closing")
     time.sleep(0.5)
     return process, shm_name.lstrip("/"), [int(p) for p in pids]
 
@@ -238,9 +260,10 @@ def test_ctrl_c_during_a_hung_call_exits_and_cleans_up(phase):
     _wait_until_clean(tag, pids, 10)
 
 
-@pytest.mark.parametrize("mode", ["idle", "idle-forked", "step", "spin"])
+@pytest.mark.parametrize("mode", ["idle", "idle-forked", "step", "spin", "closing"])
 def test_servers_clean_up_after_their_agent_is_sigkilled(mode):
-    """Idle servers notice at once; servers stuck in an env (mid-step) through their watchdog."""
+    """Idle servers notice at once; servers stuck in an env (mid-step) through their watchdog; an
+    agent killed inside ``close()``, while a server still closes its env, leaves no run directory."""
     process, tag, pids = _start_agent(mode)
     process.kill()
     process.wait()

@@ -308,6 +308,17 @@ def test_a_killed_agent_has_its_envs_freed_within_the_heartbeat_timeout(keys):
     assert host.process.returncode == 0
 
 
+def test_close_returns_once_the_host_has_freed_the_envs(host, keys):
+    """What ``close()`` promises locally holds remotely: when it returns, the host's env servers are
+    gone, so a host stopped right after (a script's last line) leaves nothing behind."""
+    envs = remote("CartPole-v1", 2, [host], keys)
+    envs.reset(seed=0)
+    pids = [int(s.split()[2].rstrip(",")) for s in envs.hosts[0]["servers"]]
+    assert pids and not any(_pid_gone(p) for p in pids)
+    envs.close()
+    assert all(_pid_gone(p) for p in pids)
+
+
 @pytest.mark.parametrize("fault", ["stall", "cut"])
 def test_a_blip_loses_and_repeats_no_step(host, keys, fault):
     from portal_shm.bench.link import Link

@@ -185,14 +185,18 @@ class HostSession(threading.Thread):
             log.exception("session %s failed", self.client)
             self._emit(to_data(exc))
         finally:
-            if self.portal is not None:
-                try:
-                    self.portal.close()
-                except Exception:
-                    log.exception("closing the envs of %s", self.client)
+            self._free()
             self._out.close(linger=2000)
             self.finished.set()
             log.info("session %s ended: %d envs freed", self.client, self.num_envs)
+
+    def _free(self) -> None:
+        """Close the envs (again is a no-op); the router thread may still look at the closed portal."""
+        if self.portal is not None:
+            try:
+                self.portal.close()
+            except Exception:
+                log.exception("closing the envs of %s", self.client)
 
     def _start(self) -> bool:
         hello = self.hello
@@ -266,7 +270,8 @@ class HostSession(threading.Thread):
             header, arrays = item
             cmd = header["cmd"]
             try:
-                if cmd == M.CLOSE:
+                if cmd == M.CLOSE:  # answered once the envs are freed: the agent's close() means it
+                    self._free()
                     self._emit({"cmd": M.RESULT, "re": header["seq"]})
                     return
                 self._handle(cmd, header, arrays)
