@@ -134,9 +134,7 @@ def main() -> None:
         seed=args.seed,
         **backend,
     )
-    envs.num_envs = args.num_envs
-    envs.single_action_space = envs.action_space
-    envs.single_observation_space = envs.observation_space
+    # (scripts for envpool 0.x set num_envs and single_*_space here; envpool 1.x has them, as does the drop-in)
     assert envs.single_action_space.n > 1, "only discrete action spaces"
     writer = None
     if args.tensorboard:

@@ -164,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     from ..bench.cli import add_bench_command
+    from .agent import add_agent_command
     from .docker import add_docker_commands
     from .env import add_env_commands
     from .record import add_record_command
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune_command(commands)
     add_top_command(commands)
     add_record_command(commands)
+    add_agent_command(commands)
 
     gc = commands.add_parser(
         "gc",

@@ -21,6 +21,7 @@ class ServerLaunch:
     config: dict
     run_dir: str
     log_path: str
+    generation: int = 0  # 0 for a server's first runtime; later ones (restarts, spares) count up
 
 
 class ServerHandle(ABC):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import PortalError
+from .agent_container import LABEL_AGENT_CONTAINER, own_container_id
 from .docker import LABEL_OWNER, LABEL_PORTAL, LABEL_PREFIX, LABEL_ROLE, LABEL_SERVER, docker_client
 from .resources import pid_alive
 
@@ -36,6 +37,26 @@ class ContainerInfo:
     container: Any
 
 
+def container_running(client: Any, name: str) -> bool:
+    """Whether container ``name`` (an id or name) exists and runs."""
+    import docker.errors
+
+    try:
+        return client.containers.get(name).status in ("running", "restarting", "created")
+    except docker.errors.NotFound:
+        return False
+
+
+def owner_alive(client: Any, labels: dict) -> bool:
+    """Whether the agent that owns a container lives: its pid, and where the agent ran in a container
+    (``portal-shm.agent-container``), that container; its pid only counts from inside that container."""
+    pid = int(labels.get(LABEL_OWNER, "0") or 0)
+    container = labels.get(LABEL_AGENT_CONTAINER)
+    if container is None or container == own_container_id():
+        return pid_alive(pid)
+    return container_running(client, container)
+
+
 def list_containers(client: Optional[Any] = None) -> list[ContainerInfo]:
     client = client or docker_client()
     found = []
@@ -51,7 +72,7 @@ def list_containers(client: Optional[Any] = None) -> list[ContainerInfo]:
                 image,
                 container.status,
                 pid,
-                pid_alive(pid),
+                owner_alive(client, labels),
                 labels.get(LABEL_PORTAL, ""),
                 labels.get(LABEL_SERVER, ""),
                 labels.get(LABEL_ADDRESS, ""),

@@ -4,7 +4,8 @@ Containers get no network (``--network none``), their own IPC namespace (nothing
 /dev/shm: the ring comes as a descriptor over a socket, see ``handoff``; ``ipc_host=True``
 shares the host's IPC namespace for envs that need it), and the portal's run directory
 bind-mounted at the same path for the control sockets, the ring's socket and the agent's lock
-file. Labels name the owning agent pid and portal, so
+file (an agent in a container gives the daemon that directory's host path, see
+``agent_container``). Labels name the owning agent pid (and its container, if any) and portal, so
 ``portal-shm ps/stop/gc`` find them; the agent removes its containers on close, and a container
 whose agent died exits by itself (its server sees the lock go) and is removed by ``gc``.
 """
@@ -19,6 +20,7 @@ from typing import Any, Optional
 
 from ..errors import PortalError
 from ..wire.launch import CONFIG_ENV_VAR, encode_config
+from .agent_container import LABEL_AGENT_CONTAINER, host_path, own_container_id, socket_problem
 from .backend import Backend, ServerHandle, ServerLaunch
 
 LABEL_PREFIX = "portal-shm"
@@ -76,6 +78,10 @@ def docker_client() -> Any:
         client = docker.from_env()
         client.ping()
     except Exception as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        problem = socket_problem(host[len("unix://") :]) if host.startswith("unix://") else None
+        if problem:
+            raise DockerUnavailableError(f"cannot reach the Docker daemon: {problem}") from None
         raise DockerUnavailableError(
             f"cannot reach the Docker daemon ({exc}). Install Docker (Debian: apt-get install docker.io) and "
             "start it (systemctl start docker, or run dockerd in the background); check DOCKER_HOST and that "
@@ -205,14 +211,14 @@ class DockerBackend(Backend):
         kwargs: dict = {
             "environment": {CONFIG_ENV_VAR: encode_config(config), "PYTHONUNBUFFERED": "1"},
             "network_mode": "none",
-            "volumes": {run_dir: {"bind": run_dir, "mode": "rw"}},
+            "volumes": {host_path(run_dir, client): {"bind": run_dir, "mode": "rw"}},
             "labels": {
                 LABEL_OWNER: str(os.getpid()),
                 LABEL_PORTAL: tag,
                 LABEL_SERVER: str(launch.server_index),
                 LABEL_ROLE: "env-server",
             },
-            "name": f"{tag}-s{launch.server_index}",
+            "name": f"{tag}-s{launch.server_index}" + (f".{launch.generation}" if launch.generation else ""),
             "detach": True,
             "init": True,
             "cap_drop": ["ALL"],
@@ -223,6 +229,9 @@ class DockerBackend(Backend):
             "working_dir": "/tmp",
         }
         kwargs["environment"]["HOME"] = "/tmp"
+        agent_container = own_container_id()
+        if agent_container:
+            kwargs["labels"][LABEL_AGENT_CONTAINER] = agent_container
         kwargs["ipc_mode"] = "host" if self.ipc_host else "private"
         if self.mem_limit:
             kwargs["mem_limit"] = self.mem_limit

@@ -8,6 +8,9 @@ an exclusive record lock on it for its whole life). Both are required: the lock 
 cover the instant between creating a run directory and locking it, the pid alone a reused pid. A live portal is never touched,
 and neither is anything of the calling process itself: closing any descriptor of a lock file
 drops the caller's own record locks, so gc never opens its own portals' lock files.
+A run directory an agent made in a container (its ``owner-container`` marker names it) is judged
+by its lock alone, since that agent's pid is another pid namespace's, unless gc runs in that same
+container; gc also looks in the shared directories ``portal-shm agent`` makes (``agents_dir``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
+from typing import Optional
 
+from .agent_container import MARKER, own_container_id
 from .resources import PREFIX, pid_alive, run_base_dir
 
 SHM_DIR = "/dev/shm"
@@ -37,6 +42,8 @@ def _lock_free(run_dir: str) -> bool:
         fd = os.open(os.path.join(run_dir, "agent.lock"), os.O_RDONLY)
     except FileNotFoundError:
         return True
+    except PermissionError:  # another user's portal: not ours to judge
+        return False
     try:
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return True
@@ -46,11 +53,32 @@ def _lock_free(run_dir: str) -> bool:
         os.close(fd)
 
 
-def _owner_gone(tag: str, pid: int) -> bool:
-    if pid == os.getpid() or pid_alive(pid):
+def _owner_container(run_dir: str) -> Optional[str]:
+    try:
+        with open(os.path.join(run_dir, MARKER)) as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
+def _owner_gone(tag: str, pid: int, base: Optional[str] = None) -> bool:
+    run_dir = os.path.join(base or run_base_dir(), tag)
+    container = _owner_container(run_dir)
+    if (container is None or container == own_container_id()) and (pid == os.getpid() or pid_alive(pid)):
         return False
-    run_dir = os.path.join(run_base_dir(), tag)
     return _lock_free(run_dir) if os.path.isdir(run_dir) else True
+
+
+def run_dir_bases() -> list:
+    """Where run directories live: ``run_base_dir()`` and each shared directory of ``portal-shm agent``."""
+    from .agent_run import agents_dir
+
+    bases = [run_base_dir()]
+    try:
+        bases += sorted(entry.path for entry in os.scandir(agents_dir()) if entry.is_dir(follow_symlinks=False))
+    except OSError:
+        pass
+    return list(dict.fromkeys(os.path.realpath(base) for base in bases))
 
 
 def find_leftovers() -> list[Leftover]:
@@ -67,12 +95,15 @@ def find_leftovers() -> list[Leftover]:
                     continue
                 kind = "semaphore" if match["sem"] else "ipc dir" if os.path.isdir(path) else "segment"
                 found.append(Leftover(kind, entry, int(match["pid"]), size))
-    base = run_base_dir()
-    if os.path.isdir(base):
-        for entry in sorted(os.listdir(base)):
+    for base in run_dir_bases():
+        try:
+            entries = sorted(os.listdir(base))
+        except OSError:  # missing, or another user's
+            continue
+        for entry in entries:
             match = _NAME.match(entry)
             path = os.path.join(base, entry)
-            if match and not match["rest"] and os.path.isdir(path) and _owner_gone(entry, int(match["pid"])):
+            if match and not match["rest"] and os.path.isdir(path) and _owner_gone(entry, int(match["pid"]), base):
                 found.append(Leftover("run dir", path, int(match["pid"]), 0))
     return found
 
@@ -89,21 +120,24 @@ def remove(leftover: Leftover) -> None:
         shutil.rmtree(leftover.name, ignore_errors=True)
 
 
-def _orphaned_containers() -> list:
-    """Env-server containers of dead agents, when Docker is there at all."""
+def _orphaned_containers() -> tuple:
+    """Env-server containers of dead agents and ``portal-shm agent`` directories whose container is
+    gone, when Docker is there at all."""
     try:
+        from .agent_run import orphaned_agent_dirs
         from .containers import orphaned_containers
-        from .docker import DockerUnavailableError
+        from .docker import DockerUnavailableError, docker_client
 
-        return orphaned_containers()
+        containers = orphaned_containers()
+        return containers, [Leftover("agent dir", path, 0, 0) for path in orphaned_agent_dirs(docker_client())]
     except (ImportError, DockerUnavailableError):
-        return []
+        return [], []
 
 
 def collect(dry_run: bool = False) -> list[Leftover]:
     """Find and (unless ``dry_run``) remove every leftover of dead portals; returns what was found."""
-    leftovers = find_leftovers()
-    containers = _orphaned_containers()
+    containers, agent_dirs = _orphaned_containers()
+    leftovers = find_leftovers() + agent_dirs
     if not dry_run:
         for leftover in leftovers:
             remove(leftover)

@@ -4,7 +4,9 @@ An image directory holds a Dockerfile whose base is the build arg ``BASE_IMAGE``
 context is assembled in a temporary directory: the image directory, the env-server part of
 portal-shm (``_portal_shm/``) and the building host's pip settings (``_pip/``: index URLs and
 CA bundle, for networks behind a TLS-intercepting proxy). Dockerfiles use ``_pip/`` only in a
-build stage, so the CA bundle never reaches the final image.
+build stage, so the CA bundle never reaches the final image. A Dockerfile that names ``_docker/``
+(the agent image) gets the host's docker CLI there: Debian's docker CLI comes only with the whole
+engine, and no registry here has Docker's own image.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import PortalError
-from .docker import LABEL_ENV_IMAGE, docker_client
+from .docker import LABEL_ENV_IMAGE, LABEL_PREFIX, docker_client
 
 DEFAULT_BASE = "portal-shm/base:bookworm"
 BASE_ENV_VAR = "PORTAL_SHM_BASE_IMAGE"
@@ -98,6 +100,20 @@ def assemble_context(image_dir: Path, target: Path) -> None:
         package, target / "_portal_shm" / "portal_shm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
     write_pip_context(target / "_pip")
+    if "_docker/" in (image_dir / "Dockerfile").read_text():
+        (target / "_docker").mkdir()
+        cli = shutil.which("docker")
+        if cli:
+            shutil.copy2(cli, target / "_docker" / "docker")
+
+
+def build_labels(image_dir: Path) -> dict:
+    """The env-image label (what hosts serve by default) on every image but an agent's: an image
+    whose Dockerfile labels itself ``portal-shm.agent-image`` holds the docker CLI and runs training
+    commands, so no host should offer it to agents as an env runtime."""
+    if f"{LABEL_PREFIX}.agent-image" in (image_dir / "Dockerfile").read_text():
+        return {}
+    return {LABEL_ENV_IMAGE: "1"}
 
 
 def default_base(client: object) -> Optional[str]:
@@ -184,7 +200,7 @@ def build_image(
             path=str(context),
             tag=tag,
             buildargs={"BASE_IMAGE": base} if base else None,
-            labels={LABEL_ENV_IMAGE: "1"},
+            labels=build_labels(image_dir),
             network_mode="host",
             rm=True,
             forcerm=True,

@@ -6,7 +6,9 @@ the ring from, server logs and the agent's lock file: the agent keeps an exclusi
 lock on it while alive, which is how env servers (even in containers with their own pid
 namespace) notice that their agent is gone.
 Record locks, unlike flock, are not inherited by forked children, so a worker forked from the
-agent cannot keep a dead agent's portal alive.
+agent cannot keep a dead agent's portal alive. Record locks hold across bind mounts of one
+directory too, so an agent in a container and env servers in others see the same lock; such a
+run directory names the agent's container in a marker file, since its pid means nothing outside.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import secrets
 import shutil
 import tempfile
 from typing import Optional
+
+from .agent_container import MARKER, own_container_id
 
 PREFIX = "psm"
 RUN_DIR_ENV_VAR = "PORTAL_SHM_RUN_DIR"
@@ -41,6 +45,10 @@ class PortalResources:
         self.lock_path = os.path.join(self.run_dir, "agent.lock")
         self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        container = own_container_id()
+        if container:
+            with open(os.path.join(self.run_dir, MARKER), "w") as file:
+                file.write(container)
         self.owner: Optional[tuple] = None
 
     def hand_over(self, owner: Optional[tuple], *paths: str) -> None:
