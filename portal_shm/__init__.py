@@ -13,6 +13,9 @@ from .version import __version__
 _LAZY = {
     "make_vec": "api",
     "make": "api",
+    "make_vec_ma": "multi_agent",
+    "MultiAgentPortal": "agent.multi_agent",
+    "AgentBatch": "agent.multi_agent",
     "load_tuning": "tuning",
     "VectorPortal": "agent.vector",
     "PortalVectorEnv": "agent.contract",

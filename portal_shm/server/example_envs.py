@@ -279,3 +279,159 @@ class TextObsEnv(gym.Env):
     def step(self, action):
         self.t += 1
         return self._obs(), float(action), False, self.t >= 4, {}
+
+
+class LeakyEnv(gym.Env):
+    """A seeded walk that leaks ``leak_mb`` MiB at every reset (held until its process exits), as
+    envs that rot over a long run do; episodes end at seeded, varying steps. Its own
+    ``get_state``/``set_state`` carry it (not its leak) into a fresh server: what recycling needs to
+    keep trajectories unchanged."""
+
+    def __init__(self, leak_mb: float = 5.0, episode_length: int = 4, step_ms: float = 0.0):
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = spaces.Discrete(3)
+        self.leak_mb, self.episode_length, self.step_ms = float(leak_mb), int(episode_length), float(step_ms)
+        self.leaked: list = []
+        self.position, self.t, self.limit = 0.0, 0, self.episode_length
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.position, self.t], np.float32)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        if self.leak_mb > 0:
+            self.leaked.append(np.ones(int(self.leak_mb * 2**20), np.uint8))  # touched: resident
+        self.position, self.t = float(self.np_random.normal()), 0
+        self.limit = int(self.np_random.integers(1, 2 * self.episode_length))
+        return self._obs(), {"limit": self.limit}
+
+    def step(self, action):
+        if self.step_ms:
+            time.sleep(self.step_ms / 1000)
+        self.t += 1
+        self.position += 0.5 * (float(action) - 1.0) + float(self.np_random.normal())
+        terminated = abs(self.position) > 3.0
+        return self._obs(), self.position, terminated, self.t >= self.limit, {"t": self.t}
+
+    def get_state(self) -> dict:
+        return {"position": self.position, "t": self.t, "limit": self.limit}
+
+    def set_state(self, state: dict) -> None:
+        self.position, self.t, self.limit = float(state["position"]), int(state["t"]), int(state["limit"])
+
+
+class SlowingEnv(LeakyEnv):
+    """A ``LeakyEnv`` (no leak by default) whose step, ``step_ms`` at first, takes one ``step_ms``
+    longer every ``ramp_steps`` steps of its process: an env that slows down as it runs."""
+
+    def __init__(self, step_ms: float = 0.5, ramp_steps: int = 500, leak_mb: float = 0.0, episode_length: int = 20):
+        super().__init__(leak_mb, episode_length, step_ms)
+        self.base_ms, self.ramp_steps, self.steps_here = float(step_ms), int(ramp_steps), 0
+
+    def step(self, action):
+        self.steps_here += 1
+        self.step_ms = self.base_ms * (1 + self.steps_here / self.ramp_steps)
+        return super().step(action)
+
+
+class LeavingAgentsEnv:
+    """A PettingZoo ParallelEnv by duck typing (no PettingZoo needed), of ``num_agents`` agents ``a_0, a_1, ...``: ``leaver`` terminates on step
+    ``leave_at`` and is back in ``agents`` from step ``return_at``; every agent is truncated at
+    ``episode_length``.
+
+    Observations are ``[t, agent index, noise]`` (noise from the reset seed), rewards the action
+    plus the agent's index. ``seen`` records the actions of every step; a step with an action for
+    an agent not in ``agents`` raises, so an env that runs through proves it never got one. With
+    ``info_masks`` each agent's info holds an ``action_mask`` that forbids action ``t % 3``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        num_agents: int = 3,
+        leaver: int = 1,
+        leave_at: int = 10,
+        return_at: int = 20,
+        episode_length: int = 30,
+        info_masks: bool = False,
+    ) -> None:
+        self.info_masks = info_masks
+        self.possible_agents = [f"a_{i}" for i in range(num_agents)]
+        self.leaver = self.possible_agents[leaver]
+        self.leave_at, self.return_at, self.episode_length = leave_at, return_at, episode_length
+        self.agents: list = []
+        self.seen: list = []
+        self.t = 0
+        self.rng = np.random.default_rng()
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(-np.inf, np.inf, (3,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(3)
+
+    def _obs(self, agent: str) -> np.ndarray:
+        index = self.possible_agents.index(agent)
+        return np.array([self.t, index, self.rng.normal()], np.float32)
+
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: self._info() for a in self.agents}
+
+    def _info(self) -> dict:
+        if not self.info_masks:
+            return {}
+        mask = np.ones(3, np.int8)
+        mask[self.t % 3] = 0
+        return {"action_mask": mask, "t": self.t}
+
+    def step(self, actions: dict) -> tuple:
+        if set(actions) != set(self.agents):
+            raise ValueError(f"step {self.t + 1}: actions for {sorted(actions)}, agents are {self.agents}")
+        self.seen.append({agent: int(action) for agent, action in actions.items()})
+        self.t += 1
+        rewards = {a: float(actions[a]) + self.possible_agents.index(a) for a in self.agents}
+        terminated = {a: self.t == self.leave_at and a == self.leaver for a in self.agents}
+        truncated = {a: self.t >= self.episode_length for a in self.agents}
+        obs = {a: self._obs(a) for a in self.agents}
+        infos: dict = {a: self._info() for a in self.agents}
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        if self.t == self.return_at and self.t < self.episode_length:
+            self.agents = [a for a in self.possible_agents if a in self.agents or a == self.leaver]
+            obs[self.leaver] = self._obs(self.leaver)
+            infos[self.leaver] = {"back": True, **self._info()}
+        return obs, rewards, terminated, truncated, infos
+
+    def close(self) -> None:
+        pass
+
+
+class MatchingPenniesEnv(gym.Env):
+    """Both players' actions in one Dict, one reward (the first player's, zero-sum): the DIAMBRA 2P
+    shape, for ``portal_shm.server.multi_agent:two_player``.
+
+    Each round the first player wins 1 when the coins match (plus a seeded bonus, so rewards carry
+    the seed), else loses it; the episode is ``rounds`` rounds."""
+
+    def __init__(self, rounds: int = 5) -> None:
+        self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = spaces.Dict({"agent_0": spaces.Discrete(2), "agent_1": spaces.Discrete(2)})
+        self.rounds, self.t = int(rounds), 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.np_random.normal()], np.float32)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None) -> tuple:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {"round": 0}
+
+    def step(self, action: Any) -> tuple:
+        self.t += 1
+        same = int(action["agent_0"]) == int(action["agent_1"])
+        reward = (1.0 if same else -1.0) + float(self.np_random.uniform(0, 0.5))
+        return self._obs(), reward, self.t >= self.rounds, False, {"round": self.t}
