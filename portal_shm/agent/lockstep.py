@@ -26,6 +26,7 @@ from .control import POLL_SLICE
 from .health import Health
 from .infos import add_info
 from .recovery import RESTARTABLE, Recovery
+from .recycler import Recycler
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import ServerLink
@@ -49,9 +50,11 @@ class Lockstep:
         copy: bool,
         spin_wait: float,
         loose_actions: bool,
+        recycler: Optional[Recycler] = None,
     ) -> None:
         """``loose_actions``: a batch of actions that does not fit the ring's layout travels as a
-        message instead of raising (AsyncVectorEnv hands each env its element, whatever its shape)."""
+        message instead of raising (AsyncVectorEnv hands each env its element, whatever its shape).
+        ``recycler``: the recycle policy, swapping due servers between steps (``recycler.py``)."""
         self.servers = servers
         self.ring = ring
         self.recovery = recovery
@@ -62,6 +65,7 @@ class Lockstep:
         self.spin_wait = spin_wait
         self.loose_actions = loose_actions
         self.step_timeout = recovery.step_timeout
+        self.recycler = recycler
         self.slot = -1
 
     # -- reset -------------------------------------------------------------------------------
@@ -126,9 +130,9 @@ class Lockstep:
     def step_async(self, actions: Any) -> None:
         k = (self.slot + 1) % self.ring.ring_depth
         cmd = P.CMD_STEP
+        messages = None
         if self.ring.actions is None:
-            self._send_actions(actions)
-            cmd = P.CMD_STEP_ACTIONS
+            messages = self._action_messages(actions)
         else:
             try:
                 self.ring.write_actions(k, actions)
@@ -136,16 +140,21 @@ class Lockstep:
                 if not self.loose_actions:
                     raise
                 # e.g. [0, 1, 2] for three Box(0, 1, (1,)) envs: such a batch travels as a message.
-                self._send_actions(actions)
-                cmd = P.CMD_STEP_ACTIONS
-        self.slot = k
+                messages = self._action_messages(actions)
+        prev, self.slot = self.slot, k
+        if self.recycler is not None and self.recycler.ready:
+            self.recycler.swap_ready(k, prev)  # after the actions' checks, before they go to servers
+        if messages is not None:
+            for server, message in zip(self.servers, messages):
+                server.channel.send(message, server.check_alive)
+            cmd = P.CMD_STEP_ACTIONS
         recovery = self.recovery
         for server in self.servers:
             if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
                 continue  # a restarted server's envs: reset instead of step, or end the episode
             server.post(cmd, k, pending=True)
 
-    def _send_actions(self, actions: Any) -> None:
+    def _action_messages(self, actions: Any) -> list[dict[str, Any]]:
         """Actions without a fixed layout: one message per server, each env's action as msgpack."""
         per_env = list(iterate(self.action_space, actions))
         if len(per_env) != self.ring.num_envs:
@@ -153,8 +162,7 @@ class Lockstep:
         messages = [{"cmd": P.ACTIONS, "actions": [per_env[i] for i in server.env_indices]} for server in self.servers]
         for message in messages:
             P.packb(message)  # raises TypeError naming an unsendable value before any server is told
-        for server, message in zip(self.servers, messages):
-            server.channel.send(message, server.check_alive)
+        return messages
 
     def step_wait(self, timeout: Optional[float]) -> Batch:
         timeout = self.step_timeout if timeout is None else timeout
@@ -198,6 +206,8 @@ class Lockstep:
             infos = recovery.end_episodes(server, k, infos, cause)
         if errors:
             self.health.raise_env_errors(errors)
+        if self.recycler is not None:
+            infos = self.recycler.after_step(k, infos)
         reward, terminated, truncated = self.ring.results(k, self.copy)
         return self.ring.observations(k, self.copy), reward, terminated, truncated, infos
 

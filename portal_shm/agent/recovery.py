@@ -115,11 +115,16 @@ class Recovery:
         self.causes: dict[int, BaseException] = {}
         # async batches, NEXT_STEP: server -> its fresh envs' reset rows and their infos blobs
         self.replays: dict[int, tuple[SavedRows, dict[int, bytes]]] = {}
+        self.next_seeds: dict[int, list[Optional[int]]] = {}  # seeds of a reset asked for by ``reset_next_step``
 
     @property
     def pending(self) -> bool:
         """Whether the next step of some server is not a plain step (the policy has work in it)."""
         return bool(self.resetting or self.ended or self.failed_early)
+
+    def busy(self, index: int) -> bool:
+        """Whether server ``index``'s next step belongs to this policy (a restart is under way)."""
+        return index in self.resetting or index in self.ended or index in self.failed_early or index in self.replays
 
     # -- bookkeeping -----------------------------------------------------------------------
     def note_reset(self, seeds: list[Optional[int]], mask: Optional[Any]) -> None:
@@ -132,6 +137,7 @@ class Recovery:
                 self.resetting.discard(server.index)
                 self.ended.discard(server.index)
                 self.replays.pop(server.index, None)
+                self.next_seeds.pop(server.index, None)
 
     def restart(self, server: ServerLink, cause: BaseException) -> None:
         """Start a fresh server in place of ``server``, within every env's restart budget."""
@@ -147,8 +153,16 @@ class Recovery:
             except PortalError as exc:  # the fresh server failed as well: that costs a restart too
                 cause = exc
 
+    def reset_next_step(self, server: ServerLink, seeds: list[Optional[int]]) -> None:
+        """NEXT_STEP: reset ``server``'s envs with ``seeds`` as their next step (the autoreset step of
+        envs whose episode just ended, in a fresh server: recycling envs without states)."""
+        self.next_seeds[server.index] = seeds
+        self.resetting.add(server.index)
+
     def _reset_message(self, server: ServerLink, k: int, prev: int) -> dict[str, Any]:
-        seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in server.env_indices]
+        seeds = self.next_seeds.pop(server.index, None)
+        if seeds is None:
+            seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in server.env_indices]
         return {"cmd": P.RESET, "slot": k, "prev_slot": prev, "seeds": seeds, "options": None, "mask": None}
 
     # -- steps -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium.spaces import Space
 
 from ..errors import ServerProtocolError
+from ..wire import stats as S
 from ..wire import trees
 from ..wire.schema import is_fixed, leaves, revive
 from .actions import ActionLeaves
@@ -199,6 +200,19 @@ class RingViews:
             return add_info(infos, env_info, position, total)
         except Exception as exc:
             raise ServerProtocolError(f"env {env}'s infos cannot be batched with the others': {exc}") from None
+
+    # -- what recycling reads and resets --------------------------------------------------------
+    def episode_ends(self, k: int) -> np.ndarray:
+        """The envs whose episode ended in slot ``k`` (terminated or truncated), ascending."""
+        ended: np.ndarray = np.flatnonzero(self.terminated[k] | self.truncated[k])
+        return ended
+
+    def forget_samples(self, rows: Any) -> None:
+        """Zero the sampled step counts of ``rows`` (a fresh server's start from 0; ``stats`` keeps the
+        totals): the step times then measured are the fresh server's alone."""
+        env_stats = self.stats_views["env_stats"]
+        env_stats[rows, S.SAMPLED] = 0
+        env_stats[rows, S.SAMPLED_NS] = 0
 
     # -- rows recovery writes in place of a server ---------------------------------------------
     def clear_results(self, k: int, rows: Any) -> None:

@@ -36,6 +36,22 @@ from .spec import EnvSpec
 from .validate import check_error, check_hello
 
 
+class Spare:
+    """A server started ahead of time for the envs of a ``ServerLink``: its runtime runs and made the
+    envs (``hello`` is set once it said so), but it is not attached to the ring, so it cannot see or
+    touch the rows of the server it is to replace (``PortalSession.swap`` attaches it)."""
+
+    def __init__(
+        self, generation: int, channel: ControlChannel, token: str, launch: ServerLaunch, handle: ServerHandle
+    ) -> None:
+        self.generation = generation
+        self.channel = channel
+        self.token = token
+        self.launch = launch
+        self.handle = handle
+        self.hello: Optional[dict[str, Any]] = None
+
+
 class ServerLink:
     """The agent's view of one env server: its envs, channel, doorbells and backend handle.
 
@@ -80,6 +96,16 @@ class ServerLink:
         self.seq += 1
         box[SEQ] = self.seq
         self.go.ring()
+
+    def adopt(self, started: Spare) -> None:
+        """Take over a started runtime (its channel, handle and token) as this server's current one."""
+        self.generation = started.generation
+        self.channel = started.channel
+        self.token = started.token
+        self.launch = started.launch
+        self.handle = started.handle
+        if started.hello is not None:
+            self.hello = started.hello
 
     def runtime(self) -> str:
         """Its runtime's description ("not started" before its backend started it)."""
@@ -168,6 +194,13 @@ class PortalSession:
         self._offer: Optional[SegmentOffer] = None
         self.closed = False
         self.graceful = True
+        self.spares: dict[int, Spare] = {}  # server index -> its spare (recycling)
+        self.retired: list[ServerHandle] = []  # swapped-out servers still exiting
+        self._generations = 0  # the last generation given out: unique over the session's servers
+
+    def _next_generation(self) -> int:
+        self._generations += 1
+        return self._generations
 
     def launch(self, specs: Sequence[EnvSpec], envs_per_server: Optional[int], timeout: float) -> None:
         """Start every server, then wait for each one's hello (its envs exist by then)."""
@@ -184,43 +217,58 @@ class PortalSession:
             self._handshake(server, timeout)
 
     def _start_server(self, server: ServerLink) -> None:
-        """Bind the server's control socket (a new path per generation) and start its runtime."""
-        resources = self.resources
-        server.channel = ControlChannel(
-            self.context, resources.socket_address(server.index, server.generation), server.describe
-        )
-        resources.hand_over(resources.owner, server.channel.address[len("ipc://") :])
-        server.token = secrets.token_hex(16)
-        if server.spec.factory is not None:
-            from .env_fns import ship_factories
+        """Start the server's runtime for its current generation."""
+        server.adopt(self._start_runtime(server, server.generation))
 
-            env_config = ship_factories([self.specs[i] for i in server.env_indices], resources.run_dir, server.index)
-        else:
-            env_config = server.spec.to_config()
-        config = {
-            "protocol": P.PROTOCOL_VERSION,
-            "server_index": server.index,
-            "env_indices": server.env_indices,
-            "env": env_config,
-            "control_address": server.channel.address,
-            "lock_path": resources.lock_path,
-            "run_dir": resources.run_dir,
-            "ring_token": server.token,
-        }
-        server.launch = ServerLaunch(
-            server.index, server.env_indices, config, resources.run_dir, resources.log_path(server.index)
-        )
-        server.handle = server.spec.backend.start(server.launch)
+    def _start_runtime(self, server: ServerLink, generation: int) -> Spare:
+        """Bind a control socket (a new path per generation) and start a runtime for ``server``'s envs."""
+        resources = self.resources
+        channel = ControlChannel(self.context, resources.socket_address(server.index, generation), server.describe)
+        try:
+            resources.hand_over(resources.owner, channel.address[len("ipc://") :])
+            token = secrets.token_hex(16)
+            if server.spec.factory is not None:
+                from .env_fns import ship_factories
+
+                env_config = ship_factories(
+                    [self.specs[i] for i in server.env_indices], resources.run_dir, server.index
+                )
+            else:
+                env_config = server.spec.to_config()
+            config = {
+                "protocol": P.PROTOCOL_VERSION,
+                "server_index": server.index,
+                "env_indices": server.env_indices,
+                "env": env_config,
+                "control_address": channel.address,
+                "lock_path": resources.lock_path,
+                "run_dir": resources.run_dir,
+                "ring_token": token,
+            }
+            launch = ServerLaunch(
+                server.index,
+                server.env_indices,
+                config,
+                resources.run_dir,
+                resources.log_path(server.index),
+                generation,
+            )
+            return Spare(generation, channel, token, launch, server.spec.backend.start(launch))
+        except BaseException:
+            channel.close()
+            raise
 
     def _handshake(self, server: ServerLink, timeout: float) -> None:
-        hello = server.expect(P.HELLO, timeout, "start-up")
+        server.hello = self._checked_hello(server, server.expect(P.HELLO, timeout, "start-up"))
+
+    def _checked_hello(self, server: ServerLink, hello: dict[str, Any]) -> dict[str, Any]:
         if hello.get("protocol") != P.PROTOCOL_VERSION:
             raise ProtocolMismatchError(
                 f"env server {server.index} speaks portal-shm protocol {hello.get('protocol')!r:.40}, "
                 f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
                 f"env runtime ({server.runtime()})"
             )
-        server.hello = check_hello(hello, len(server.env_indices), server.describe())
+        return check_hello(hello, len(server.env_indices), server.describe())
 
     def restart(self, server: ServerLink, timeout: float) -> None:
         """Replace a failed server by a fresh one of the same spec, attached to the same ring.
@@ -231,23 +279,92 @@ class PortalSession:
         ZeroMQ removes a closed ipc socket's file asynchronously and could remove a rebound one.
         The fresh server must describe exactly the spaces its predecessor did.
         """
-        before = (server.hello["observation_spaces"], server.hello["action_spaces"])
-        ring, offer = self._attached()
+        before = server.hello
+        _, offer = self._attached()
         if server.handle is not None:
             server.handle.stop(timeout=1.0)
         server.channel.close()
-        server.generation += 1
         offer.forget(server.token)
-        mailbox = ring.views["mailbox"][server.index]
-        mailbox[:] = 0
+        server.generation = self._next_generation()
         self._start_server(server)
         self._handshake(server, timeout)
-        after = (server.hello["observation_spaces"], server.hello["action_spaces"])
-        if P.packb(after) != P.packb(before):
-            raise ServerProtocolError(f"the restarted {server.describe()} describes other spaces than before")
+        self._check_spaces(server, before, server.hello, "restarted")
+        self._attach_fresh(server, timeout)
+
+    @staticmethod
+    def _check_spaces(server: ServerLink, before: dict[str, Any], after: dict[str, Any], what: str) -> None:
+        spaces = ("observation_spaces", "action_spaces")
+        if P.packb([after[key] for key in spaces]) != P.packb([before[key] for key in spaces]):
+            raise ServerProtocolError(f"the {what} {server.describe()} describes other spaces than before")
+
+    def _attach_fresh(self, server: ServerLink, timeout: float) -> None:
+        """Give a fresh server (that said hello) its mailbox, new doorbells and the ring."""
+        ring, _ = self._attached()
+        ring.views["mailbox"][server.index][:] = 0
         self._arm(server)
         server.channel.send(self._attach_message(), server.check_alive)
         server.expect(P.READY, timeout, "restart")
+
+    # -- spares (recycling) ---------------------------------------------------------------------
+    def start_spare(self, server: ServerLink) -> Spare:
+        """Start a spare runtime for ``server``'s envs (not waited for: ``spare_ready`` says when)."""
+        spare = self._start_runtime(server, self._next_generation())
+        self.spares[server.index] = spare
+        return spare
+
+    def spare_ready(self, server: ServerLink) -> bool:
+        """Whether ``server``'s spare made its envs and said hello (never waits); raises when it
+        failed: died, an env could not be made, or it describes other spaces than ``server``."""
+        spare = self.spares[server.index]
+        if spare.hello is not None:
+            return True
+        if not spare.channel.socket.poll(0):
+            status = spare.handle.exit_status()
+            if status is not None:
+                raise ServerDiedError(server.index, server.env_indices, status, spare.handle.log_tail(), "spare")
+            return False
+        message = spare.channel.recv(lambda: None, 1.0, f"start-up of the spare of {server.describe()}")
+        if message["cmd"] == P.ERROR:
+            raise server.error(message)
+        if message["cmd"] != P.HELLO:
+            raise ServerProtocolError(f"the spare of {server.describe()} sent {message['cmd']!r:.40} at start-up")
+        hello = self._checked_hello(server, message)
+        self._check_spaces(server, server.hello, hello, "spare of")
+        spare.hello = hello
+        return True
+
+    def discard_spare(self, server: ServerLink) -> None:
+        """Stop ``server``'s spare, if it has one."""
+        spare = self.spares.pop(server.index, None)
+        if spare is not None:
+            spare.handle.stop(timeout=1.0)
+            spare.channel.close()
+
+    def swap(self, server: ServerLink, timeout: float) -> None:
+        """Put ``server``'s ready spare in its place: the old server closes its envs and exits
+        (reaped later by ``reap``) before the spare gets its mailbox, doorbells and the ring."""
+        spare = self.spares.pop(server.index)
+        _, offer = self._attached()
+        old = server.handle
+        try:
+            server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
+            server.post_control()
+            server.recv(min(timeout, 5.0), "close")  # a REPLY, or the error of an env's close()
+        except Exception:
+            if old is not None:
+                old.stop(timeout=0)  # it is retired either way; past its answer it touches no row
+        if old is not None:
+            self.retired.append(old)
+        server.channel.close()
+        offer.forget(server.token)
+        server.adopt(spare)
+        self._attach_fresh(server, timeout)
+
+    def reap(self) -> None:
+        """Forget retired servers that have exited (their runtimes cleaned up)."""
+        for handle in [h for h in self.retired if h.exit_status() is not None]:
+            handle.stop(timeout=0.1)
+            self.retired.remove(handle)
 
     def attach(self, layout: dict[str, Any], settings: dict[str, Any], timeout: float) -> Ring:
         """Create the ring and doorbells, hand them to every server and wait until all are ready."""
@@ -311,7 +428,11 @@ class PortalSession:
             for server in self.servers:
                 if server.handle is not None:
                     server.handle.stop(timeout=1.0)
+            for handle in [spare.handle for spare in self.spares.values()] + self.retired:
+                handle.stop(timeout=1.0)
         finally:
+            for spare in self.spares.values():
+                spare.channel.close()
             for server in self.servers:
                 close_all(server.started_ends())  # a failed start-up leaves servers without some
             if self._offer is not None:

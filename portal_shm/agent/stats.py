@@ -124,9 +124,11 @@ class Snapshot:
         rss: list[Optional[int]],
         clock: tuple[float, float, int],
         restarts: list[int],
+        recycles: Optional[list[int]] = None,
     ) -> None:
         self.wall, self.env, self.hist, self.server = wall, env, hist, server
         self.cpu, self.rss, self.clock, self.restarts = cpu, rss, clock, restarts
+        self.recycles = recycles or [0] * len(restarts)
 
 
 class Monotone:
@@ -169,11 +171,13 @@ class StatsReader:
         clock: AgentClock,
         restarts: Callable[[], list[int]],
         bytes_per_env_step: int,
+        recycles: Optional[Callable[[], list[int]]] = None,
     ) -> None:
         self.views = views
         self.servers = servers
         self.clock = clock
         self.restarts = restarts
+        self.recycles = recycles or (lambda: [0] * len(restarts()))
         self.bytes_per_env_step = bytes_per_env_step
         num_envs = views["env_stats"].shape[0]
         self.env_totals = Monotone((num_envs, len(S.ENV_FIELDS)))
@@ -211,6 +215,7 @@ class StatsReader:
             rss,
             (inside, away, calls),
             list(self.restarts()),
+            list(self.recycles()),
         )
 
     def keep(self) -> None:
@@ -281,6 +286,7 @@ class StatsReader:
                     "episodes": int(b.env[i, S.EPISODES]),
                     "resets": int(b.env[i, S.RESETS]),
                     "restarts": int(b.restarts[i]) if i < len(b.restarts) else 0,
+                    "recycles": int(b.recycles[i]) if i < len(b.recycles) else 0,
                     "steps_per_s": float(steps[i]) / span,
                     "latency_us": latency(hist[i], int(env[i, S.SAMPLED]), int(env[i, S.SAMPLED_NS])),
                 }

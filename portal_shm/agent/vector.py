@@ -38,6 +38,8 @@ from .pending import AsyncState, PendingCall
 from .portal_spaces import ObservationMode, check_observation_mode, portal_spaces
 from .publish import Publisher
 from .recovery import Recovery, check_policy
+from .recycle_policy import RecyclePolicy, check_recycle
+from .recycler import Recycler
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import PortalSession
@@ -132,6 +134,11 @@ class VectorPortal(PortalVectorEnv):
         spin_wait: seconds the agent and each server watch the ring for the other side before they
             sleep on their doorbell pipe (the core is yielded at every turn); 0 never spins. Default:
             ``portal_shm.agent.spin.default_spin_wait()``.
+        recycle: replace servers by warm spares at episode ends, trajectories unchanged, e.g.
+            ``{"episodes": 500, "rss_mb": 2048, "seconds": 3600, "slowdown": 3.0, "jitter": 0.1}``
+            (any subset of the rules; also ``wait_steps`` and ``max_per_step``): see
+            ``portal_shm.agent.recycle_policy`` for the rules and ``portal_shm.agent.recycler`` for
+            the swap. Lockstep portals only.
     """
 
     def __init__(
@@ -156,8 +163,10 @@ class VectorPortal(PortalVectorEnv):
         on_env_failure: str = "raise",
         max_restarts: int = 3,
         spin_wait: Optional[float] = None,
+        recycle: Optional[Union[dict[str, Any], RecyclePolicy]] = None,
     ) -> None:
         F.check_options(context, worker, max_concurrency)
+        recycle_policy = check_recycle(recycle)
         specs, self._gymnasium_form = F.to_specs(env_fns, backend)
         check_observation_mode(observation_mode)
         check_policy(on_env_failure, max_restarts)
@@ -178,6 +187,11 @@ class VectorPortal(PortalVectorEnv):
                 raise ValueError(
                     "batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
                     "could only be reset by a masked reset, which async batches do not have"
+                )
+            if recycle_policy is not None:
+                raise ValueError(
+                    "recycle is for lockstep portals: with batch_size the servers step in different "
+                    "slots of the ring; make the portal without batch_size to recycle its servers"
                 )
             envs_per_server = batch_grouping(specs, self.batch_size, envs_per_server)
         self.copy = self._gymnasium_form if copy is None else copy
@@ -209,6 +223,19 @@ class VectorPortal(PortalVectorEnv):
                 max_restarts,
                 startup_timeout,
             )
+            self._recycler = (
+                None
+                if recycle_policy is None
+                else Recycler(
+                    self._session,
+                    self._ring,
+                    self._recovery,
+                    recycle_policy,
+                    self.autoreset_mode,
+                    step_timeout,
+                    startup_timeout,
+                )
+            )
             self._calls = ControlCalls(servers, self._recovery, self._health, self.num_envs)
             self._lockstep = Lockstep(
                 servers,
@@ -220,10 +247,16 @@ class VectorPortal(PortalVectorEnv):
                 copy=self.copy,
                 spin_wait=self.spin_wait,
                 loose_actions=self._gymnasium_form,
+                recycler=self._recycler,
             )
             self._clock = AgentClock()
             self._stats = StatsReader(
-                self._ring.stats_views, servers, self._clock, lambda: self._recovery.restarts, self._ring.env_step_bytes
+                self._ring.stats_views,
+                servers,
+                self._clock,
+                lambda: self._recovery.restarts,
+                self._ring.env_step_bytes,
+                lambda: self.recycles,
             )
             self._publisher = Publisher(
                 self._session.resources.run_dir, self._describe, lambda: self._stats.report(WINDOW_S)
@@ -630,6 +663,11 @@ class VectorPortal(PortalVectorEnv):
     def restarts(self) -> list[int]:
         """How many times each env was restarted (``on_env_failure="restart"``)."""
         return list(self._recovery.restarts)
+
+    @property
+    def recycles(self) -> list[int]:
+        """How many times each env's server was recycled (``recycle``)."""
+        return [0] * self.num_envs if self._recycler is None else list(self._recycler.recycles)
 
     @property
     def raw_infos(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from ...agent.bound import verdict
 from ...errors import ServerProtocolError
 
-_ENV_INTS = ("steps", "episodes", "resets", "restarts")
+_ENV_INTS = ("steps", "episodes", "resets", "restarts", "recycles")
 _SERVER_NUMBERS = ("steps_per_s", "busy", "cpu", "rss_mb")
 _LATENCY = ("samples", "mean", "p50", "p90", "p99")
 

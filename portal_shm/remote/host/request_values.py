@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ...agent.recycle_policy import check_recycle
 from ...errors import HostPolicyError
 from ...wire import protocol as P
 from ...wire.dtypes import MESSAGE_KINDS, allowed
@@ -112,6 +113,14 @@ def _choice(*names: str) -> Callable[[Any, int], Any]:
     return check
 
 
+def _recycle(value: Any, num_envs: int) -> Any:
+    try:
+        check_recycle(value)
+    except (TypeError, ValueError) as exc:
+        return f"a recycle policy as a local portal takes it ({exc})"
+    return None
+
+
 MAX_RING_DEPTH = 16
 MAX_INFO_CAPACITY = 1 << 16
 
@@ -126,6 +135,7 @@ VECTOR_OPTIONS: dict = {
     "ring_depth": _integer(2, lambda n: MAX_RING_DEPTH),
     "on_env_failure": _choice("raise", "restart"),
     "max_restarts": _integer(0, lambda n: 1000),
+    "recycle": _recycle,
 }
 
 

@@ -1,0 +1,315 @@
+"""Recycling env servers: a warm spare per due server, swapped in at an episode end of its envs.
+
+What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
+
+- A server that comes near due (``SPARE_AT`` of a limit) gets a spare: a fresh runtime of the same
+  spec that makes its envs in the background while the portal steps on. It is not attached to the
+  ring until the swap, so it cannot touch the rows of the server it replaces.
+- A due server is swapped before the step after one in which all its envs ended an episode, or,
+  with several envs per server, ``wait_steps`` steps after it came due (a bound, since envs rarely
+  end together); never before its spare is ready, so a swap never waits for a start-up, and at
+  most ``max_per_step`` servers are swapped in one step.
+- The swap carries every env's state (``get_state``/``set_state``: base env, wrappers, RNG, the
+  pending autoreset): the old server closes, the spare takes its mailbox and rows, the states go
+  in, and the step goes to the fresh server. In NEXT_STEP the autoreset's reset then happens in
+  the fresh server with the old generator, in SAME_STEP the fresh env goes on from the reset the
+  old one made: either way every transition is the one a run without recycling gives. Envs past
+  the bound go on mid-episode from their state, exactly as well where the state adapter is
+  complete (own ``get_state``, ALE, MuJoCo).
+- An env without a state adapter cannot carry its generator: in NEXT_STEP its server is swapped
+  only in a step where all its envs ended an episode, and the fresh envs are reset with
+  ``recycle_seed(seed, recycles)`` (from the env's last seed: reproducible, but not the trajectory
+  of a run without recycling; warned once). In SAME_STEP and DISABLED such servers are not
+  recycled (warned once).
+- The first step the fresh server answers has ``info["env_recycled"] = True`` for its envs (apart
+  from ``env_restarted``, which a failure sets); ``envs.stats()`` counts ``recycles`` per env.
+- A spare that fails to start is stopped and started again later; after ``MAX_SPARE_FAILURES``
+  in a row its server is no longer recycled (warned). A swap whose fresh server fails once the old
+  one closed is a failure as ``on_env_failure`` sees it: a cold restart in place, then the states.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from ..errors import EnvError, PortalError, ServerProtocolError
+from ..wire import protocol as P
+from ..wire import stats as S
+from .recovery import RESTARTABLE, Recovery
+from .recycle_policy import SPARE_AT, RecyclePolicy, Wear
+from .ring_views import RingViews
+from .session import PortalSession, ServerLink
+from .stats import process_cpu
+
+OBSERVE_EVERY_S = 0.25  # how often memory and step times are read (every step counts episodes)
+MAX_SPARE_FAILURES = 3
+_JITTER_SALT = 0x72656379  # "recy": keeps jitter draws apart from any other use of the indices
+
+
+def recycle_seed(seed: Optional[int], recycles: int) -> Optional[int]:
+    """The seed a recycled env without a state is reset with: from its last seed and recycle count."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed) % 2**64, _JITTER_SALT, recycles]).generate_state(1)[0])
+
+
+class Recycler:
+    """The recycle policy at work in one lockstep portal: wear per server, spares, swaps.
+
+    It is handed what it works on (the session that starts and swaps runtimes, the ring views,
+    recovery for seeds and for resets of envs without states) and keeps no pointer to the portal.
+    """
+
+    def __init__(
+        self,
+        session: PortalSession,
+        ring: RingViews,
+        recovery: Recovery,
+        policy: RecyclePolicy,
+        autoreset_mode: AutoresetMode,
+        step_timeout: Optional[float],
+        startup_timeout: float,
+    ) -> None:
+        self.session = session
+        self.servers = session.servers
+        self.ring = ring
+        self.recovery = recovery
+        self.policy = policy
+        self.mode = autoreset_mode
+        self.step_timeout = step_timeout
+        self.startup_timeout = startup_timeout
+        self.server_of = np.zeros(ring.num_envs, np.int64)
+        for server in self.servers:
+            self.server_of[server.rows] = server.index
+        self.wear = [self._new_wear(server) for server in self.servers]
+        self.generations = [server.generation for server in self.servers]
+        self.pids: dict[int, tuple[int, Optional[int]]] = {}  # server -> (generation, pid)
+        self.recycles = [0] * ring.num_envs
+        self.spare_failures = [0] * len(self.servers)
+        self.due: set[int] = set()  # servers due (their spare may still be starting)
+        self.warming: set[int] = set()  # servers whose spare has not said hello yet
+        self.stateless: set[int] = set()  # servers whose envs have no state adapter
+        self.off: set[int] = set()  # servers no longer recycled
+        self.ready: list[int] = []  # servers to swap before the next step
+        self.at_end: set[int] = set()  # of those, the ones whose envs all just ended an episode
+        self.fresh: list[int] = []  # envs swapped before this step: ``env_recycled`` in its infos
+        self.observe_at = 0.0
+        self.warned: set[str] = set()
+
+    def _new_wear(self, server: ServerLink) -> Wear:
+        rng = np.random.default_rng([server.index, server.generation, _JITTER_SALT])
+        return Wear(self.policy, rng)
+
+    def _warn(self, key: str, text: str) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            warnings.warn(text, RuntimeWarning, stacklevel=4)
+
+    # -- after each step: count, decide, warm spares ----------------------------------------------
+    def after_step(self, k: int, infos: dict[str, Any]) -> dict[str, Any]:
+        """Account for step ``k`` (its infos get ``env_recycled`` for envs swapped before it)."""
+        ring = self.ring
+        for i in self.fresh:
+            infos = ring.add(infos, {"env_recycled": True}, i, ring.num_envs, i)
+        self.fresh = []
+        ends = ring.episode_ends(k).tolist()
+        touched = set()
+        for i in ends:
+            j = int(self.server_of[i])
+            self.wear[j].episodes += 1
+            touched.add(j)
+        now = time.monotonic()
+        if now >= self.observe_at:
+            self.observe_at = now + OBSERVE_EVERY_S
+            self._observe()
+            touched = set(range(len(self.servers)))
+        for j in touched:
+            self._classify(j, now)
+        if self.warming:
+            self._poll_spares()
+        if self.due:
+            self._pick(set(ends))
+        return infos
+
+    def _observe(self) -> None:
+        """Memory and step times of every server (only what the policy's rules read)."""
+        self.session.reap()
+        policy = self.policy
+        if policy.rss_mb is None and policy.slowdown is None:
+            return
+        env_stats = self.ring.stats_views["env_stats"]
+        for server in self.servers:
+            j = server.index
+            if j in self.off or server.generation != self.generations[j]:
+                continue
+            rss = process_cpu(self._pid(server))[1] if policy.rss_mb is not None else None
+            rows = env_stats[server.rows]
+            samples, total_ns = int(rows[:, S.SAMPLED].sum()), int(rows[:, S.SAMPLED_NS].sum())
+            self.wear[j].observe(None if rss is None else rss / 2**20, max(samples, 0), max(total_ns, 0))
+
+    def _pid(self, server: ServerLink) -> Optional[int]:
+        known = self.pids.get(server.index)
+        if known is None or known[0] != server.generation:
+            known = (server.generation, server.handle.host_pid() if server.handle is not None else None)
+            self.pids[server.index] = known
+        return known[1]
+
+    def _classify(self, j: int, now: float) -> None:
+        server = self.servers[j]
+        if server.generation != self.generations[j]:  # restarted after a failure: a new generation
+            self.generations[j] = server.generation
+            self.wear[j] = self._new_wear(server)
+            self.ring.forget_samples(server.rows)
+            self.due.discard(j)
+        if j in self.off:
+            return
+        share = self.wear[j].progress(now)[0]
+        if share >= SPARE_AT and j not in self.session.spares:
+            try:
+                self.session.start_spare(server)
+                self.warming.add(j)
+            except (PortalError, OSError) as exc:
+                self._spare_failed(j, exc)
+        if share >= 1.0:
+            self.due.add(j)
+
+    def _poll_spares(self) -> None:
+        for j in sorted(self.warming):
+            try:
+                if self.session.spare_ready(self.servers[j]):
+                    self.warming.discard(j)
+                    self.spare_failures[j] = 0
+            except (PortalError, OSError) as exc:
+                self.warming.discard(j)
+                self.session.discard_spare(self.servers[j])
+                self._spare_failed(j, exc)
+
+    def _spare_failed(self, j: int, cause: BaseException) -> None:
+        self.spare_failures[j] += 1
+        server = self.servers[j]
+        if self.spare_failures[j] >= MAX_SPARE_FAILURES:
+            self._stop_recycling(j)
+            warnings.warn(
+                f"{server.describe()} is no longer recycled: its spare failed to start "
+                f"{MAX_SPARE_FAILURES} times in a row, last: {str(cause).splitlines()[0][:300]}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    def _stop_recycling(self, j: int) -> None:
+        self.off.add(j)
+        self.due.discard(j)
+        self.warming.discard(j)
+        self.session.discard_spare(self.servers[j])
+
+    def _pick(self, ended: set[int]) -> None:
+        """The due servers to swap before the next step: spare ready, envs at an end or past the bound."""
+        chosen: list[tuple[int, int]] = []
+        self.at_end = set()
+        for j in sorted(self.due):
+            if j in self.warming or j not in self.session.spares or self.recovery.busy(j):
+                continue
+            wear = self.wear[j]
+            wear.due_steps += 1
+            at_end = all(i in ended for i in self.servers[j].env_indices)
+            if at_end:
+                self.at_end.add(j)
+            if at_end or (wear.due_steps > self.policy.wait_steps and j not in self.stateless):
+                chosen.append((-wear.due_steps, j))
+        self.ready = [j for _, j in sorted(chosen)[: self.policy.max_per_step]]
+
+    # -- before a step: the swaps ---------------------------------------------------------------
+    def swap_ready(self, k: int, prev: int) -> None:
+        """Swap the servers picked after the last step (slot ``prev``); step ``k`` goes to the fresh ones."""
+        ready, self.ready = self.ready, []
+        for j in ready:
+            self._swap(self.servers[j], k, prev, j in self.at_end)
+
+    def _swap(self, server: ServerLink, k: int, prev: int, at_end: bool) -> None:
+        j, envs = server.index, server.env_indices
+        try:
+            states: Optional[list[bytes]] = self._get_states(server)
+        except EnvError as exc:  # no state adapter (or a state that cannot be taken)
+            states = None
+            if not self._without_states(j, at_end, exc):
+                return
+        except RESTARTABLE:
+            return  # the old server failed: its step shows it, and recovery (or the error) takes it
+        try:
+            self.session.swap(server, self.startup_timeout)
+            if states is not None:
+                self._set_states(server, k, prev, states)
+        except PortalError as exc:
+            # The fresh server failed once the old one had closed: a cold start in place, then the
+            # states (or the reseeded reset below): nothing of the envs is lost but time.
+            self.recovery.restart(server, exc)
+            if states is not None:
+                self._set_states(server, k, prev, states)
+        if states is None:
+            seeds = [recycle_seed(self.recovery.seeds[i], self.recycles[i] + 1) for i in envs]
+            self.recovery.reset_next_step(server, seeds)
+        for i in envs:
+            self.recycles[i] += 1
+        self.ring.forget_samples(server.rows)
+        self.fresh.extend(envs)
+        self.generations[j] = server.generation
+        self.wear[j] = self._new_wear(server)
+        self.due.discard(j)
+
+    def _without_states(self, j: int, at_end: bool, cause: BaseException) -> bool:
+        """Whether a server whose envs have no state is swapped now (NEXT_STEP, all at an episode end)."""
+        self.stateless.add(j)
+        why = str(cause).splitlines()[0][:300]
+        if self.mode is not AutoresetMode.NEXT_STEP:
+            self._stop_recycling(j)
+            self._warn(
+                "off",
+                f"envs without a state adapter are not recycled with autoreset_mode {self.mode.value} "
+                f"({why}); use NEXT_STEP, where they are reset in the fresh server with recycle_seed",
+            )
+            return False
+        self._warn(
+            "seeds",
+            f"recycled envs without a state adapter are reset with recycle_seed(seed, recycles) "
+            f"in the fresh server: reproducible, but not the trajectory of a run without recycling ({why})",
+        )
+        return at_end
+
+    def _get_states(self, server: ServerLink) -> list[bytes]:
+        server.channel.send({"cmd": P.GET_STATE, "envs": server.env_indices, "allow_pickle": False}, server.check_alive)
+        server.post_control()
+        message = server.recv(self.step_timeout, "get_state for recycling")
+        if message["cmd"] == P.ERROR:
+            raise server.error(message)
+        results = message.get("results")
+        if (
+            message["cmd"] != P.REPLY
+            or not isinstance(results, list)
+            or len(results) != len(server.env_indices)
+            or not all(isinstance(state, bytes) for state in results)
+        ):
+            raise ServerProtocolError(f"{server.describe()} answered get_state with something that is not states")
+        return results
+
+    def _set_states(self, server: ServerLink, k: int, prev: int, states: list[bytes]) -> None:
+        """Restore the envs' states in the fresh server (into slot ``k``, which its step then writes)."""
+        message = {
+            "cmd": P.SET_STATE,
+            "slot": k,
+            "prev_slot": prev,
+            "envs": server.env_indices,
+            "states": states,
+            "allow_pickle": False,
+        }
+        server.channel.send(message, server.check_alive)
+        server.post_control()
+        reply = server.recv(self.step_timeout, "set_state of a recycled server")
+        if reply["cmd"] == P.ERROR:
+            raise server.error(reply)
+        if reply["cmd"] != P.REPLY:
+            raise ServerProtocolError(f"{server.describe()} answered set_state with {reply['cmd']!r:.40}")

@@ -1,0 +1,227 @@
+"""Recycling: servers replaced by warm spares at episode ends, every transition unchanged.
+
+Each recycled run is compared, record by record, with the same seeds and actions on a portal that
+never recycles (less ``env_recycled`` in the infos): a step lost, repeated or altered by a swap
+shows as a difference.
+"""
+
+import time
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import portal_shm
+from portal_shm.agent.recycler import recycle_seed
+from tests.compare import assert_same, snapshot
+
+LEAKY = "portal_shm.server.example_envs:LeakyEnv"
+SLOWING = "portal_shm.server.example_envs:SlowingEnv"
+
+
+def _run(envs, steps, seed, every=0):
+    """Seeded random rollout: (records, env_recycled per step, the largest server RSS seen in MiB)."""
+    envs.action_space.seed(seed)
+    records = [snapshot(envs.reset(seed=seed))]
+    recycled, rss = [], 0.0
+    for t in range(steps):
+        result = snapshot(envs.step(envs.action_space.sample()))
+        infos = result[4]
+        recycled.append(infos.pop("env_recycled", np.zeros(envs.num_envs, bool)) & infos.pop("_env_recycled", True))
+        records.append(result)
+        if every and t % every == 0:
+            rss = max([rss] + [s["rss_mb"] or 0.0 for s in envs.stats()["servers"]])
+    return records, np.array(recycled), rss
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_leaky_env_recycled_every_20_episodes_has_bounded_rss_and_every_transition_unchanged(mode):
+    # 8 envs, 2 per server, about 400 episodes in all: each server is due every 20 of its episodes.
+    vector = {"envs_per_server": 2, "autoreset_mode": mode}
+    recycled_envs = portal_shm.make_vec(
+        LEAKY, 8, leak_mb=5.0, step_ms=1.0, vector_kwargs={**vector, "recycle": {"episodes": 20}}
+    )
+    try:
+        records, recycled, max_rss = _run(recycled_envs, 300, seed=3, every=5)
+        stats = recycled_envs.stats()
+        recycles = recycled_envs.recycles
+    finally:
+        recycled_envs.close()
+    reference = portal_shm.make_vec(LEAKY, 8, leak_mb=0.0, vector_kwargs=vector)
+    try:
+        expected, never, _ = _run(reference, 300, seed=3)
+    finally:
+        reference.close()
+    assert_same(records, expected)  # no transition lost, repeated or changed
+    assert not never.any()
+    episodes = sum(int(np.logical_or(r[2], r[3]).sum()) for r in expected[1:])
+    assert episodes >= 400
+    # every server was recycled several times, each env's swaps counted once in infos and stats
+    assert min(recycles) >= 2, recycles
+    assert list(recycled.sum(axis=0)) == recycles == [env["recycles"] for env in stats["envs"]]
+    # without recycling a server would hold 5 MiB for each of its ~100 episodes
+    leak_unrecycled = 5.0 * episodes / 4
+    assert max_rss < 0.5 * leak_unrecycled, (max_rss, leak_unrecycled)
+
+
+def test_a_slowing_env_is_recycled_by_the_slowdown_rule_and_goes_on_unchanged():
+    vector = {"envs_per_server": 1}
+    envs = portal_shm.make_vec(
+        SLOWING, 2, step_ms=0.2, ramp_steps=200, vector_kwargs={**vector, "recycle": {"slowdown": 2.0}}
+    )
+    try:
+        envs.action_space.seed(1)
+        records = [snapshot(envs.reset(seed=1))]
+        steps = 0
+        while min(envs.recycles) < 1 and steps < 5000:
+            records.append(snapshot(envs.step(envs.action_space.sample())))
+            steps += 1
+        assert min(envs.recycles) >= 1, f"not recycled within {steps} steps"
+    finally:
+        envs.close()
+    for record in records[1:]:
+        record[4].pop("env_recycled", None), record[4].pop("_env_recycled", None)
+    reference = portal_shm.make_vec(LEAKY, 2, leak_mb=0.0, episode_length=20, vector_kwargs=vector)
+    try:
+        expected, _, _ = _run(reference, steps, seed=1)
+    finally:
+        reference.close()
+    assert_same(records, expected)
+
+
+def test_16_servers_due_together_are_never_recycled_more_than_2_in_one_step():
+    envs = portal_shm.make_vec(
+        LEAKY,
+        16,
+        leak_mb=0.0,
+        step_ms=1.0,
+        vector_kwargs={"envs_per_server": 1, "recycle": {"episodes": 8, "jitter": 0.1}},
+    )
+    try:
+        envs.reset(seed=0)
+        per_step = []
+        for _ in range(3000):
+            infos = envs.step(envs.action_space.sample())[4]
+            per_step.append(int(infos.get("_env_recycled", np.zeros(16, bool)).sum()))
+            if min(envs.recycles) >= 1:
+                break
+        assert min(envs.recycles) >= 1, envs.recycles
+        assert max(per_step) <= 2 and sum(per_step) == sum(envs.recycles)
+    finally:
+        envs.close()
+
+
+def test_envs_without_states_are_reset_with_recycle_seed_in_next_step_and_left_alone_otherwise():
+    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 1, "recycle": {"episodes": 1}})
+    checked = 0
+    try:
+        envs.reset(seed=10)
+        with pytest.warns(RuntimeWarning, match="recycle_seed"):
+            for _ in range(3000):
+                obs, reward, terminated, truncated, infos = envs.step(envs.action_space.sample())
+                for i in np.flatnonzero(infos.get("_env_recycled", np.zeros(2, bool))):
+                    fresh = gym.make("CartPole-v1")
+                    expected, _ = fresh.reset(seed=recycle_seed(10 + i, envs.recycles[i]))
+                    fresh.close()
+                    assert np.array_equal(obs[i], expected) and reward[i] == 0.0
+                    assert not terminated[i] and not truncated[i]
+                    checked += 1
+                if checked >= 3:
+                    break
+        assert checked >= 3
+    finally:
+        envs.close()
+    envs = portal_shm.make_vec(
+        "CartPole-v1", 2, vector_kwargs={"autoreset_mode": "SameStep", "recycle": {"episodes": 1}}
+    )
+    try:
+        envs.reset(seed=10)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            deadline = time.monotonic() + 60
+            while not caught and time.monotonic() < deadline:  # until a spare is ready at an episode end
+                envs.step(envs.action_space.sample())
+                time.sleep(0.001)
+        assert "not recycled with autoreset_mode SameStep" in str(caught[0].message)
+        for _ in range(200):
+            envs.step(envs.action_space.sample())
+        assert envs.recycles == [0, 0]
+    finally:
+        envs.close()
+
+
+def test_recycle_is_refused_with_async_batches_and_checked_before_anything_starts():
+    with pytest.raises(ValueError, match="recycle is for lockstep portals"):
+        portal_shm.make_vec(LEAKY, 4, vector_kwargs={"batch_size": 2, "recycle": {"episodes": 5}})
+    with pytest.raises(ValueError, match=r"recycle\['episodes'\] must be an integer >= 1"):
+        portal_shm.make_vec(LEAKY, 2, vector_kwargs={"recycle": {"episodes": 0}})
+
+
+def _strip_recycled(records):
+    for record in records[1:]:
+        record[4].pop("env_recycled", None), record[4].pop("_env_recycled", None)
+    return records
+
+
+def test_a_host_recycles_its_servers_locally_and_the_agent_sees_the_same_transitions(tmp_path):
+    from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+
+    keys = Keys(str(tmp_path))
+    host = HostProcess(keys, *EXAMPLE_ENVS)
+    vector = {"envs_per_server": 1}
+    try:
+        envs = portal_shm.make_vec(
+            LEAKY,
+            2,
+            backend="remote",
+            hosts=[host.address],
+            **keys.options(),
+            leak_mb=0.0,
+            step_ms=2.0,
+            vector_kwargs={**vector, "recycle": {"episodes": 3}},
+        )
+        try:
+            records, recycled, _ = _run(envs, 250, seed=4)
+            counted = [env["recycles"] for env in envs.stats()["envs"]]
+            assert min(counted) >= 1 and list(recycled.sum(axis=0)) == counted
+        finally:
+            envs.close()
+    finally:
+        host.stop()
+    assert host.process.returncode == 0, host.log
+    reference = portal_shm.make_vec(LEAKY, 2, leak_mb=0.0, vector_kwargs=vector)
+    try:
+        expected, _, _ = _run(reference, 250, seed=4)
+    finally:
+        reference.close()
+    assert_same(records, expected)
+
+
+@pytest.mark.docker
+def test_pong_in_containers_recycled_every_episode_matches_sync_vector_env():
+    from tests.integration.test_docker import _docker_or_skip, ensure_image
+
+    client = _docker_or_skip()
+    image = ensure_image(client, "ale", "portal-shm/ale")
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    expected_envs = gym.vector.SyncVectorEnv([lambda: gym.make("ALE/Pong-v5", max_episode_steps=30)] * 2)
+    envs = portal_shm.make_vec(
+        "ALE/Pong-v5",
+        2,
+        backend="docker",
+        image=image,
+        max_episode_steps=30,
+        vector_kwargs={"envs_per_server": 1, "recycle": {"episodes": 1}},
+    )
+    try:
+        records, recycled, _ = _run(envs, 400, seed=2)
+        assert recycled.sum() >= 2 and list(recycled.sum(axis=0)) == envs.recycles
+    finally:
+        envs.close()
+    try:
+        expected, _, _ = _run(expected_envs, 400, seed=2)
+    finally:
+        expected_envs.close()
+    assert_same(records, expected)
