@@ -66,8 +66,10 @@ def run_recorded(envs, folder, steps: int, env_indices=(RECORDED,), every: int =
     assert_no_frames(infos)
     if batched:
         lengths.add(np.zeros(len(infos["env_id"]), bool), np.zeros(len(infos["env_id"]), bool), infos)
-    counts = None
-    for t in range(steps):
+    t = 0
+    # With async batches, stop when the recorded env's last step came back: a step still in flight
+    # may have rendered a frame the wrapper has not seen yet.
+    while t < steps or (batched and env_indices[0] not in infos["env_id"]):
         if batched:
             recorder.send(recorder.action_space.sample(), infos["env_id"])
             _, _, terminated, truncated, infos = recorder.recv()
@@ -75,9 +77,8 @@ def run_recorded(envs, folder, steps: int, env_indices=(RECORDED,), every: int =
             _, _, terminated, truncated, infos = recorder.step(recorder.action_space.sample())
         assert_no_frames(infos)
         lengths.add(terminated, truncated, infos)
-        if renders and t == steps - 1:
-            counts = recorder.get_attr("renders")
-    return recorder, lengths, counts
+        t += 1
+    return recorder, lengths, recorder.get_attr("renders") if renders else None
 
 
 def expected_videos(folder, i: int, lengths: list, every: int) -> dict:
