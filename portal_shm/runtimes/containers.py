@@ -49,11 +49,18 @@ def container_running(client: Any, name: str) -> bool:
 
 def owner_alive(client: Any, labels: dict) -> bool:
     """Whether the agent that owns a container lives: its pid, and where the agent ran in a container
-    (``portal-shm.agent-container``), that container; its pid only counts from inside that container."""
+    (``portal-shm.agent-container``), that container; its pid only counts from inside that container.
+
+    Seen from inside a container, a host agent's pid is another pid namespace's: such an agent
+    counts as alive (the host's gc judges it), or gc in an agent's container would remove the env
+    containers of every agent on the host."""
     pid = int(labels.get(LABEL_OWNER, "0") or 0)
     container = labels.get(LABEL_AGENT_CONTAINER)
-    if container is None or container == own_container_id():
+    here = own_container_id()
+    if container == here:
         return pid_alive(pid)
+    if container is None:
+        return True
     return container_running(client, container)
 
 
