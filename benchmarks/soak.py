@@ -146,13 +146,13 @@ SERIES = ("agent_rss", "servers_rss", "agent_fds", "servers_fds", "shm_entries",
 TOLERANCE = {"agent_rss": 0.05, "servers_rss": 0.05, "agent_fds": 0.0, "servers_fds": 0.0, "portal_shm_entries": 0.0}
 
 
-def verdict(samples: list) -> dict:
+def verdict(samples: list, series: tuple = SERIES) -> dict:
     """Per series: medians of the second and last quarters, growth between them, flat or not."""
     out = {}
     n = len(samples)
     if n < 8:
         return {"note": f"only {n} samples: too few to judge"}
-    for key in SERIES:
+    for key in series:
         values = [s[key] for s in samples]
         early = statistics.median(values[n // 4 : n // 2])
         late = statistics.median(values[3 * n // 4 :])

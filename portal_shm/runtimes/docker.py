@@ -130,6 +130,9 @@ class DockerHandle(ServerHandle):
             self.container.remove(force=True)
         except Exception:
             pass
+        # Each start makes a client of its own: its connections to the daemon go with the server, or
+        # every restart and recycle of a long run would leave the agent an open socket or two.
+        self.container.client.close()
 
     def describe(self) -> str:
         return f"docker container {self.container.short_id} of image {self.image}"

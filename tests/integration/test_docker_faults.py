@@ -5,6 +5,7 @@ faults (and the env server under test) run inside the container.
 """
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -104,6 +105,44 @@ def test_docker_killed_container_is_restarted(faults_image, client):
     finally:
         envs.close()
     assert portal_containers(client, tag) == [] and _leftovers(tag) == []
+
+
+def _open_sockets() -> int:
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:") for fd in _fds())
+
+
+def _fds() -> list:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.readlink(f"/proc/self/fd/{fd}")
+            out.append(fd)
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return out
+
+
+def test_restarted_containers_leave_the_agent_no_socket_to_the_daemon(faults_image, client):
+    """Each container start made a docker client of its own and nothing closed its connections:
+    every restart or recycle left the agent sockets to /var/run/docker.sock (found by the chaos soak,
+    benchmarks/chaos.py: +20 in 22 container starts)."""
+    backend = DockerBackend(image=faults_image)
+    envs = VectorPortal([EnvSpec(FAULTY, {"fault": "none"}, backend)] * 2, on_env_failure="restart", step_timeout=60)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, np.int64))
+        before = _open_sockets()
+        for k in range(4):
+            os.kill(envs.servers[k % 2]["pid"], signal.SIGKILL)
+            for _ in range(200):
+                infos = envs.step(np.zeros(2, np.int64))[4]
+                if "_env_restarted" in infos:
+                    break
+            envs.step(np.zeros(2, np.int64))
+        assert envs.restarts == [2, 2]
+        assert _open_sockets() == before
+    finally:
+        envs.close()
 
 
 AGENT = """

@@ -479,6 +479,54 @@ def test_restart_policy_reconnects_a_restarted_host_and_ends_its_envs_episodes(k
         first.stop()
 
 
+def test_a_host_behind_a_proxy_is_reconnected_while_the_proxy_resets_handshakes(keys):
+    """A TCP proxy (load balancer, tunnel) in front of a host accepts connections while the host is
+    down and resets them mid-handshake: on a reconnect, with the key proven by the first session,
+    that is a host not back yet, not a wrong key (found by benchmarks/chaos.py)."""
+    import threading
+
+    from portal_shm.bench.link import Link
+
+    port = _free_port()
+    host = HostProcess(keys, port=port)
+    link = Link(host.address).start()
+    envs = portal_shm.make_vec(
+        "CartPole-v1",
+        2,
+        backend="remote",
+        hosts=[link.address],
+        **keys.options(),
+        heartbeat_interval=0.5,
+        heartbeat_timeout=1.0,
+        vector_kwargs={"on_env_failure": "restart", "startup_timeout": 30},
+    )
+    outcome: list = []
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(2, np.int64))
+        host.kill()
+        stepping = threading.Thread(target=lambda: outcome.append(_step_or_error(envs)))
+        stepping.start()
+        time.sleep(3.0)  # the loss is found after 1 s; its reconnects meet resets from the proxy
+        host = HostProcess(keys, port=port)  # from this thread: a host dies with its starter's thread
+        stepping.join(30)
+        assert not isinstance(outcome[0], Exception), outcome
+        _, reward, _, truncated, infos = outcome[0]
+        assert truncated.all() and infos["env_restarted"].all() and (reward == 0).all()
+        envs.step(np.zeros(2, np.int64))
+    finally:
+        envs.close()
+        link.close()
+        host.stop()
+
+
+def _step_or_error(envs):
+    try:
+        return envs.step(np.zeros(2, np.int64))
+    except Exception as exc:
+        return exc
+
+
 def test_restart_policy_with_async_batches_hands_out_the_restarted_envs_truncated(keys, second_host):
     port = _free_port()
     first = HostProcess(keys, port=port)
@@ -568,3 +616,31 @@ def test_hosts_started_for_tests_and_benchmarks_die_with_their_starter(tmp_path)
     while not _pid_gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _pid_gone(pid), "a killed test run or benchmark left its portal-shm host running"
+
+
+def test_a_hello_lost_on_its_way_is_sent_again(host, keys, monkeypatch):
+    """A connection cut while the hello is on its way (in a proxy's queue) loses it, though the
+    agent's socket sent it: the host then answers the agent's pings with "unknown session", and the
+    agent sends the hello again instead of waiting out startup_timeout (found by benchmarks/chaos.py)."""
+    from portal_shm.remote import messages as M
+    from portal_shm.remote.client.link import HostLink
+
+    real_send, lost = HostLink.send, []
+
+    def send(self, header, arrays=()):
+        if header.get("cmd") != M.HELLO or lost:
+            return real_send(self, header, arrays)
+        lost.append(header)  # numbered and kept for a resend, as sent, but never on the wire
+        header = self.seq.stamp(header)
+        self.seq.keep(header["seq"], frames.pack(header, arrays))
+        self.asked = time.monotonic()
+        return header["seq"]
+
+    monkeypatch.setattr(HostLink, "send", send)
+    started = time.monotonic()
+    envs = remote("CartPole-v1", 2, [host], keys, heartbeat_interval=0.3, vector_kwargs={"startup_timeout": 60})
+    try:
+        assert lost and time.monotonic() - started < 30
+        assert envs.reset(seed=0)[0].shape == (2, 4)
+    finally:
+        envs.close()

@@ -63,6 +63,9 @@ class HostLink:
         self.in_flight = 0  # async batches: envs sent to this host and not yet back
         self.resets: dict = {}  # numbers of reset requests whose reply voids the batches before it
         self.handshake: Optional[str] = None  # "ok", or why the last handshake failed
+        # Set on a reconnect: this address took these keys before, so a failed handshake is a dropped
+        # connection (a proxy in front of a host that is not back yet), retried, not a wrong key.
+        self.keys_proven = False
         self.codec = "none"
         self.established = False  # the host welcomed this link's session
         self.servers: list = []  # the host's env servers (runtime descriptions), from its welcome
@@ -128,7 +131,7 @@ class HostLink:
                 "the host refused this agent's key: add this agent's public key (the .key file beside its "
                 "client_key) to the host's clients directory (portal-shm host --clients DIR)"
             )
-        elif self.handshake != "ok":
+        elif self.handshake != "ok" and not self.keys_proven:
             self.handshake = (
                 "the secure handshake failed: the pinned host_key is not this host's key, or one side runs "
                 "--insecure/insecure=True and the other does not (there is no fallback to plain text)"
@@ -158,8 +161,15 @@ class HostLink:
             self._pong(header)
             return
         if cmd == M.UNKNOWN_SESSION:
-            if self.established:  # before the welcome it only means a refused hello, whose reason follows
+            if self.established:
                 raise self.lost("the host no longer knows this agent's session (was it restarted?)")
+            if 1 not in self.results:
+                # Before the welcome and with no answer to the hello, the host never got the hello
+                # (a connection cut ate it on the way, as the chaos soak found): send it again, or
+                # the host's answers to the pings would keep the link alive and waiting forever. A
+                # refused hello's reason came before this (one connection keeps order) as result 1.
+                for data in self.seq.unacknowledged():
+                    self.socket.send_multipart(data, copy=False)
             return
         if "seq" not in header:  # the host's router answered (a refusal), outside the session
             self.results[("router",)] = (header, arrays)

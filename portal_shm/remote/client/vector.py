@@ -226,6 +226,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         old.close()
         while True:
             link = self._links[index] = self._open_link(index, address, old.offset, old.num_envs)
+            link.keys_proven = True
             try:
                 wait([link], lambda: [] if 1 in self.results_of(link) else [link], deadline, "reconnecting")
                 self._welcome(link)
