@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Union
 
-from .agent.multi_agent import MultiAgentPortal
+from .agent.flat_agents import FlatAgents
+from .agent.multi_agent import AgentBatch, AgentGroup, MultiAgentPortal, MultiAgentResult
 from .api import make_vec
 from .runtimes.backend import Backend
+
+__all__ = ["ADAPTERS", "AgentBatch", "AgentGroup", "FlatAgents", "MultiAgentPortal", "MultiAgentResult", "make_vec_ma"]
 
 #: The env side's adapters, by the PettingZoo API they serve.
 ADAPTERS = {

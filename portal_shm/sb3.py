@@ -10,9 +10,10 @@ model = PPO("MlpPolicy", make_vec_env("CartPole-v1", 8, vec_env_cls=SubprocVecEn
 
 ``SubprocVecEnv`` takes SB3's arguments and builds its own portal; ``SB3VecEnv`` puts an SB3
 ``VecEnv`` over a portal (or any gymnasium vector env) the caller made, e.g. one with envs in
-containers. SB3 resets an env in the same ``step`` that ended its episode and hands the episode's
-last observation over as ``infos[i]["terminal_observation"]``: that is gymnasium's SAME_STEP
-autoreset. ``SubprocVecEnv`` makes its portal in that mode; ``SB3VecEnv`` uses a SAME_STEP portal as
+containers; ``flat_agents_vec_env`` puts one over a group of PettingZoo agents (parameter
+sharing, ``portal_shm.agent.flat_agents``). SB3 resets an env in the same ``step`` that ended its
+episode and hands the episode's last observation over as ``infos[i]["terminal_observation"]``:
+that is gymnasium's SAME_STEP autoreset. ``SubprocVecEnv`` makes its portal in that mode; ``SB3VecEnv`` uses a SAME_STEP portal as
 it is and resets the ended envs of a NEXT_STEP or DISABLED one itself, in the step that ended them
 (one more round trip on steps where an episode ends). Infos become SB3's list of per-env dicts, with
 ``"TimeLimit.truncated"`` set as SB3's own VecEnvs set it, and the infos of the resets in
@@ -44,6 +45,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from .api import VectorPortal
 from .errors import EnvError
+from .multi_agent import make_vec_ma
 
 try:
     import cloudpickle
@@ -406,6 +408,38 @@ class SubprocVecEnv(SB3VecEnv):
         process (the class cloudpickled there; an importable one travels as its name)."""
         shipped = cloudpickle.dumps(wrapper_class)
         return self._per_env(indices, lambda ids: self._calls.call_envs(ids, ENV_SIDE_COMMAND, "is_wrapped", shipped))
+
+
+def flat_agents_vec_env(
+    env: str,
+    num_envs: int = 1,
+    group: Optional[str] = None,
+    *,
+    others: Optional[Callable[[Any], Any]] = None,
+    copy: bool = False,
+    **make_vec_ma_options: Any,
+) -> SB3VecEnv:
+    """One group's agents of ``num_envs`` PettingZoo envs as the envs of an SB3 ``VecEnv``
+    (``num_envs * k`` of them): parameter sharing, as SuperSuit's ``pettingzoo_env_to_vec_env_v1``
+    + ``concat_vec_envs_v1`` give SB3.
+
+    ``SB3VecEnv(make_vec_ma(...).flat(group))`` with the envs in SB3's SAME_STEP autoreset mode;
+    ``make_vec_ma_options`` are ``make_vec_ma``'s (``backend``, ``env_kwargs``, ``vector_kwargs``
+    ...; ``dead_obs`` defaults to ``"last"``, so SB3 bootstraps a time limit from the agents' real
+    last observations), ``group`` and ``others`` ``FlatAgents``'. Masked rows (agents that left) are rows with
+    reward 0, their actions never reach the env; ``infos[i]["agent_mask"]`` says which acted.
+    """
+    vector_kwargs = dict(make_vec_ma_options.pop("vector_kwargs", None) or {})
+    mode = vector_kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP)
+    if AutoresetMode(mode.value if isinstance(mode, AutoresetMode) else mode) != AutoresetMode.SAME_STEP:
+        raise ValueError(f"SB3 runs SAME_STEP autoreset, not {mode}: leave autoreset_mode out of vector_kwargs")
+    make_vec_ma_options.setdefault("dead_obs", "last")  # terminal observations at a time limit: the real ones
+    envs = make_vec_ma(env, num_envs, vector_kwargs=vector_kwargs, **make_vec_ma_options)
+    try:
+        return SB3VecEnv(envs.flat(group, others), copy=copy)
+    except BaseException:
+        envs.close()
+        raise
 
 
 class _LocalEnvs:

@@ -23,6 +23,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from .contract import PortalVectorEnv, check_env_ids
+from .flat_agents import FlatAgents, OthersPolicy
 from .spaces import schema_to_space
 
 FIELDS = ("obs", "reward", "terminated", "truncated", "mask")
@@ -169,6 +170,11 @@ class MultiAgentPortal:
         ``infos["env_id"]``)."""
         agents = self.groups[group].agents
         return [(int(e), agent) for e in env_ids for agent in agents]
+
+    def flat(self, group: Optional[str] = None, others: Optional[OthersPolicy] = None) -> FlatAgents:
+        """``group``'s agents as the envs of a gymnasium ``VectorEnv`` (``num_envs * k`` of them), for
+        parameter-shared training (``portal_shm.agent.flat_agents``); the view owns these envs."""
+        return FlatAgents(self, group, others)
 
     # -- calls ----------------------------------------------------------------------------------
     def reset(

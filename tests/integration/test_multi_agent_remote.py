@@ -1,8 +1,8 @@
 """Multi-agent envs on an env host (``portal-shm host`` on 127.0.0.1, real CURVE keys) through
 ``make_vec_ma(..., backend="remote")``: the same rows as PettingZoo's own loops in this process.
 
-The env images hold no PettingZoo, so the remote backend stands for the isolated runtimes here:
-the host's process runtime serves the adapters, and its policy checks the inner env (``env_id``)
+The host's process runtime serves the adapters (test_multi_agent_docker.py runs them in the
+``portal-shm/pettingzoo`` image), and the host's policy checks the inner env (``env_id``)
 against its entry-point allow-list as it checks a preset's."""
 
 import numpy as np

@@ -69,3 +69,29 @@ def test_envpool_script_logs_the_games_returns(tmp_path):
     ]
     assert len(returns) >= 2 and all(r >= 0 for r in returns), result.stdout
     assert "update 8/8 global_step=2048 SPS=" in result.stdout and "done: 2048 env steps" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "env, extra",
+    [
+        ("mpe2.simple_adversary_v3:parallel_env", []),  # two groups, two shared policies
+        ("classic/tictactoe-v3", ["--api", "aec", "--env-kwargs", "{}"]),  # turns and action masks
+    ],
+)
+def test_multi_agent_example_trains_every_group(env, extra, tmp_path):
+    """examples/ppo_multi_agent.py: parameter-shared PPO over make_vec_ma, a few updates."""
+    pytest.importorskip("torch")
+    pytest.importorskip("pettingzoo")
+    script = ROOT / "examples" / "ppo_multi_agent.py"
+    args = ["--env", env, *extra, "--num-envs", "2", "--rollout-steps", "16", "--total-timesteps", "64"]
+    result = subprocess.run(
+        [sys.executable, str(script), *args, "--epochs", "1", "--minibatches", "2"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    groups = ["adversary", "agent"] if "adversary" in env else ["player"]
+    assert [line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("group ")] == groups
+    assert "update 2/2  step 64" in result.stdout and "done: 64 env steps" in result.stdout
