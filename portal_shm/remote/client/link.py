@@ -67,6 +67,7 @@ class HostLink:
         # connection (a proxy in front of a host that is not back yet), retried, not a wrong key.
         self.keys_proven = False
         self.codec = "none"
+        self.hello: list = []  # the hello's frames, sent again while the host knows no session of ours
         self.established = False  # the host welcomed this link's session
         self.servers: list = []  # the host's env servers (runtime descriptions), from its welcome
         self.server_envs: list = []  # and the envs of each, as indices among this link's
@@ -107,6 +108,8 @@ class HostLink:
         if header["cmd"] == M.RESET:
             self.resets[header["seq"]] = True
         data = frames.pack(header, arrays)
+        if header["cmd"] == M.HELLO:
+            self.hello = data
         self.seq.keep(header["seq"], data)
         self.socket.send_multipart(data, copy=False)
         return header["seq"]
@@ -163,13 +166,16 @@ class HostLink:
         if cmd == M.UNKNOWN_SESSION:
             if self.established:
                 raise self.lost("the host no longer knows this agent's session (was it restarted?)")
-            if 1 not in self.results:
-                # Before the welcome and with no answer to the hello, the host never got the hello
-                # (a connection cut ate it on the way, as the chaos soak found): send it again, or
-                # the host's answers to the pings would keep the link alive and waiting forever. A
-                # refused hello's reason came before this (one connection keeps order) as result 1.
-                for data in self.seq.unacknowledged():
-                    self.socket.send_multipart(data, copy=False)
+            if 1 not in self.results and self.hello:
+                # Before the welcome and with no answer to the hello, the host has no session of
+                # ours: it never got the hello (a connection cut ate it on the way), or it got and
+                # acknowledged it, then lost the session it was starting (killed and restarted on
+                # the same address, or it freed it after a long cut), as the chaos soak found. Send
+                # the hello again, kept for this (the acknowledgement dropped it from the resend
+                # list), or the host's answers to the pings would keep the link alive and waiting
+                # forever; a host that has the session ignores a second hello. A refused hello's
+                # reason came before this (one connection keeps order) as result 1.
+                self.socket.send_multipart(self.hello, copy=False)
             return
         if "seq" not in header:  # the host's router answered (a refusal), outside the session
             self.results[("router",)] = (header, arrays)

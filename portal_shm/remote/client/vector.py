@@ -231,7 +231,7 @@ class RemoteVectorPortal(PortalVectorEnv):
                 wait([link], lambda: [] if 1 in self.results_of(link) else [link], deadline, "reconnecting")
                 self._welcome(link)
                 return link
-            except E.HostLostError:
+            except (E.HostLostError, E.PortalTimeoutError):  # a timeout: the deadline passed, the host is not back
                 link.close()
                 if time.monotonic() > deadline:
                     raise E.HostLostError(
