@@ -98,6 +98,19 @@ def test_portal_shm_agent_returns_the_commands_exit_code(images, docker_client):
     assert env_containers(docker_client) == []
 
 
+def test_portal_shm_agent_runs_a_training_script(images, docker_client):
+    """examples/reinforce_cartpole.py (numpy only: the image has no torch) trains in the agent's
+    container, its envs in env servers beside it, and its exit code is the command's."""
+    agent_image, _ = images
+    result = portal_shm_cli(
+        "agent", agent_image, "--", "python", "examples/reinforce_cartpole.py", "--num-envs", "4", "--updates", "20",
+        "--steps-per-update", "64",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "update 20/20 episodes=" in result.stdout and "done: 5120 env steps" in result.stdout
+    assert not [e for e in agents_dir_entries() if e.startswith("psm-agent-")]
+
+
 def test_sigkilled_agent_container_under_portal_shm_agent_leaves_nothing(images, docker_client):
     agent_image, ale_image = images
     name = f"psm-agent-test{os.getpid()}"

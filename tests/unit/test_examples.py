@@ -95,3 +95,19 @@ def test_multi_agent_example_trains_every_group(env, extra, tmp_path):
     groups = ["adversary", "agent"] if "adversary" in env else ["player"]
     assert [line.split("'")[1] for line in result.stdout.splitlines() if line.startswith("group ")] == groups
     assert "update 2/2  step 64" in result.stdout and "done: 64 env steps" in result.stdout
+
+
+def test_numpy_reinforce_script_trains_and_logs_returns(tmp_path):
+    """examples/reinforce_cartpole.py: the framework-free training script portal-shm agent runs."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    args = ["--num-envs", "2", "--updates", "10", "--steps-per-update", "64"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "reinforce_cartpole.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "update 10/10 episodes=" in result.stdout and "done: 1280 env steps" in result.stdout
