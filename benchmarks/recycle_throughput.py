@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Throughput of recycling: Pong N=8 with every server recycled every episode (warm spares) against
-the same portal without recycling, side by side.
+the same portal without recycling, side by side; ``--fresh`` adds recycling whose spares start as
+fresh runtimes (``spare='start'``) instead of being forked from a zygote (the default).
 
-    python benchmarks/recycle_throughput.py --rounds 5 --seconds 20 --json benchmarks/results/recycle_2core.json
+    python benchmarks/recycle_throughput.py --rounds 5 --seconds 20 --fresh --json benchmarks/results/recycle_2core.json
 
 Rounds interleave the two systems (recycling first in odd rounds), each a fresh portal stepped
 with random actions for ``--seconds`` after a warm-up; the ratio quoted is the median of the
@@ -60,13 +61,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--json", help="write the samples and the summary here")
+    parser.add_argument(
+        "--fresh", action="store_true", help="also recycle with spares started as fresh runtimes (spare='start')"
+    )
     args = parser.parse_args(argv)
     if args.env.startswith("ALE/"):
         import ale_py
 
         gym.register_envs(ale_py)
     base = {"envs_per_server": args.envs_per_server}
-    systems = {"none": base, "recycle": {**base, "recycle": {"episodes": args.episodes, "jitter": 0.1}}}
+    policy = {"episodes": args.episodes, "jitter": 0.1}
+    systems = {"none": base, "recycle": {**base, "recycle": policy}}
+    if args.fresh:
+        systems["recycle-fresh"] = {**base, "recycle": {**policy, "spare": "start"}}
     samples: list[dict[str, Any]] = []
     for index in range(args.rounds):
         order = list(systems) if index % 2 else list(reversed(systems))
@@ -78,23 +85,31 @@ def main(argv: Optional[list[str]] = None) -> None:
             }
             samples.append(sample)
             print(f"round {index} {name:8s} {sample['steps_per_s']:8.0f} env-steps/s  recycles {sample['recycles']}")
-    ratios = []
-    for index in range(args.rounds):
-        by = {s["system"]: s for s in samples if s["round"] == index}
-        ratios.append(by["recycle"]["steps_per_s"] / by["none"]["steps_per_s"])
-    summary = {
-        "ratio_median": statistics.median(ratios),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
-        "recycles_per_s": statistics.median(s["recycles"] / s["seconds"] for s in samples if s["system"] == "recycle"),
-        "none_steps_per_s": statistics.median(s["steps_per_s"] for s in samples if s["system"] == "none"),
-        "recycle_steps_per_s": statistics.median(s["steps_per_s"] for s in samples if s["system"] == "recycle"),
+    summary: dict[str, Any] = {
+        "none_steps_per_s": statistics.median(s["steps_per_s"] for s in samples if s["system"] == "none")
     }
-    print(
-        f"recycling every {args.episodes} episode(s) / none: median {summary['ratio_median']:.3f}x "
-        f"(rounds {summary['ratio_min']:.3f}-{summary['ratio_max']:.3f}), "
-        f"{summary['recycles_per_s']:.2f} swaps/s; target >= 0.95x"
-    )
+    for name in [n for n in systems if n != "none"]:
+        ratios = []
+        for index in range(args.rounds):
+            by = {s["system"]: s for s in samples if s["round"] == index}
+            ratios.append(by[name]["steps_per_s"] / by["none"]["steps_per_s"])
+        mine = [s for s in samples if s["system"] == name]
+        prefix = "" if name == "recycle" else name.replace("-", "_") + "_"
+        summary.update(
+            {
+                f"{prefix}ratio_median": statistics.median(ratios),
+                f"{prefix}ratio_min": min(ratios),
+                f"{prefix}ratio_max": max(ratios),
+                f"{prefix}recycles_per_s": statistics.median(s["recycles"] / s["seconds"] for s in mine),
+                f"{prefix}recycle_steps_per_s": statistics.median(s["steps_per_s"] for s in mine),
+            }
+        )
+        spares = "spares forked from a zygote" if name == "recycle" else "spares started fresh"
+        print(
+            f"recycling every {args.episodes} episode(s), {spares} / none: median "
+            f"{summary[prefix + 'ratio_median']:.3f}x (rounds {summary[prefix + 'ratio_min']:.3f}-"
+            f"{summary[prefix + 'ratio_max']:.3f}), {summary[prefix + 'recycles_per_s']:.2f} swaps/s; target >= 0.95x"
+        )
     if args.json:
         report = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -146,16 +146,21 @@ SERIES = ("agent_rss", "servers_rss", "agent_fds", "servers_fds", "shm_entries",
 TOLERANCE = {"agent_rss": 0.05, "servers_rss": 0.05, "agent_fds": 0.0, "servers_fds": 0.0, "portal_shm_entries": 0.0}
 
 
-def verdict(samples: list, series: tuple = SERIES) -> dict:
-    """Per series: medians of the second and last quarters, growth between them, flat or not."""
+def verdict(samples: list, series: tuple = SERIES, floors: tuple = ()) -> dict:
+    """Per series: medians of the second and last quarters, growth between them, flat or not.
+
+    ``floors``: series judged by the least value of each quarter instead. Under injected faults
+    descriptors come and go with every recovery in flight, so a quarter's median moves with
+    when the samples fall; a leak raises the floor, which churn does not."""
     out = {}
     n = len(samples)
     if n < 8:
         return {"note": f"only {n} samples: too few to judge"}
     for key in series:
         values = [s[key] for s in samples]
-        early = statistics.median(values[n // 4 : n // 2])
-        late = statistics.median(values[3 * n // 4 :])
+        pick = min if key in floors else statistics.median
+        early = pick(values[n // 4 : n // 2])
+        late = pick(values[3 * n // 4 :])
         growth = (late - early) / early if early else float(late != early)
         entry = {
             "early_median": early,
@@ -163,6 +168,7 @@ def verdict(samples: list, series: tuple = SERIES) -> dict:
             "growth": round(growth, 4),
             "min": min(values),
             "max": max(values),
+            "by": "floor" if key in floors else "median",
         }
         if key in TOLERANCE:
             entry["flat"] = abs(growth) <= TOLERANCE[key]

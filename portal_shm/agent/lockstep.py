@@ -142,17 +142,27 @@ class Lockstep:
                 # e.g. [0, 1, 2] for three Box(0, 1, (1,)) envs: such a batch travels as a message.
                 messages = self._action_messages(actions)
         prev, self.slot = self.slot, k
-        if self.recycler is not None and self.recycler.ready:
-            self.recycler.swap_ready(k, prev)  # after the actions' checks, before they go to servers
         if messages is not None:
-            for server, message in zip(self.servers, messages):
-                server.channel.send(message, server.check_alive)
             cmd = P.CMD_STEP_ACTIONS
-        recovery = self.recovery
+        swapping = set(self.recycler.ready) if self.recycler is not None and self.recycler.ready else None
         for server in self.servers:
-            if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
-                continue  # a restarted server's envs: reset instead of step, or end the episode
-            server.post(cmd, k, pending=True)
+            if swapping is None or server.index not in swapping:
+                self._post_step(server, cmd, k, messages)
+        if swapping is not None:
+            # The others step while due servers are swapped (their round trips hidden behind those
+            # steps); the fresh servers then step the same slot.
+            self.recycler.swap_ready(k, prev)  # type: ignore[union-attr]
+            for server in self.servers:
+                if server.index in swapping:
+                    self._post_step(server, cmd, k, messages)
+
+    def _post_step(self, server: ServerLink, cmd: int, k: int, messages: Optional[list[dict[str, Any]]]) -> None:
+        if messages is not None:
+            server.channel.send(messages[server.index], server.check_alive)
+        recovery = self.recovery
+        if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
+            return  # a restarted server's envs: reset instead of step, or end the episode
+        server.post(cmd, k, pending=True)
 
     def _action_messages(self, actions: Any) -> list[dict[str, Any]]:
         """Actions without a fixed layout: one message per server, each env's action as msgpack."""

@@ -10,6 +10,11 @@ Long runs die of env rot (leaks, slow-downs) more than of crashes. Like gunicorn
 - ``slowdown``: its rolling step time (the env step times its server samples into the ring for
   ``stats()``) grew past this factor of its early step time.
 
+``spare`` says how the warm spare is made: ``"fork"`` (the default) forks it from a zygote of the
+server's runtime, which made the envs once (``zygotes.py``: milliseconds, where the backend's
+servers are processes of this machine and the envs are safe to fork; otherwise a fresh start),
+``"start"`` starts every spare as a fresh runtime, interpreter and imports and all.
+
 ``jitter`` spreads the episode and time limits of each server generation over ``±jitter`` of
 their value, so servers started together do not come due together; ``max_per_step`` caps how many
 servers are swapped in one step however many come due. This module is the decision logic only,
@@ -30,7 +35,8 @@ EARLY_SAMPLES = 8  # sampled steps (each server samples one step in 64) that mak
 ROLL_SAMPLES = 8  # and each rolling window after it
 DEFAULT_WAIT_STEPS = 100
 DEFAULT_MAX_PER_STEP = 2
-KEYS = ("episodes", "rss_mb", "seconds", "slowdown", "jitter", "wait_steps", "max_per_step")
+KEYS = ("episodes", "rss_mb", "seconds", "slowdown", "jitter", "wait_steps", "max_per_step", "spare")
+SPARES = ("fork", "start")
 RULES = ("episodes", "rss_mb", "seconds", "slowdown")
 
 
@@ -50,6 +56,7 @@ class RecyclePolicy:
     jitter: float = 0.0
     wait_steps: int = DEFAULT_WAIT_STEPS
     max_per_step: int = DEFAULT_MAX_PER_STEP
+    spare: str = "fork"
 
     def as_dict(self) -> dict[str, Any]:
         """The option as a user writes it (what a remote agent sends its host)."""
@@ -95,6 +102,13 @@ def check_recycle(value: Any) -> Optional[RecyclePolicy]:
         if jitter >= 1:
             raise ValueError(f"recycle['jitter'] must be below 1 (a share of each limit), got {jitter!r}")
         out["jitter"] = jitter
+    if value.get("spare") is not None:
+        if value["spare"] not in SPARES:
+            raise ValueError(
+                f"recycle['spare'] is 'fork' (spares forked from a zygote where the runtime allows, the default) "
+                f"or 'start' (every spare a fresh runtime), got {value['spare']!r}"
+            )
+        out["spare"] = value["spare"]
     return RecyclePolicy(**out)
 
 

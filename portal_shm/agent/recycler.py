@@ -3,7 +3,8 @@
 What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
 
 - A server that comes near due (``SPARE_AT`` of a limit) gets a spare: a fresh runtime of the same
-  spec that makes its envs in the background while the portal steps on. It is not attached to the
+  spec that makes its envs in the background while the portal steps on (forked from a zygote of
+  that runtime where it can be: ``zygotes.py``). It is not attached to the
   ring until the swap, so it cannot touch the rows of the server it replaces.
 - A due server is swapped before the step after one in which all its envs ended an episode, or,
   with several envs per server, ``wait_steps`` steps after it came due (a bound, since envs rarely
@@ -80,6 +81,7 @@ class Recycler:
         self.ring = ring
         self.recovery = recovery
         self.policy = policy
+        session.fork_spares = policy.spare == "fork"
         self.mode = autoreset_mode
         self.step_timeout = step_timeout
         self.startup_timeout = startup_timeout
@@ -232,8 +234,10 @@ class Recycler:
 
     def _swap(self, server: ServerLink, k: int, prev: int, at_end: bool) -> None:
         j, envs = server.index, server.env_indices
+        closed = False
         try:
-            states: Optional[list[bytes]] = self._get_states(server)
+            states: Optional[list[bytes]]
+            states, closed = self._get_states(server)
         except EnvError as exc:  # no state adapter (or a state that cannot be taken)
             states = None
             if not self._without_states(j, at_end, exc):
@@ -241,7 +245,7 @@ class Recycler:
         except RESTARTABLE:
             return  # the old server failed: its step shows it, and recovery (or the error) takes it
         try:
-            self.session.swap(server, self.startup_timeout)
+            self.session.swap(server, self.startup_timeout, closed=closed)
             if states is not None:
                 self._set_states(server, k, prev, states)
         except PortalError as exc:
@@ -280,8 +284,11 @@ class Recycler:
         )
         return at_end
 
-    def _get_states(self, server: ServerLink) -> list[bytes]:
-        server.channel.send({"cmd": P.GET_STATE, "envs": server.env_indices, "allow_pickle": False}, server.check_alive)
+    def _get_states(self, server: ServerLink) -> tuple[list[bytes], bool]:
+        """The states of the old server's envs, and whether it closed after sending them (its
+        answer says so; a server that does not know ``then_close`` is closed by the swap)."""
+        message = {"cmd": P.GET_STATE, "envs": server.env_indices, "allow_pickle": False, "then_close": True}
+        server.channel.send(message, server.check_alive)
         server.post_control()
         message = server.recv(self.step_timeout, "get_state for recycling")
         if message["cmd"] == P.ERROR:
@@ -294,7 +301,7 @@ class Recycler:
             or not all(isinstance(state, bytes) for state in results)
         ):
             raise ServerProtocolError(f"{server.describe()} answered get_state with something that is not states")
-        return results
+        return results, message.get("closed") is True
 
     def _set_states(self, server: ServerLink, k: int, prev: int, states: list[bytes]) -> None:
         """Restore the envs' states in the fresh server (into slot ``k``, which its step then writes)."""

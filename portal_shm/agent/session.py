@@ -34,6 +34,7 @@ from ..wire.ring import Ring
 from .control import ControlChannel
 from .spec import EnvSpec
 from .validate import check_error, check_hello
+from .zygotes import Zygotes
 
 
 class Spare:
@@ -197,6 +198,8 @@ class PortalSession:
         self.spares: dict[int, Spare] = {}  # server index -> its spare (recycling)
         self.retired: list[ServerHandle] = []  # swapped-out servers still exiting
         self._generations = 0  # the last generation given out: unique over the session's servers
+        self.zygotes = Zygotes(self.resources)
+        self.fork_spares = True  # spares come from zygotes where the backend can fork (recycling)
 
     def _next_generation(self) -> int:
         self._generations += 1
@@ -220,8 +223,9 @@ class PortalSession:
         """Start the server's runtime for its current generation."""
         server.adopt(self._start_runtime(server, server.generation))
 
-    def _start_runtime(self, server: ServerLink, generation: int) -> Spare:
-        """Bind a control socket (a new path per generation) and start a runtime for ``server``'s envs."""
+    def _start_runtime(self, server: ServerLink, generation: int, fork: bool = False) -> Spare:
+        """Bind a control socket (a new path per generation) and start a runtime for ``server``'s envs
+        (``fork``: forked from a zygote where one can fork it, ``zygotes.py``)."""
         resources = self.resources
         channel = ControlChannel(self.context, resources.socket_address(server.index, generation), server.describe)
         try:
@@ -253,7 +257,8 @@ class PortalSession:
                 resources.log_path(server.index),
                 generation,
             )
-            return Spare(generation, channel, token, launch, server.spec.backend.start(launch))
+            handle = self.zygotes.fork(server.spec, launch) if fork else None
+            return Spare(generation, channel, token, launch, handle or server.spec.backend.start(launch))
         except BaseException:
             channel.close()
             raise
@@ -308,7 +313,7 @@ class PortalSession:
     # -- spares (recycling) ---------------------------------------------------------------------
     def start_spare(self, server: ServerLink) -> Spare:
         """Start a spare runtime for ``server``'s envs (not waited for: ``spare_ready`` says when)."""
-        spare = self._start_runtime(server, self._next_generation())
+        spare = self._start_runtime(server, self._next_generation(), fork=self.fork_spares)
         self.spares[server.index] = spare
         return spare
 
@@ -340,16 +345,18 @@ class PortalSession:
             spare.handle.stop(timeout=1.0)
             spare.channel.close()
 
-    def swap(self, server: ServerLink, timeout: float) -> None:
+    def swap(self, server: ServerLink, timeout: float, closed: bool = False) -> None:
         """Put ``server``'s ready spare in its place: the old server closes its envs and exits
-        (reaped later by ``reap``) before the spare gets its mailbox, doorbells and the ring."""
+        (reaped later by ``reap``) before the spare gets its mailbox, doorbells and the ring.
+        ``closed``: it already answered its last command and is closing (``then_close``)."""
         spare = self.spares.pop(server.index)
         _, offer = self._attached()
         old = server.handle
         try:
-            server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
-            server.post_control()
-            server.recv(min(timeout, 5.0), "close")  # a REPLY, or the error of an env's close()
+            if not closed:
+                server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
+                server.post_control()
+                server.recv(min(timeout, 5.0), "close")  # a REPLY, or the error of an env's close()
         except Exception:
             if old is not None:
                 old.stop(timeout=0)  # it is retired either way; past its answer it touches no row
@@ -379,6 +386,12 @@ class PortalSession:
         for server in self.servers:
             server.expect(P.READY, timeout, "start-up")
         return self.ring
+
+    def offer(self) -> SegmentOffer:
+        """The socket that handed the servers the ring: it hands them descriptors made later too (a
+        recorded env's frame ring, ``VectorPortal.record_frames_shared``), each under a token of its own."""
+        _, offer = self._attached()
+        return offer
 
     def _attached(self) -> tuple[Ring, SegmentOffer]:
         """The ring and its offer, for what only runs once ``attach`` created them."""
@@ -430,6 +443,7 @@ class PortalSession:
                     server.handle.stop(timeout=1.0)
             for handle in [spare.handle for spare in self.spares.values()] + self.retired:
                 handle.stop(timeout=1.0)
+            self.zygotes.close()  # after the servers it forked: their stops may go through it
         finally:
             for spare in self.spares.values():
                 spare.channel.close()

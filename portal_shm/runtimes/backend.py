@@ -70,6 +70,11 @@ class Backend(ABC):
         """
         return None
 
+    def forks_servers(self) -> bool:
+        """Whether its servers are processes of this machine that a zygote of the same runtime may
+        fork (recycling's spares, ``agent/zygotes.py``); containers and actors start fresh."""
+        return False
+
     def max_envs_per_server(self) -> Optional[int]:
         """An upper bound the runtime imposes (e.g. one emulator per process), or None."""
         return None

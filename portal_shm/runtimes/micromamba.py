@@ -70,6 +70,9 @@ class MicromambaBackend(Backend):
             if value is not None:
                 object.__setattr__(self, field, os.path.abspath(os.path.expanduser(str(value))))
 
+    def forks_servers(self) -> bool:
+        return True
+
     def start(self, launch: ServerLaunch) -> ServerHandle:
         path = ensure_micromamba_env(self)
         handle = ProcessBackend(python=env_python(path)).start(launch)

@@ -62,6 +62,9 @@ class ProcessBackend(Backend):
     python: Optional[str] = None
     name = "process"
 
+    def forks_servers(self) -> bool:
+        return True
+
     def start(self, launch: ServerLaunch) -> ServerHandle:
         python = self.python or sys.executable
         env = dict(os.environ)

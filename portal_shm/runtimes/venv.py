@@ -77,6 +77,9 @@ class VenvBackend(Backend):
             raise PortalError(f"base interpreter {self.python!r} for the venv backend not found")
         return os.path.abspath(found)
 
+    def forks_servers(self) -> bool:
+        return True
+
     def start(self, launch: ServerLaunch) -> ServerHandle:
         path = ensure_venv(self)
         handle = ProcessBackend(python=venv_python(path)).start(launch)

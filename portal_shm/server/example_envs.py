@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any, Optional
 
@@ -318,6 +319,24 @@ class LeakyEnv(gym.Env):
 
     def set_state(self, state: dict) -> None:
         self.position, self.t, self.limit = float(state["position"]), int(state["t"]), int(state["limit"])
+
+
+class ThreadingEnv(LeakyEnv):
+    """A ``LeakyEnv`` that runs a worker thread from its construction on, as simulators with a
+    render or physics thread do: unsafe to fork, so recycling starts its spares fresh."""
+
+    def __init__(self, leak_mb: float = 0.0, episode_length: int = 4, step_ms: float = 0.0):
+        super().__init__(leak_mb, episode_length, step_ms)
+        self.ticks = 0
+        self.stopping = threading.Event()
+        threading.Thread(target=self._tick, name="threading-env-worker", daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self.stopping.wait(0.05):
+            self.ticks += 1
+
+    def close(self) -> None:
+        self.stopping.set()
 
 
 class SlowingEnv(LeakyEnv):

@@ -442,7 +442,11 @@ class EnvServer:
                     env = self.envs[j]
                     pending = self.autoreset[j]  # its episode ended: the next step resets it
                     results.append(capture(env, env_name(env), self._last_obs(j), None, allow_pickle, pending))
-                self._reply_results(results, "get_state")
+                closing = message.get("then_close") is True  # recycling: the states, then this server goes
+                self._reply_results(results, "get_state", {"closed": True} if closing else None)
+                if closing:
+                    self._close_envs()
+                    return False
             elif cmd == P.RECORD:
                 on, chosen = message.get("on") is True, self._chosen(message)
                 for j in chosen if on else ():
@@ -459,13 +463,7 @@ class EnvServer:
                 self._reply_results(results, "render")
             elif cmd == P.CLOSE:
                 # Close every env even when one raises, then stop: the agent is closing anyway.
-                failure = None
-                for j, env in enumerate(self.envs):
-                    try:
-                        env.close()
-                    except Exception as exc:
-                        failure = failure or error_message(exc, self.env_indices[j], "close")
-                self.envs = []
+                failure = self._close_envs()
                 self.send(failure or {"cmd": P.REPLY})
                 return False
             else:
@@ -497,9 +495,20 @@ class EnvServer:
             return list(range(len(self.envs)))
         return [self.env_indices.index(i) for i in envs]
 
-    def _reply_results(self, results: list, name: str) -> None:
+    def _close_envs(self) -> Optional[dict]:
+        """Close every env (each even when another raised); the error message of the first that raised."""
+        failure = None
+        for j, env in enumerate(self.envs):
+            try:
+                env.close()
+            except Exception as exc:
+                failure = failure or error_message(exc, self.env_indices[j], "close")
+        self.envs = []
+        return failure
+
+    def _reply_results(self, results: list, name: str, extra: Optional[dict] = None) -> None:
         try:
-            data = P.packb({"cmd": P.REPLY, "results": results})
+            data = P.packb({"cmd": P.REPLY, "results": results, **(extra or {})})
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"the result of {name!r} cannot be sent to the agent: {exc}") from None
         self.socket.send(data, copy=False)

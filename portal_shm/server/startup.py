@@ -82,11 +82,18 @@ def _add_registrations(path: str) -> None:
         registry.setdefault(env_id, env_spec)
 
 
-def run(config: dict, factory: Optional[Callable[..., Any]] = None) -> int:
-    """Create the envs, shake hands with the agent and serve until closed; returns an exit code."""
+def run(config: dict, factory: Optional[Callable[..., Any]] = None, envs: Optional[list] = None) -> int:
+    """Create the envs (unless a zygote forked this server with its copies: ``envs``), shake
+    hands with the agent and serve until closed; returns an exit code. A zygote's config
+    (``zygote_socket``) runs the zygote instead (``zygote.py``)."""
+    if config.get("zygote_socket"):
+        from .zygote import run_zygote
+
+        return run_zygote(config, lambda: _create_envs(config, factory), lambda c, e: run(c, factory, e))
     server = None
     try:
-        envs = _create_envs(config, factory)
+        if envs is None:
+            envs = _create_envs(config, factory)
     except Exception as exc:
         context = zmq.Context()
         socket = context.socket(zmq.DEALER)

@@ -479,6 +479,50 @@ def test_restart_policy_reconnects_a_restarted_host_and_ends_its_envs_episodes(k
         first.stop()
 
 
+def test_a_host_lost_again_between_its_welcome_and_the_reset_of_a_reconnect_is_reconnected_once_more(keys):
+    """Killed and restarted twice in a row, as the 30-minute chaos soak found: the second loss
+    comes after the reconnect's welcome, while the restarted envs reset; one more fresh session."""
+    port = _free_port()
+    hosts = [HostProcess(keys, port=port)]
+    envs = remote(
+        "CartPole-v1",
+        2,
+        hosts,
+        keys,
+        heartbeat_timeout=3.0,
+        vector_kwargs={"on_env_failure": "restart", "startup_timeout": 30},
+    )
+    try:
+        envs.reset(seed=[10, 11])
+        for _ in range(3):
+            envs.step(np.zeros(2, np.int64))
+        recovery = envs._recovery
+        reopen, reopened = recovery.reopen, []
+
+        def reopen_then_lose_it_again(index, cause, deadline):
+            link = reopen(index, cause, deadline)
+            reopened.append(cause)
+            if len(reopened) == 1:  # welcomed: the host goes again before the envs' reset
+                hosts[-1].kill()
+                hosts.append(HostProcess(keys, port=port))
+            return link
+
+        recovery.reopen = reopen_then_lose_it_again
+        hosts[-1].kill()
+        hosts.append(HostProcess(keys, port=port))
+        obs, reward, terminated, truncated, infos = envs.step(np.zeros(2, np.int64))
+        assert len(reopened) == 2 and "no longer knows" in str(reopened[1]), reopened
+        assert truncated.all() and infos["env_restarted"].all()
+        obs, *_ = envs.step(np.zeros(2, np.int64))  # NextStep: the fresh envs' reset, seeded once
+        for i in range(2):
+            fresh, _ = gym.make("CartPole-v1").reset(seed=portal_shm.restart_seed(10 + i, 1))
+            np.testing.assert_array_equal(obs[i], fresh)
+    finally:
+        envs.close()
+        for host in hosts:
+            host.stop()
+
+
 def test_a_host_behind_a_proxy_is_reconnected_while_the_proxy_resets_handshakes(keys):
     """A TCP proxy (load balancer, tunnel) in front of a host accepts connections while the host is
     down and resets them mid-handshake: on a reconnect, with the key proven by the first session,

@@ -23,6 +23,7 @@ def test_a_valid_option_becomes_a_policy_with_defaults():
     assert check_recycle(None) is None
     assert check_recycle(policy) is policy
     assert check_recycle(policy.as_dict()) == policy
+    assert policy.spare == "fork" and check_recycle({"episodes": 1, "spare": "start"}).spare == "start"
 
 
 @pytest.mark.parametrize(
@@ -41,6 +42,7 @@ def test_a_valid_option_becomes_a_policy_with_defaults():
         ({"episodes": 5, "jitter": -0.1}, ValueError, r"recycle\['jitter'\] must be a number >= 0"),
         ({"episodes": 5, "max_per_step": 0}, ValueError, r"recycle\['max_per_step'\] must be an integer >= 1"),
         ({"episodes": 5, "wait_steps": -1}, ValueError, r"recycle\['wait_steps'\] must be an integer >= 0"),
+        ({"episodes": 5, "spare": "clone"}, ValueError, r"recycle\['spare'\] is 'fork' .* or 'start' .*got 'clone'"),
     ],
 )
 def test_invalid_options_name_the_key_and_what_is_valid(value, error, match):

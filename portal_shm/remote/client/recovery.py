@@ -75,17 +75,26 @@ class HostRecovery:
                 spent, self.restarts[spent[0]], f"host {self.links[index].address}", cause
             ) from cause
         deadline = time.monotonic() + self.timeout
-        link = self.reopen(index, cause, deadline)
         for i in envs:
             self.restarts[i] += 1
         seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in envs]
-        seq = link.send({"cmd": M.RESET, "seed": seeds, "options": None})
-        wait(
-            [link],
-            lambda: [] if seq in link.results else [link],
-            deadline + self.heartbeat_timeout,
-            "resetting restarted envs",
-        )
+        while True:
+            link = self.reopen(index, cause, deadline)
+            seq = link.send({"cmd": M.RESET, "seed": seeds, "options": None})
+            try:
+                wait(
+                    [link],
+                    lambda: [] if seq in link.results else [link],
+                    deadline + self.heartbeat_timeout,
+                    "resetting restarted envs",
+                )
+                break
+            except E.HostLostError as exc:
+                # Lost again between its welcome and the reset (killed and restarted once more, as the
+                # chaos soak found): one more fresh session, within the same deadline.
+                if time.monotonic() > deadline:
+                    raise
+                cause = exc
         header, data = link.results.pop(seq)
         if header["cmd"] == M.ERROR:
             raise E.PortalError(f"host {link.address} could not reset the restarted envs: {header.get('message')}")

@@ -1,0 +1,353 @@
+"""Spares forked from zygotes: fresh env servers for recycling at a few milliseconds of CPU.
+
+A spare started as a fresh runtime costs an interpreter, its imports and the making of its envs
+(Pong: ~0.65 CPU-s, about one random-action episode), so recycling every episode would halve the
+throughput of a busy machine. A zygote (``server/zygote.py``) is one runtime per kind of server,
+started through the server's own backend, that makes the envs once and forks spares from them.
+
+Only backends whose servers are processes of this machine fork (``Backend.forks_servers``: process,
+venv, micromamba); docker containers and Ray actors start their spares fresh, as before. The first
+spare of a kind waits for its zygote to warm up (a zygote costs what one fresh start does); a
+zygote that finds its envs unsafe to fork (they started threads or processes) says so, and its
+spares start fresh from then on (warned once).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import time
+import warnings
+from typing import Any, Callable, Optional
+
+from ..errors import PortalError
+from ..runtimes.backend import ServerHandle, ServerLaunch
+from ..runtimes.resources import PortalResources
+from ..wire import protocol as P
+from ..wire.launch import read_tail
+from ..wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
+from .spec import EnvSpec
+
+STARTING, READY_STATE, UNFORKABLE, GONE = "starting", "ready", "unforkable", "gone"
+STARTUP_S = 120.0  # a zygote not ready by then is given up on: its spares start fresh
+
+
+class ForkedHandle(ServerHandle):
+    """An env server a zygote forked: its pid and exit status come from the zygote's frames.
+
+    Asked for while its zygote still makes its envs, the fork waits for it (a second runtime
+    starting beside the zygote would only slow both down); should the zygote turn out unable to
+    fork, the handle starts a fresh runtime instead (``fallback``) and stands for that one.
+    """
+
+    def __init__(
+        self, zygote: "ZygoteLink", request: int, launch: ServerLaunch, fallback: Callable[[], ServerHandle]
+    ) -> None:
+        self.zygote = zygote
+        self.request = request
+        self.launch = launch
+        self.log_path = launch.log_path
+        self.fallback = fallback
+        self.fresh: Optional[ServerHandle] = None  # the runtime started instead of a fork
+        self.pid: Optional[int] = None
+        self.pidfd: Optional[int] = None
+        self.status: Optional[str] = None
+
+    def start_fresh(self) -> None:
+        try:
+            self.fresh = self.fallback()
+        except Exception as exc:  # as a failed start-up of the spare: it is retried later
+            self.ended(f"its zygote could not fork it and a fresh start failed: {exc}"[:300])
+
+    def forked(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self.pidfd = os.pidfd_open(pid)  # signals and exit checks that survive the zygote
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def ended(self, status: str) -> None:
+        if self.status is None:
+            self.status = status
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+    def exit_status(self) -> Optional[str]:
+        if self.fresh is not None:
+            return self.fresh.exit_status()
+        if self.status is None:
+            self.zygote.pump()
+            if self.fresh is not None:
+                return self.fresh.exit_status()
+        if self.status is None and self.zygote.state == GONE:
+            self._orphan_check()
+        return self.status
+
+    def _orphan_check(self) -> None:
+        """With its zygote gone nobody reports its exit: look at the process itself."""
+        if self.pid is None:
+            self.ended(f"never forked: its zygote ended first ({self.zygote.why})")
+        elif self.pidfd is not None:
+            if select.select([self.pidfd], [], [], 0)[0]:
+                self.ended("exited (its zygote ended first, so its exit status is unknown)")
+        elif not os.path.exists(f"/proc/{self.pid}"):
+            self.ended("exited (its zygote ended first, so its exit status is unknown)")
+
+    def _signal(self, number: int) -> None:
+        if self.pid is None or self.status is not None:
+            return
+        if self.zygote.state != GONE and self.zygote.send({"cmd": SIGNAL, "pid": self.pid, "signal": int(number)}):
+            return
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, number)
+            else:
+                os.kill(self.pid, number)
+        except (ProcessLookupError, OSError):
+            pass
+
+    def _wait(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self.exit_status() is None:
+            if time.monotonic() >= deadline:
+                return False
+            self.zygote.pump(min(0.01, max(deadline - time.monotonic(), 0)))
+        return True
+
+    def stop(self, timeout: float) -> None:
+        if self.fresh is not None:
+            self.fresh.stop(timeout)
+            return
+        if self in self.zygote.waiting:
+            self.zygote.waiting.remove(self)
+            self.ended("stopped before its zygote could fork it")
+            return
+        if self.exit_status() is not None:
+            return
+        if self.pid is None:
+            self._wait(1.0)  # the fork answer is milliseconds away
+        self._signal(signal.SIGTERM)
+        if not self._wait(timeout):
+            self._signal(signal.SIGKILL)
+            self._wait(2.0)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return self.fresh.log_tail(lines) if self.fresh is not None else read_tail(self.log_path, lines)
+
+    def describe(self) -> str:
+        if self.fresh is not None:
+            return self.fresh.describe()
+        pid = "?" if self.pid is None else self.pid
+        return f"process pid {pid} forked from a zygote ({self.zygote.handle.describe()})"
+
+    def host_pid(self) -> Optional[int]:
+        if self.fresh is not None:
+            return self.fresh.host_pid()
+        if self.pid is None and self.status is None:
+            self._wait_for_pid(1.0)
+        return self.pid
+
+    def _wait_for_pid(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.pid is None and self.exit_status() is None and time.monotonic() < deadline:
+            self.zygote.pump(0.01)
+
+
+class ZygoteLink:
+    """The agent's end of one zygote: its runtime, its socket and the servers it forked."""
+
+    def __init__(self, handle: ServerHandle, path: str, label: str) -> None:
+        self.handle = handle
+        self.path = path
+        self.label = label
+        self.sock: Optional[socket.socket] = None
+        self.buffer = bytearray()
+        self.started = time.monotonic()
+        self.state = STARTING
+        self.why = ""
+        self.requests = 0
+        self.forks: dict[int, ForkedHandle] = {}  # request -> its server, until it exits
+        self.waiting: list[ForkedHandle] = []  # asked for before the zygote was ready
+
+    def _connect(self) -> None:
+        status = self.handle.exit_status()
+        if status is not None:
+            self._gone(f"the zygote ended at start-up ({status}): {self.handle.log_tail(5)[-400:]}")
+            return
+        if time.monotonic() - self.started > STARTUP_S:
+            self.handle.stop(timeout=1.0)
+            self._gone(f"the zygote did not listen within {STARTUP_S:.0f} s")
+            return
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()  # not listening yet
+            return
+        sock.settimeout(2.0)
+        self.sock = sock
+
+    def pump(self, wait: float = 0.0) -> None:
+        """Read what the zygote sent (waiting up to ``wait`` seconds for something)."""
+        if self.state == GONE:
+            return
+        if self.sock is None:
+            self._connect()
+            if self.sock is None:
+                return
+        while select.select([self.sock], [], [], wait)[0]:
+            wait = 0.0
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                self._gone(f"its zygote closed its socket ({self.handle.exit_status() or 'still running'})")
+                return
+            self.buffer += data
+            try:
+                messages = take_frames(self.buffer)
+            except P.ProtocolError as exc:
+                self._gone(f"its zygote sent a bad frame: {exc}")
+                return
+            for message in messages:
+                self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        cmd = message.get("cmd")
+        if cmd == READY and self.state == STARTING:
+            forkable, why = message.get("forkable"), message.get("why")
+            self.state = READY_STATE if forkable is True else UNFORKABLE
+            self.why = str(why)[:300] if isinstance(why, str) else ""
+            self._release_waiting()
+            return
+        request, pid = message.get("id"), message.get("pid")
+        handle = self.forks.get(request) if isinstance(request, int) else None
+        if handle is None:
+            return  # a frame about nothing the agent asked for: ignored
+        if cmd == FORKED and isinstance(pid, int) and pid > 1 and handle.pid is None:
+            handle.forked(pid)
+        elif cmd == EXITED:
+            status = message.get("status")
+            handle.ended(str(status)[:200] if isinstance(status, str) else "exited")
+            del self.forks[handle.request]
+
+    def _release_waiting(self) -> None:
+        """Fork the servers asked for while the zygote warmed up (or start them fresh)."""
+        waiting, self.waiting = self.waiting, []
+        for handle in waiting:
+            if self.state != READY_STATE or not self._request(handle):
+                handle.start_fresh()
+
+    def _request(self, handle: ForkedHandle) -> bool:
+        self.forks[handle.request] = handle
+        launch = handle.launch
+        if self.send({"cmd": FORK, "id": handle.request, "config": launch.config, "log_path": launch.log_path}):
+            return True
+        del self.forks[handle.request]
+        return False
+
+    def _gone(self, why: str) -> None:
+        self.state, self.why = GONE, why
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self._release_waiting()
+
+    def send(self, message: dict[str, Any]) -> bool:
+        if self.sock is None:
+            return False
+        try:
+            send_frame(self.sock, message)
+            return True
+        except OSError as exc:
+            self._gone(f"its socket failed: {exc}")
+            return False
+
+    def fork(self, launch: ServerLaunch, fallback: Callable[[], ServerHandle]) -> Optional[ForkedHandle]:
+        """A server forked with ``launch``'s config (once the zygote is ready, if it is warming
+        up), or None where the zygote cannot fork."""
+        self.pump()
+        if self.state not in (STARTING, READY_STATE):
+            return None
+        self.requests += 1
+        handle = ForkedHandle(self, self.requests, launch, fallback)
+        if self.state == STARTING:
+            self.waiting.append(handle)
+            return handle
+        return handle if self._request(handle) else None
+
+    def close(self) -> None:
+        """Close the socket (the zygote exits on it) and make sure its runtime is gone."""
+        for handle in self.waiting:
+            handle.ended("its zygote closed before forking it")
+        self.waiting = []
+        self._gone("closed")
+        self.handle.stop(timeout=1.0)
+
+
+class Zygotes:
+    """A session's zygotes, one per kind of server (backend, env config and envs per server)."""
+
+    def __init__(self, resources: PortalResources) -> None:
+        self.resources = resources
+        self.links: dict[str, ZygoteLink] = {}
+        self.failed: dict[str, str] = {}  # kinds whose zygote could not start: not tried again
+        self.warned: set[str] = set()
+
+    def fork(self, spec: EnvSpec, launch: ServerLaunch) -> Optional[ServerHandle]:
+        """A forked server for ``launch`` (a spare of a server of ``spec``), or None: then the
+        caller starts a fresh runtime (no zygote for this kind of server, or it is warming up)."""
+        if spec.factory is not None or not spec.backend.forks_servers():
+            return None
+        key = repr((spec.backend.key(), P.packb(launch.config["env"]), len(launch.env_indices)))
+        if key in self.failed:
+            return None
+        link = self.links.get(key)
+        if link is None:
+            try:
+                link = self.links[key] = self._start(spec, launch)
+            except (PortalError, OSError) as exc:
+                self.failed[key] = str(exc)
+                self._warn(key, launch, f"its zygote failed to start: {str(exc).splitlines()[0][:300]}")
+                return None
+        handle = link.fork(launch, lambda: spec.backend.start(launch))
+        if handle is None and link.state in (UNFORKABLE, GONE):
+            self._warn(key, launch, link.why or "its zygote ended")
+        return handle
+
+    def _warn(self, key: str, launch: ServerLaunch, why: str) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            warnings.warn(
+                f"spares of env server {launch.server_index} start as fresh runtimes, not forks: {why}; "
+                "recycle={..., 'spare': 'start'} starts them so without trying",
+                RuntimeWarning,
+                stacklevel=6,
+            )
+
+    def _start(self, spec: EnvSpec, launch: ServerLaunch) -> ZygoteLink:
+        number = len(self.links)
+        path = os.path.join(self.resources.run_dir, f"zygote-{number}.sock")
+        config = {
+            key: launch.config[key]
+            for key in ("protocol", "server_index", "env_indices", "env", "lock_path", "run_dir")
+        }
+        config["zygote_socket"] = path
+        zygote_launch = ServerLaunch(
+            launch.server_index,
+            launch.env_indices,
+            config,
+            launch.run_dir,
+            os.path.join(self.resources.run_dir, f"zygote-{number}.log"),
+            launch.generation,
+        )
+        return ZygoteLink(spec.backend.start(zygote_launch), path, spec.backend.name)
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        self.links.clear()

@@ -1,0 +1,238 @@
+"""A zygote: a runtime that made one server's envs once and forks fresh env servers from them.
+
+Starting a spare runtime costs its interpreter, its imports and the making of its envs: for Pong
+about 0.65 CPU-s, of which 0.2 is the env alone, nearly the CPU of a whole random-action episode.
+A server forked from a zygote shares the zygote's memory copy-on-write and its envs are copies of
+envs that were made and never stepped, so it is as fresh as a new process (nothing a stepped env
+leaked or slowed down is in it) for a few milliseconds of CPU. The zygote itself never steps,
+resets or renders its envs; it only forks.
+
+Forking copies one thread. A zygote whose envs started threads of their own (Python threads,
+or native ones beyond those its imports started: a game engine's) or child processes reports
+itself not forkable, and the agent then starts its spares as fresh runtimes. Each forked server
+redirects its output to its own log, reseeds Python's and numpy's global generators (as a new
+process would draw them) and serves exactly as ``startup.run`` does, with the copied envs.
+
+The agent speaks to the zygote over one Unix socket in its private run directory (the peer must
+be the zygote's own user) in the frames of ``wire/zygote_frames.py``. The zygote exits when the
+agent closes the socket or dies; the servers it forked live on, each watching the agent itself.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+from typing import Any, Callable, Optional
+
+from ..wire import protocol as P
+from ..wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
+
+POLL_SECONDS = 0.5
+
+
+def _native_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _child_processes() -> int:
+    count = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as handle:
+                count += len(handle.read().split())
+    except OSError:
+        pass
+    return count
+
+
+def fork_blockers(threads_before: int) -> str:
+    """Why forking these envs would be unsafe ("" when it is safe): what they started."""
+    reasons = []
+    python_threads = threading.active_count() - 1
+    if python_threads > 0:
+        reasons.append(f"{python_threads} Python thread(s)")
+    extra = _native_threads() - threads_before - python_threads
+    if extra > 0:
+        reasons.append(f"{extra} native thread(s)")
+    children = _child_processes()
+    if children:
+        reasons.append(f"{children} child process(es)")
+    return ", ".join(reasons)
+
+
+def describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"killed by {name} (exit status {-number})"
+    return f"exit code {os.WEXITSTATUS(status) if os.WIFEXITED(status) else status}"
+
+
+class Zygote:
+    """The zygote's loop: accept the agent, fork servers on request, report their exits."""
+
+    def __init__(self, config: dict, envs: list, blockers: str, serve: Callable[[dict, list], int]) -> None:
+        self.config = config
+        self.envs = envs
+        self.blockers = blockers
+        self.serve = serve
+        self.children: dict = {}  # pid -> the request id it answers
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.conn: Optional[socket.socket] = None
+        self.buffer = bytearray()
+        self._lock_fd: Optional[int] = None
+
+    def bind(self) -> None:
+        path = self.config["zygote_socket"]
+        old = os.umask(0o177)
+        try:
+            self.listener.bind(path)
+        finally:
+            os.umask(old)
+        self.listener.listen(1)
+
+    def agent_alive(self) -> bool:
+        from .loop import _probe_agent
+
+        alive, self._lock_fd = _probe_agent(self.config.get("lock_path"), self._lock_fd)
+        return bool(alive)
+
+    def accept(self) -> bool:
+        """Wait for the agent's connection (its own user only); False when the agent is gone."""
+        while True:
+            ready, _, _ = select.select([self.listener], [], [], POLL_SECONDS)
+            if ready:
+                conn, _ = self.listener.accept()
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                _, uid, _ = struct.unpack("3i", creds)
+                if uid != os.getuid():
+                    conn.close()
+                    continue
+                self.conn = conn
+                return True
+            if not self.agent_alive():
+                return False
+
+    def run(self) -> int:
+        if not self.accept():
+            return 0
+        assert self.conn is not None
+        send_frame(self.conn, {"cmd": READY, "forkable": not self.blockers, "why": self.blockers, "pid": os.getpid()})
+        while True:
+            ready, _, _ = select.select([self.conn], [], [], POLL_SECONDS)
+            self._reap()
+            if ready:
+                data = self.conn.recv(1 << 16)
+                if not data:
+                    return 0  # the agent closed: its servers go on with their own lives
+                self.buffer += data
+                for message in take_frames(self.buffer):
+                    self._handle(message)
+            elif not self.agent_alive():
+                return 0
+
+    def _handle(self, message: dict) -> None:
+        cmd = message.get("cmd")
+        if cmd == FORK and not self.blockers:
+            request, config, log_path = message.get("id"), message.get("config"), message.get("log_path")
+            if not isinstance(config, dict) or not isinstance(log_path, str):
+                raise P.ProtocolError("a fork request needs a config map and a log path")
+            pid = os.fork()
+            if pid == 0:
+                self._become_server(config, log_path)
+            self.children[pid] = request
+            send_frame(self.conn, {"cmd": FORKED, "id": request, "pid": pid})  # type: ignore[arg-type]
+        elif cmd == SIGNAL:
+            target, number = message.get("pid"), message.get("signal")
+            if (
+                isinstance(target, int)
+                and target in self.children
+                and number in (signal.SIGTERM, signal.SIGKILL, signal.SIGINT)
+            ):
+                try:
+                    os.kill(target, number)
+                except ProcessLookupError:
+                    pass
+        else:
+            raise P.ProtocolError(f"the zygote takes fork and signal requests, got {cmd!r:.40}")
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            request = self.children.pop(pid, None)
+            try:
+                send_frame(self.conn, {"cmd": EXITED, "id": request, "pid": pid, "status": describe_status(status)})  # type: ignore[arg-type]
+            except OSError:
+                pass
+
+    def _become_server(self, config: dict, log_path: str) -> None:
+        """In the forked child: drop the zygote's ends, take a log of its own, serve, exit."""
+        code = 1
+        try:
+            self.listener.close()
+            if self.conn is not None:
+                self.conn.close()
+            for number in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+                signal.signal(number, signal.SIG_DFL)
+            log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
+            random.seed()
+            numpy = sys.modules.get("numpy")
+            if numpy is not None:
+                numpy.random.seed()
+            code = self.serve(config, self.envs)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+
+
+def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dict, list], Any]) -> int:
+    """The zygote's life: bind its socket, make the envs, tell the agent, fork until it goes."""
+    threads_before = _native_threads()
+    zygote = Zygote(config, [], "", serve)
+    zygote.bind()
+    try:
+        try:
+            zygote.envs = make_envs()
+        except Exception as exc:
+            zygote.blockers = f"its envs could not be made: {type(exc).__name__}: {exc}"[:500]
+        else:
+            zygote.blockers = fork_blockers(threads_before)
+        import gc
+
+        gc.collect()
+        gc.freeze()  # the objects made so far stay out of the children's collections: pages stay shared
+        return zygote.run()
+    finally:
+        zygote.listener.close()
+        try:
+            os.unlink(config["zygote_socket"])
+        except OSError:
+            pass
