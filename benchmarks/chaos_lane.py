@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 import gymnasium as gym
 import numpy as np
 from chaos_faults import SIGSTOP, Fault, resume_later, signal_server
+from chaos_leftovers import start_time
 from chaos_reference import LOST, RESTARTED, EnvReplay
 
 
@@ -54,7 +55,7 @@ class Lane:
         self.error: Optional[str] = None
         self.open: list = []
         self.done: list = []
-        self.seen_pids: set = set()  # every server pid seen: none may outlive the run
+        self.seen_pids: set = set()  # (pid, start time) of every server seen: none may outlive the run
         self._requests: list = []
         self._stopped: set = set()  # SIGSTOPped pids, resumed at close so nothing stays frozen
         self._timers: list = []
@@ -142,7 +143,7 @@ class Lane:
                     self.done.append(fault)
 
     def _note_pids(self) -> None:
-        self.seen_pids.update(pid for pid in map(server_pid, self.envs.servers) if pid)
+        self.seen_pids.update((pid, start_time(pid)) for pid in map(server_pid, self.envs.servers) if pid)
 
     def counter_mismatches(self) -> list:
         """The portal's own restart and recycle counts against those seen in the infos."""

@@ -10,18 +10,34 @@ from __future__ import annotations
 import glob
 import os
 import time
+from typing import Optional
 
 from portal_shm.runtimes.gc import collect
 from portal_shm.runtimes.resources import PREFIX, run_base_dir
 
 
-def _alive(pid: int) -> bool:
-    """A process that runs (a zombie waiting for its parent's reap is gone in all but name)."""
+def _stat(pid: int) -> Optional[list]:
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rpartition(")")[2].split()[0] != "Z"
+            return handle.read().rpartition(")")[2].split()
     except OSError:
+        return None
+
+
+def start_time(pid: int) -> Optional[int]:
+    """When the process started (clock ticks since boot): with its pid, who it is. Over a long run
+    pids wrap round, and a pid seen early may belong to another process at the end."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def _alive(pid: int, started: Optional[int] = None) -> bool:
+    """A process that runs (a zombie waiting for its parent's reap is gone in all but name), and,
+    with ``started``, is still the one that started then."""
+    fields = _stat(pid)
+    if fields is None or fields[0] == "Z":
         return False
+    return started is None or int(fields[19]) == started
 
 
 def _containers(owners: set) -> list:
@@ -38,12 +54,16 @@ def _containers(owners: set) -> list:
 
 
 def leftovers(owners: set, server_pids: set) -> dict:
-    """Per kind, what of this run still exists; empty lists when nothing does."""
+    """Per kind, what of this run still exists; empty lists when nothing does. ``server_pids``:
+    (pid, start time) of every server seen."""
     names = [f"{PREFIX}-{pid}-" for pid in owners]
     shm = sorted(e for e in os.listdir("/dev/shm") if e.startswith(tuple(names))) if os.path.isdir("/dev/shm") else []
     gc = [item for item in collect(dry_run=True) if item.owner_pid in owners]
     return {
-        "processes": sorted(pid for pid in server_pids | (owners - {os.getpid()}) if _alive(pid)),
+        "processes": sorted(
+            {pid for pid, started in server_pids if _alive(pid, started)}
+            | {pid for pid in owners - {os.getpid()} if _alive(pid)}
+        ),
         "containers": _containers(owners),
         "run_dirs": sorted(p for name in names for p in glob.glob(os.path.join(run_base_dir(), name + "*"))),
         "dev_shm": shm,

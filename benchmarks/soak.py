@@ -170,8 +170,8 @@ def verdict(samples: list, series: tuple = SERIES, floors: tuple = ()) -> dict:
             "max": max(values),
             "by": "floor" if key in floors else "median",
         }
-        if key in TOLERANCE:
-            entry["flat"] = abs(growth) <= TOLERANCE[key]
+        if key in TOLERANCE:  # a floor that sinks is no leak: only its growth counts
+            entry["flat"] = (growth if key in floors else abs(growth)) <= TOLERANCE[key]
         out[key] = entry
     return out
 
