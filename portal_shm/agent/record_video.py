@@ -2,10 +2,23 @@
 
 gymnasium's vector ``RecordVideo`` renders every sub-env, keeps env 0's frame, counts episodes by
 env 0 and encodes inside ``step``. Here only the chosen envs render, each on its own server right
-after its step (``record_frames``: the other envs' servers never render), the frames come back in
-the envs' infos (a frame too big for the ring row travels in the step's control message, never in
-the ring's observation slots), and a thread of the wrapper hands them to ffmpeg while the portal
-steps on. Each chosen env's own episodes decide what is recorded.
+after its step (``record_frames``: the other envs' servers never render), and a thread of the
+wrapper hands the frames to ffmpeg while the portal steps on. Each chosen env's own episodes decide
+what is recorded.
+
+How frames travel: off the step's hot path. On a local portal (``VectorPortal``, whatever its
+backend: processes, venvs, containers) each recorded env gets a frame ring of its own once its first
+frame told the shape (``portal_shm.wire.frames``): its server copies every frame into the next slot
+and bumps a counter, and the encoder thread writes the slot's bytes straight from shared memory into
+ffmpeg's pipe. Nothing of the frame is packed, sent, unpacked or batched, and the infos carry
+nothing. Where the servers cannot share memory with the agent (env hosts, Ray), and for the first
+frame, frames ride in the envs' infos (a frame too big for the ring row in the step's control
+message, never in the ring's observation slots) and the wrapper takes them out.
+
+Backpressure: an encoder that falls ``depth`` frames behind (a machine without a core to spare for
+ffmpeg) makes the next step of that env wait until a slot is free; frames are never dropped, so a
+video always has its episode's every frame. ``stalls`` counts the steps that waited (a warning says
+so the first time).
 
 Which frames an episode's video holds: one per step of the episode, the frame rendered right after
 that step (so the last frame shows the state the episode ended in) and none for the reset that
@@ -17,22 +30,22 @@ the step after it. The frame count therefore equals the episode's length, in eve
 from __future__ import annotations
 
 import os
-import queue
-import subprocess
-import threading
+import warnings
+import weakref
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Optional, Sequence
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from ..errors import PortalError, ServerProtocolError
+from ..errors import EnvError, PortalError, ServerProtocolError
+from ..wire.frames import FrameRing
 from .contract import PortalVectorEnv, check_env_ids
+from .vector import VectorPortal
+from .video_encoder import END, Encoder, SharedFrames, Slot, frame_shape
 
 FRAME_KEY = "_portal_frame"  # what env servers put frames under (portal_shm/server/recording.py)
 FRAME_MASK = "_" + FRAME_KEY
-_END = object()  # an episode's last frame was queued: close its file
 
 
 @dataclass
@@ -44,143 +57,21 @@ class _Followed:
     stepped: bool = False  # the current episode has had a step (a reset then ends it)
     frames: int = 0  # frames of the current episode handed to the encoder
     reset_step_next: bool = False  # its next appearance is a reset's result, not a step's
+    shared: Optional[SharedFrames] = None  # its frame ring, once its first frame told the shape
 
 
-# H.264 in yuv420p (what browsers play) at x264's fastest preset on one thread, chroma subsampled by
-# picking pixels: ffmpeg's work per frame is what recording costs the envs' cores, and the slower
-# settings' smaller files and finer colours are not worth it for a look at an env.
-ENCODER_PARAMS = ["-preset", "ultrafast", "-crf", "23", "-threads", "1", "-sws_flags", "neighbor"]
-ENCODER_NICE = 10  # ffmpeg yields to the envs on a busy machine, yet keeps ~10 % of a contended core
 CHUNK_FRAMES = 32  # frames handed to the encoder at once: one thread wake-up per chunk, not per step
-BACKLOG_CHUNKS = 16  # chunks handed over and not yet written; then the step waits (memory stays bounded)
+# A frame ring holds this many bytes of frames (within the depths below): a few seconds of an Atari
+# env's frames, so that the encoder, woken once per chunk, never makes a step wait on a machine
+# with a core to spare, and a few big frames (no chunking) for an env rendering 1080p.
+FRAME_RING_BYTES = 16 * 1024 * 1024
+FRAME_RING_DEPTHS = (4, 256)
 
 
-def _lower_priority(pid: int) -> None:
-    """Lower an ffmpeg process's priority (only ffmpeg's: the encoder thread holds the agent's GIL
-    now and then, and a starved holder would stall the agent's own thread)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, ENCODER_NICE)
-    except (AttributeError, OSError):
-        pass
-
-
-class _Video:
-    """One mp4 being written: an ffmpeg process reading raw rgb24 frames of one size on its stdin."""
-
-    def __init__(self, path: str, shape: tuple[int, ...], fps: float) -> None:
-        import imageio_ffmpeg
-
-        height, width = shape[:2]
-        command = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
-                   "-s", f"{width}x{height}", "-r", str(Fraction(fps).limit_denominator(1001)), "-i", "-", "-an",
-                   "-vcodec", "libx264", "-pix_fmt", "yuv420p", *ENCODER_PARAMS, path]  # fmt: skip
-        self.path, self.shape = path, shape
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-        _lower_priority(self.process.pid)
-
-    def write(self, data: bytes, shape: tuple[int, ...]) -> None:
-        if shape != self.shape:
-            raise ValueError(f"a frame of shape {shape} in {self.path}, whose frames are {self.shape}")
-        stdin = self.process.stdin
-        assert stdin is not None
-        try:
-            stdin.write(data)
-        except BrokenPipeError:
-            self.close()  # raises what ffmpeg said
-
-    def close(self) -> None:
-        stdin = self.process.stdin
-        assert stdin is not None
-        try:
-            stdin.close()
-        except BrokenPipeError:
-            pass
-        stderr = self.process.stderr
-        said = stderr.read().decode(errors="replace").strip() if stderr is not None else ""
-        if self.process.wait() != 0:
-            raise RuntimeError(f"ffmpeg failed writing {self.path} (exit {self.process.returncode}): {said[-500:]}")
-
-
-class _Encoder(threading.Thread):
-    """Writes frames to mp4 files in arrival order, off the step path: it decodes each frame's info
-    entry and pipes the bytes to one ffmpeg process per open video (at a lower priority).
-
-    Frames come in chunks (``put``): waking a thread for every step's frame costs the agent's
-    critical path more than the frame itself. A backlog of ``BACKLOG_CHUNKS`` (an encoder starved of
-    cores on a saturated machine) makes ``put`` wait rather than hold frames without bound."""
-
-    def __init__(self, fps: float) -> None:
-        super().__init__(name="portal-shm RecordVideo encoder", daemon=True)
-        self.fps = fps
-        self.chunks: queue.SimpleQueue[Optional[list[tuple[str, Any]]]] = queue.SimpleQueue()
-        self.room = threading.BoundedSemaphore(BACKLOG_CHUNKS)
-        self.error: Optional[BaseException] = None
-
-    def put(self, chunk: list[tuple[str, Any]]) -> None:
-        self.room.acquire()
-        self.chunks.put(chunk)
-
-    def stop(self) -> None:
-        """Write everything handed over, close the files and end the thread."""
-        self.chunks.put(None)
-        self.join()
-
-    def run(self) -> None:
-        videos: dict[str, _Video] = {}
-        while True:
-            chunk = self.chunks.get()
-            if chunk is None:
-                break
-            for path, entry in chunk:
-                self._write(videos, path, entry)
-            self.room.release()
-        for video in videos.values():
-            try:
-                video.close()
-            except Exception as exc:
-                self.error = self.error or exc
-
-    def _write(self, videos: dict[str, _Video], path: str, entry: Any) -> None:
-        try:
-            if entry is _END:
-                video = videos.pop(path, None)
-                if video is not None:
-                    video.close()
-                return
-            data, shape = _frame_bytes(entry)
-            video = videos.get(path)
-            if video is None:
-                video = videos[path] = _Video(path, shape, self.fps)
-            video.write(data, shape)
-        except Exception as exc:  # the next RecordVideo call (or close) raises it
-            self.error = self.error or exc
-            videos.pop(path, None)
-
-
-def _frame_bytes(entry: Any) -> tuple[bytes, tuple[int, ...]]:
-    """An (H, W, 3) rgb24 frame of even sides from its info entry (shape and bytes, made on the
-    env's server), as H.264 in yuv420p takes it: grey or RGBA converted, an odd side padded."""
-    try:
-        shape, data = tuple(int(d) for d in entry["shape"]), entry["data"]
-        if not isinstance(data, bytes) or len(shape) not in (2, 3) or int(np.prod(shape)) != len(data):
-            raise ValueError(f"{len(data)} bytes for shape {shape}")
-        if len(shape) == 3 and shape[2] not in (1, 3, 4):
-            raise ValueError(f"{shape[2]} channels")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ServerProtocolError(f"an env server sent a malformed frame ({exc})") from None
-    if len(shape) == 3 and shape[2] == 3 and shape[0] % 2 == 0 and shape[1] % 2 == 0:
-        return data, shape  # the usual case: the server's bytes go to ffmpeg as they came
-    frame: Any = np.frombuffer(data, np.uint8).reshape(shape)
-    if frame.ndim == 2:
-        frame = frame[:, :, None]
-    if frame.shape[2] == 1:
-        frame = np.repeat(frame, 3, axis=2)
-    elif frame.shape[2] == 4:
-        frame = frame[:, :, :3]
-    height, width = frame.shape[:2]
-    if height % 2 or width % 2:
-        frame = np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0)), mode="edge")
-    return np.ascontiguousarray(frame).tobytes(), frame.shape
+def ring_depth(shape: tuple[int, ...]) -> int:
+    """Frames a recorded env's frame ring holds for frames of ``shape``."""
+    low, high = FRAME_RING_DEPTHS
+    return max(low, min(high, FRAME_RING_BYTES // max(1, int(np.prod(shape)))))
 
 
 def take_frames(infos: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -200,6 +91,17 @@ def take_frames(infos: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return found
 
 
+def _release(encoder: Encoder, rings: list[FrameRing]) -> None:
+    """What a RecordVideo holds outside Python's heap: its encoder (ffmpeg processes) and its
+    frame rings' descriptors. Run by ``close``, or at garbage collection or exit without one."""
+    try:
+        encoder.stop()
+    finally:
+        for ring in rings:
+            ring.close()
+        rings.clear()
+
+
 class RecordVideo(VectorWrapper):
     """Record mp4 videos of chosen envs of a portal: ``folder/env{i}-episode{k}.mp4``.
 
@@ -211,14 +113,19 @@ class RecordVideo(VectorWrapper):
         every_n_episodes: record each chosen env's episodes 0, K, 2K, ... (its own episodes: an
             episode ends with its ``terminated`` or ``truncated``, or when ``reset`` cuts it).
         fps: the videos' frame rate.
+        frame_rings: give recorded envs frame rings where their servers can map them (a local
+            portal's, any backend); False keeps every frame in the infos, the path of portals
+            whose servers cannot (env hosts, Ray), e.g. to compare the two.
 
     The frames of an episode are the ones rendered after each of its steps (see the module
     docstring), so a video has as many frames as its episode has steps. ``videos`` lists the
-    files of the episodes recorded so far (``frame_counts`` their frames); they are complete once ``close()`` (which flushes
-    and joins the encoder) returns. An episode still running at ``close()`` is written as far
-    as it got. The frames never reach the caller: their info entries are removed from the
-    infos this wrapper returns. A server restarted by ``on_env_failure="restart"`` (or a host
-    reached again) records again from the env's next episode boundary.
+    files of the episodes recorded so far (``frame_counts`` their frames); they are complete once
+    ``close()`` (which flushes and joins the encoder) returns. An episode still running at
+    ``close()`` is written as far as it got. The frames never reach the caller: their info entries
+    are removed from the infos this wrapper returns. A server restarted by
+    ``on_env_failure="restart"``, recycled, or a host reached again records again from the env's
+    next episode boundary. ``stalls`` counts the steps that waited for the encoder (see the module
+    docstring: frames are never dropped).
     """
 
     def __init__(
@@ -228,6 +135,7 @@ class RecordVideo(VectorWrapper):
         env_indices: Sequence[int] = (0,),
         every_n_episodes: int = 1,
         fps: float = 30,
+        frame_rings: bool = True,
     ) -> None:
         super().__init__(env)
         portal = env.unwrapped
@@ -259,13 +167,20 @@ class RecordVideo(VectorWrapper):
         self.fps = float(fps)
         self.videos: list[str] = []
         self.frame_counts: dict[str, int] = {}  # video -> frames handed to the encoder for it
+        self.stalls = 0  # steps that waited for the encoder to free a frame ring's slot
         self._followed = {i: _Followed() for i in self.env_indices}
         self._async = getattr(portal, "batch_size", env.num_envs) < env.num_envs
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self._next_step = AutoresetMode(mode) is AutoresetMode.NEXT_STEP
-        self._encoder = _Encoder(self.fps)
+        # Frame rings need servers that can map the agent's memory: a local portal's, any backend.
+        self._local: Optional[VectorPortal] = portal if frame_rings and isinstance(portal, VectorPortal) else None
+        self._rings: list[FrameRing] = []
+        self._refused: set[int] = set()  # envs whose servers could not map a frame ring
+        self._encoder = Encoder(self.fps)
         self._encoder.start()
-        self._chunk: list[tuple[str, Any]] = []  # frames (and ends of videos) not handed over yet
+        self._finalizer = weakref.finalize(self, _release, self._encoder, self._rings)
+        self._chunk: list[tuple[Optional[str], Any]] = []  # frames (and ends of videos) not handed over yet
+        self._chunk_frames = CHUNK_FRAMES  # hand the chunk over at this length
         self._closed = False
 
     # -- the vector API, with frames taken out -------------------------------------------------
@@ -295,15 +210,18 @@ class RecordVideo(VectorWrapper):
         self.portal.async_reset(seed=seed, options=options)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        self._make_room(None)
         return self._after_step(self.env.step(actions))
 
     def step_async(self, actions: Any) -> None:
+        self._make_room(None)
         self.portal.step_async(actions)
 
     def step_wait(self, timeout: Optional[float] = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         return self._after_step(self.portal.step_wait(timeout))
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
+        self._make_room(env_ids)
         self.portal.send(actions, env_ids)
 
     def recv(self, timeout: Optional[float] = None) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -323,10 +241,13 @@ class RecordVideo(VectorWrapper):
         try:
             self.env.close(**kwargs)
         finally:
-            for i in self.env_indices:
-                self._finish(i)  # an episode cut short by close(): written as far as it got
-            self._hand_over()
-            self._encoder.stop()
+            self._encoder.compete()  # what is left is written now, however busy the cores
+            try:
+                for i in self.env_indices:
+                    self._finish(i)  # an episode cut short by close(): written as far as it got
+                self._hand_over()
+            finally:
+                self._finalizer()  # the encoder writes all it holds; then the frame rings go
         self._raise_encoder_error()
 
     # -- following the chosen envs' episodes ------------------------------------------------------
@@ -341,7 +262,7 @@ class RecordVideo(VectorWrapper):
         followed = self._followed[i]
         if followed.frames:
             path = self._path(i, followed.episode)
-            self._chunk.append((path, _END))
+            self._chunk.append((path, END))
             self.videos.append(path)
             self.frame_counts[path] = followed.frames
         followed.frames = 0
@@ -353,15 +274,83 @@ class RecordVideo(VectorWrapper):
         followed.stepped = False
 
     def _capture(self, ids: Sequence[int]) -> None:
-        """Tell the servers of ``ids`` whether to capture, where that changes (episode boundaries)."""
-        start = [i for i in ids if self._recorded(self._followed[i].episode) and not self._followed[i].capturing]
-        stop = [i for i in ids if not self._recorded(self._followed[i].episode) and self._followed[i].capturing]
-        if start:
-            self.portal.record_frames(start, True)
+        """Tell the servers of ``ids`` whether to capture, where that changes (episode boundaries);
+        an env with a frame ring gets it (again) with the word to capture."""
+        followed = self._followed
+        start = [i for i in ids if self._recorded(followed[i].episode) and not followed[i].capturing]
+        stop = [i for i in ids if not self._recorded(followed[i].episode) and followed[i].capturing]
+        into_infos = [i for i in start if followed[i].shared is None]
+        into_rings = [i for i in start if followed[i].shared is not None]
+        if into_infos:
+            self.portal.record_frames(into_infos, True)
+        if into_rings:
+            self._hand_rings(into_rings)
         if stop:
             self.portal.record_frames(stop, False)
         for i in start + stop:
-            self._followed[i].capturing = not self._followed[i].capturing
+            followed[i].capturing = not followed[i].capturing
+
+    def _hand_rings(self, ids: list[int]) -> None:
+        """Capture on in ``ids``, each into its frame ring (its next frame numbered as the wrapper
+        counts), one env at a time: a server that cannot map its ring refuses it (the error says
+        why) and its env goes on with frames in its infos, for good."""
+        assert self._local is not None  # only a local portal's envs get frame rings
+        for i in ids:
+            followed = self._followed[i]
+            assert followed.shared is not None
+            try:
+                self._local.record_frames_shared([i], [followed.shared.ring], [followed.shared.seen])
+            except EnvError as exc:
+                warnings.warn(
+                    f"RecordVideo: env {i}'s server could not map its frame ring ({exc.remote_message}); "
+                    "its frames travel in its infos",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                followed.shared = None
+                self._refused.add(i)
+                self.portal.record_frames([i], True)
+
+    def _share(self, shapes: dict[int, tuple[int, ...]]) -> None:
+        """Give the envs of ``shapes`` (whose first frames came in their infos) frame rings of those
+        shapes, handed to their servers now if they capture (else when they next start to)."""
+        for i, shape in shapes.items():
+            ring = FrameRing.create(f"portal-shm-frames-env{i}", shape, ring_depth(shape))
+            self._rings.append(ring)
+            self._followed[i].shared = SharedFrames(ring, i)
+            self._chunk_frames = min(self._chunk_frames, max(1, ring.depth // 4))
+        now = [i for i in shapes if self._followed[i].capturing]
+        if now:
+            self._hand_rings(now)
+
+    def _make_room(self, env_ids: Any) -> None:
+        """Before a step of ``env_ids`` (None: all): wait for the encoder where the step's frame
+        would overwrite one it has not written yet."""
+        full = [f.shared for f in self._followed.values() if f.shared is not None and f.shared.full()]
+        if not full:
+            return
+        stepping = None if env_ids is None else {int(i) for i in np.asarray(env_ids).ravel().tolist()}
+        waits = [shared for shared in full if stepping is None or shared.env_index in stepping]
+        if not waits:
+            return
+        self._hand_over()
+        if not self.stalls:
+            warnings.warn(
+                f"RecordVideo: the encoder is {waits[0].ring.depth} frames behind env {waits[0].env_index}; "
+                "its steps wait for it (no frame is dropped): ffmpeg, which ran on idle cores only, now "
+                "competes for cores at a lower priority",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self._encoder.compete()
+        self.stalls += 1
+        for shared in waits:
+            shared.wait_room(self._check_encoder)
+
+    def _check_encoder(self) -> None:
+        self._raise_encoder_error()
+        if not self._encoder.is_alive():
+            raise PortalError(f"RecordVideo's encoder stopped; cannot write videos in {self.folder}")
 
     def _before_reset(self, options: Optional[dict[str, Any]]) -> None:
         self._raise_encoder_error()
@@ -384,13 +373,30 @@ class RecordVideo(VectorWrapper):
         else:
             followed_ids = self._followed
             where = [(int(i), p) for p, i in enumerate(batch_ids.tolist()) if int(i) in followed_ids]
+        fresh = _fresh_servers(infos)
         ended: list[int] = []
+        rearm: list[int] = []
+        shapes: dict[int, tuple[int, ...]] = {}
         for i, position in where:
             followed = self._followed[i]
-            entry = frames.pop(position, None)
-            if entry is not None and self._recorded(followed.episode):
-                self._chunk.append((self._path(i, followed.episode), entry))
-                followed.frames += 1
+            entry: Any = frames.pop(position, None)
+            if followed.shared is not None:
+                n = followed.shared.take()
+                if n is not None:
+                    if entry is not None:
+                        raise ServerProtocolError(f"env {i}'s server sent two frames for one step")
+                    entry = Slot(followed.shared, n)
+            elif entry is not None and self._local is not None and i not in self._refused:
+                shapes[i] = frame_shape(entry)
+            if entry is not None:
+                if self._recorded(followed.episode):
+                    self._chunk.append((self._path(i, followed.episode), entry))
+                    followed.frames += 1
+                elif isinstance(entry, Slot):
+                    self._chunk.append((None, entry))  # released in its turn by the encoder
+            if fresh is not None and fresh[position]:
+                followed.capturing = False  # a fresh server (restarted, recycled) records nothing yet
+                rearm.append(i)
             if followed.reset_step_next:
                 followed.reset_step_next = False
                 continue
@@ -399,11 +405,13 @@ class RecordVideo(VectorWrapper):
                 self._end_episode(i)
                 followed.reset_step_next = self._next_step
                 ended.append(i)
-        if ended:
+        if shapes:
+            self._share(shapes)
+        if ended or rearm:
             self._hand_over()
             self._raise_encoder_error()
-            self._capture(ended)
-        elif len(self._chunk) >= CHUNK_FRAMES:
+            self._capture(ended + [i for i in rearm if i not in ended])
+        elif len(self._chunk) >= self._chunk_frames:
             self._hand_over()
 
     def _after_step(self, result: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -421,3 +429,12 @@ class RecordVideo(VectorWrapper):
         if error is not None:
             self._encoder.error = None
             raise PortalError(f"RecordVideo could not write a video in {self.folder}: {error}") from error
+
+
+def _fresh_servers(infos: dict[str, Any]) -> Optional[np.ndarray]:
+    """Batch positions whose env answers from a fresh server (``env_restarted``, ``env_recycled``)."""
+    marks = [infos[key] for key in ("_env_restarted", "_env_recycled") if key in infos]
+    if not marks:
+        return None
+    fresh: np.ndarray = np.logical_or.reduce(marks)
+    return fresh

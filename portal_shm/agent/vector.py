@@ -14,6 +14,8 @@ longer by copying (``np.copy``, ``torch.tensor``, writing them into a rollout bu
 
 from __future__ import annotations
 
+import os
+import secrets
 import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -27,6 +29,7 @@ from ..errors import PortalError, ServerProtocolError
 from ..runtimes.backend import Backend
 from ..wire import protocol as P
 from ..wire.doorbell import Waiter
+from ..wire.frames import FrameRing
 from ..wire.layout import ring_layout
 from . import env_fns as F
 from .batch_driver import Batch, BatchDriver
@@ -500,6 +503,41 @@ class VectorPortal(PortalVectorEnv):
         _, chosen = self._chosen(env_ids)
         messages = [{"cmd": P.RECORD, "envs": envs, "on": bool(on)} for envs in chosen.values()]
         self._control(messages, "record_frames", chosen)
+
+    def record_frames_shared(
+        self, env_ids: Sequence[int], rings: Sequence[FrameRing], next_frames: Sequence[int]
+    ) -> None:
+        """``record_frames(env_ids, True)`` with each env's frames going into its own frame ring
+        (``portal_shm.wire.frames``: ``rings[k]`` for ``env_ids[k]``, its next frame numbered
+        ``next_frames[k]``) instead of its info. The rings' descriptors reach the servers as the
+        main ring's did, whatever their backend (processes, venvs, containers); a server too old
+        to know frame rings ignores them and sends its frames in the infos as before."""
+        ids, chosen = self._chosen(env_ids)
+        if len(rings) != len(ids) or len(next_frames) != len(ids):
+            raise ValueError(f"record_frames_shared takes one ring and one frame number per env, for {len(ids)} envs")
+        offer = self._session.offer()
+        path, tokens, entries = offer.path, [], {}
+        try:
+            for i, ring, next_frame in zip(ids, rings, next_frames):
+                assert ring.fd is not None, "a frame ring the agent made holds its descriptor"
+                token = secrets.token_hex(16)
+                offer.expect(token, [os.dup(ring.fd)])
+                tokens.append(token)
+                entries[i] = {
+                    "path": path,
+                    "token": token,
+                    "shape": list(ring.shape),
+                    "depth": ring.depth,
+                    "next": int(next_frame),
+                }
+            messages = [
+                {"cmd": P.RECORD, "envs": envs, "on": True, "frames": [entries[i] for i in envs]}
+                for envs in chosen.values()
+            ]
+            self._control(messages, "record_frames", chosen)
+        finally:
+            for token in tokens:  # a server that did not fetch its ring (refused, or too old): closed here
+                offer.forget(token)
 
     def get_attr_envs(self, env_ids: Any, name: str) -> tuple[Any, ...]:
         return self.call_envs(env_ids, name)

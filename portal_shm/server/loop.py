@@ -26,7 +26,7 @@ from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
-from .recording import check_renders, stepping_envs
+from .recording import check_renders, frame_rings, stepping_envs
 from .state import capture, restore
 from .stats import ServerCounters
 
@@ -452,7 +452,8 @@ class EnvServer:
                 for j in chosen if on else ():
                     env_index = self.env_indices[j]
                     check_renders(self.envs[j], env_index)
-                self.stepping = stepping_envs(self.envs, self.stepping, chosen, self.env_indices, on)
+                rings = frame_rings(message, chosen) if on else {}  # frame rings handed over (a local agent's)
+                self.stepping = stepping_envs(self.envs, self.stepping, chosen, self.env_indices, on, rings)
                 self.counters.wrap(self.stepping)  # sampled steps of recorded envs: timed and recorded
                 self.send({"cmd": P.REPLY})
             elif cmd == P.RENDER:

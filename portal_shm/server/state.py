@@ -126,11 +126,21 @@ def _versions(chain: list, adapter: Any) -> dict:
     out = {"python": "%d.%d" % sys.version_info[:2]}
     for module in sorted(modules - {"portal_shm", "__main__", "builtins"}):
         name = _DISTRIBUTIONS.get(module, module)
-        try:
-            out[name] = importlib.metadata.version(name)
-        except (importlib.metadata.PackageNotFoundError, ValueError):
-            pass  # a module of no installed distribution (a script's, an image's /opt/envs)
+        version = _installed_version(name)
+        if version is not None:
+            out[name] = version
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _installed_version(name: str) -> Optional[str]:
+    """A distribution's version, None for a module of none (a script's, an image's /opt/envs).
+    Read once per process: parsing its metadata takes a millisecond, which a recycling swap pays
+    in every state, and what a running runtime imported does not change under it."""
+    try:
+        return importlib.metadata.version(name)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
 
 
 def _describe(versions: dict) -> str:
@@ -299,7 +309,7 @@ class OwnState:
         return _own_methods(base) and _one_argument(type(base).set_state)
 
     @staticmethod
-    def save(base: Any) -> Any:
+    def save(base: Any, resets_next: bool) -> Any:
         try:
             return _encode(base.get_state(), f"{type(base).__qualname__}.get_state()")
         except _NotPlain as exc:
@@ -330,10 +340,13 @@ class AleState:
         return ale is not None and hasattr(ale, "cloneState") and hasattr(ale, "restoreState")
 
     @staticmethod
-    def save(base: Any) -> Any:
+    def save(base: Any, resets_next: bool) -> Any:
         ale = base.ale
         state = ale.cloneState(include_rng=True)
-        last = _last_action(ale, state) if ale.getFloat("repeat_action_probability") > 0 else None
+        # An env reset before it steps again needs no last action: ALE's reset overwrites it (the
+        # console restarts and runs no-op frames; tests/integration/test_env_state.py checks games).
+        sticky = ale.getFloat("repeat_action_probability") > 0 and not resets_next
+        last = _last_action(ale, state) if sticky else None
         return {"emulator": state.serialize(), "last_action": None if last is None else int(last.value)}
 
     @staticmethod
@@ -405,7 +418,7 @@ class MujocoState:
         )
 
     @staticmethod
-    def save(base: Any) -> Any:
+    def save(base: Any, resets_next: bool) -> Any:
         import mujoco
 
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
@@ -442,7 +455,7 @@ class PickledEnv:
         return True
 
     @staticmethod
-    def save(base: Any) -> Any:
+    def save(base: Any, resets_next: bool) -> Any:
         try:
             return pickle.dumps(base)
         except Exception as exc:
@@ -535,7 +548,7 @@ def capture(
         "kwargs": _spec_kwargs(env),
         "runtime": _versions(chain, adapter),
         "adapter": adapter.name,
-        "base": adapter.save(base),
+        "base": adapter.save(base, bool(autoreset)),
         "rng": _rng_state(base),
         "wrappers": [[type(w).__qualname__] + _wrapper_state(w) for w in chain[:-1]],
         "autoreset": bool(autoreset),

@@ -281,3 +281,48 @@ def test_a_crafted_state_cannot_set_what_a_state_never_holds():
         with pytest.raises(S.StateError, match="never holds"):
             S.restore(env, P.packb(state), "walk")
     assert isinstance(env.env, RandomWalkEnv)
+
+
+@pytest.mark.parametrize(
+    "env_id", ["ALE/Pong-v5", "ALE/Breakout-v5", "ALE/SpaceInvaders-v5", "ALE/MsPacman-v5", "ALE/Seaquest-v5"]
+)
+def test_a_state_at_an_episode_end_skips_the_last_action_and_any_last_action_resets_alike(env_id):
+    """A state taken where the next step resets (an ended episode, autoreset pending) carries no
+    last action: the search for it (up to ~1,000 emulated frames) is skipped, since ALE's reset
+    overwrites it. Each such state, restored into an env whose own last action is each of several,
+    resets and steps exactly as the original env does."""
+    import ale_py
+
+    from portal_shm.server.state import _set_last_action, capture, restore
+    from portal_shm.wire import protocol as P
+
+    gym.register_envs(ale_py)
+    original, target = (gym.make(env_id, repeat_action_probability=0.25, max_episode_steps=40) for _ in range(2))
+    rng = np.random.default_rng(3)
+    original.reset(seed=1)
+    target.reset(seed=2)
+    legal = list(target.unwrapped.ale.getLegalActionSet())
+
+    def go_on(env) -> list:
+        out = [digest(env.reset()[0])]
+        for action in actions:
+            obs, reward, terminated, *_ = env.step(action)
+            out.append((digest(obs), float(reward), bool(terminated)))
+        return out
+
+    for _ in range(12):
+        obs, done = None, False
+        while not done:
+            obs, _, terminated, truncated, _ = original.step(original.action_space.sample())
+            done = terminated or truncated
+        state = capture(original, env_id, obs, autoreset=True)
+        assert P.unpackb(state)["base"]["last_action"] is None
+        emulator = original.unwrapped.ale.cloneState(include_rng=True)
+        actions = rng.integers(0, original.action_space.n, size=60)
+        runs = []
+        for last in legal[::3]:
+            _set_last_action(target.unwrapped.ale, emulator, last)  # the target's own last action
+            restore(target, state, env_id)
+            runs.append(go_on(target))
+        want = go_on(original)
+        assert all(run == want for run in runs), "a state at an episode end resets otherwise"

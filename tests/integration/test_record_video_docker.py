@@ -1,5 +1,6 @@
-"""RecordVideo in the project's images, headless: ALE Pong in ``portal-shm/ale`` renders its frames on
-its own server in the container, and each mp4 has one 210x160 frame per step of its episode."""
+"""RecordVideo in the project's images, headless: ALE Pong in the ``ale`` image renders its frames on
+its own server in the container, into a frame ring the agent made (the container gets its descriptor
+as it gets the main ring's), and each mp4 has one 210x160 frame per step of its episode."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from tests.unit.test_record_video import RECORDED, frame_count, run_recorded
+from tests.unit.test_record_video import RECORDED, assert_nothing_left, frame_count, frames_written, run_recorded
 
 pytestmark = pytest.mark.docker
 
@@ -18,11 +19,13 @@ imageio = pytest.importorskip("imageio.v2", reason="RecordVideo needs the video 
 
 @pytest.fixture(scope="module")
 def ale_image():
-    from tests.integration.test_docker import _docker_or_skip, ensure_image
+    from portal_shm.runtimes.image_build import build_image
+    from tests.integration.test_docker import _docker_or_skip
 
-    # The image's env server is the checkout's as of its build: rebuild it (portal-shm build ale,
-    # or scripts/provision-docker.sh) after changing portal_shm/server.
-    return ensure_image(_docker_or_skip(), "ale", "portal-shm/ale")
+    # The ale image with this checkout's env server (frame rings are new on the env side); its
+    # packages' layer comes from the build cache of portal-shm/ale.
+    _docker_or_skip()
+    return build_image("ale", "portal-shm-test/ale-record")
 
 
 def test_pong_in_its_image_records_env_5_of_8_headless(tmp_path, ale_image):
@@ -30,7 +33,11 @@ def test_pong_in_its_image_records_env_5_of_8_headless(tmp_path, ale_image):
         "ALE/Pong-v5", 8, backend="docker", image=ale_image, render_mode="rgb_array", max_episode_steps=60
     )
     recorder, lengths, _ = run_recorded(envs, str(tmp_path), steps=130, every=1, renders=False)
+    written = frames_written()
     recorder.close()
+    assert_nothing_left()
+    # all frames but the first (which told the agent their shape) came through the ring from the container
+    assert list(written.values()) == [sum(lengths.lengths[RECORDED]) + lengths.current[RECORDED] - 1]
     done = lengths.lengths[RECORDED]
     assert done == [60, 60]  # TimeLimit's truncation ends each episode
     for k, n in enumerate(done):

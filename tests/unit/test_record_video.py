@@ -3,7 +3,10 @@ step of its episode, in lockstep (every autoreset mode), in async batches and th
 
 from __future__ import annotations
 
+import gc
 import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -55,6 +58,75 @@ def assert_no_frames(infos: dict) -> None:
         assert FRAME_KEY not in holder and "_" + FRAME_KEY not in holder, sorted(holder)
 
 
+def frame_rings() -> dict:
+    """RecordVideo's frame rings this process holds open (memfds): name -> one of its descriptors
+    (a ring's own, or its mapping's: Python's mmap keeps a copy of the descriptor it maps)."""
+    found: dict = {}
+    for name in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if "portal-shm-frames" in target:
+            found.setdefault(target, int(name))
+    return found
+
+
+def frames_written() -> dict:
+    """Each frame ring's counter (frames its server wrote into it): what proves that a server, in
+    whatever runtime, mapped the agent's ring and wrote into it."""
+    import mmap
+
+    counts = {}
+    for name, fd in frame_rings().items():
+        header = mmap.mmap(fd, 64, prot=mmap.PROT_READ)
+        counts[name] = int(np.frombuffer(header, np.uint64, 1)[0])
+        header.close()
+    return counts
+
+
+def ffmpeg_children() -> dict:
+    """This process's ffmpeg children still running (or not reaped): pid -> (scheduling policy, nice)."""
+    found = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if int(rest[1]) == os.getpid() and "ffmpeg" in comm:
+            found[int(name)] = (int(rest[38]), int(rest[16]))  # fields 41 (policy) and 19 (nice) of stat
+    return found
+
+
+def ffmpeg_priorities(expected: list, timeout: float = 5.0) -> list:
+    """(policy, nice) of each ffmpeg child, once they equal ``expected`` or ``timeout`` passed: the
+    encoder thread sets an ffmpeg's priority just after starting it, which a test can overtake."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = list(ffmpeg_children().values())
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
+
+
+def idle_ffmpeg() -> tuple:
+    """(policy, nice) of an ffmpeg that has not had to compete: SCHED_IDLE where this process may
+    take it out of SCHED_IDLE again, else SCHED_OTHER (its nice is the one it competes at, either way)."""
+    from portal_shm.agent.video_encoder import ENCODER_NICE, _may_leave_idle
+
+    return (os.SCHED_IDLE if _may_leave_idle() else os.SCHED_OTHER, ENCODER_NICE)
+
+
+def assert_nothing_left() -> None:
+    """No frame ring open or mapped in this process, no ffmpeg process left."""
+    gc.collect()
+    with open("/proc/self/maps") as handle:
+        mapped = [line for line in handle if "portal-shm-frames" in line]
+    assert (frame_rings(), mapped, ffmpeg_children()) == ({}, [], {})
+
+
 def run_recorded(envs, folder, steps: int, env_indices=(RECORDED,), every: int = 2, renders: bool = True):
     """Step ``envs`` under RecordVideo with random actions: the wrapper (to close), the episode
     lengths and, for NullEnv, each env's render count before ``close()``."""
@@ -98,7 +170,9 @@ def test_env_5_of_16_every_2_episodes_has_one_frame_per_step_and_no_other_env_re
         NULL_ENV, 16, vector_kwargs=vector_kwargs, shape=(210, 160, 3), episode_length=7, render_mode="rgb_array"
     )
     recorder, lengths, renders = run_recorded(envs, str(tmp_path), steps=60 * envs.num_envs // envs.batch_size)
+    assert len(frame_rings()) == 1  # env 5's frame ring
     recorder.close()
+    assert_nothing_left()
     done = lengths.lengths[RECORDED]
     assert len(done) >= 4
     expected = expected_videos(str(tmp_path), RECORDED, done, every=2)
@@ -113,19 +187,43 @@ def test_env_5_of_16_every_2_episodes_has_one_frame_per_step_and_no_other_env_re
     assert [n for i, n in enumerate(renders) if i != RECORDED] == [0] * 15
 
 
-def test_big_frames_travel_beside_the_ring_and_small_ones_in_it(tmp_path):
-    """A 210x160x3 frame exceeds the default info_capacity: it spills to the step's EXTRA message."""
-    for shape, spilled in (((210, 160, 3), True), ((6, 8, 3), False)):
+def test_the_first_frame_comes_in_the_info_and_the_others_through_a_frame_ring(tmp_path):
+    """A 210x160x3 frame exceeds the default info_capacity: the first one (which tells the frame's
+    shape) spills to the step's EXTRA message, a small one rides in the ring row. Every later frame
+    goes through the env's frame ring and the env's info rows stay empty."""
+    for shape, first in (((210, 160, 3), "spilled"), ((6, 8, 3), "in the row")):
         envs = portal_shm.make_vec(NULL_ENV, 4, shape=shape, episode_length=5, render_mode="rgb_array")
         recorder = portal_shm.RecordVideo(envs, str(tmp_path / str(shape[0])), env_indices=[1], every_n_episodes=1)
         recorder.reset(seed=0)
         lengths = envs._ring.info_len
-        for _ in range(3):
+        recorder.step(recorder.action_space.sample())
+        assert ((lengths[:, 1] == -1).sum(), (lengths[:, 1] > 0).sum()) == ((1, 0) if first == "spilled" else (0, 1))
+        assert len(frame_rings()) == 1
+        for _ in range(11):  # the episode's 4 other steps, NextStep's reset step, the next episode
             recorder.step(recorder.action_space.sample())
-            assert (lengths[:, 1] == -1).any() == spilled
-            assert (lengths[:, [0, 2, 3]] == 0).all()
+        assert (lengths[:, 1] == 0).all()  # every slot of the ring written since: env 1 sent no info
+        assert list(frames_written().values()) == [9]  # all frames but the first
+        assert ffmpeg_priorities([idle_ffmpeg()]) == [idle_ffmpeg()]
+        assert recorder.get_attr("renders") == (0, 10, 0, 0)
         recorder.close()
-        assert [frame_count(path) for path in recorder.videos] == [3]
+        assert [frame_count(path) for path in recorder.videos] == [5, 5]
+        assert_nothing_left()
+
+
+def test_frame_rings_off_keeps_every_frame_in_the_infos(tmp_path):
+    """The fallback path on a local portal (``frame_rings=False``, as env hosts and Ray always go):
+    every frame spills to the step's EXTRA message, no frame ring is made, the videos are the same."""
+    envs = portal_shm.make_vec(NULL_ENV, 4, shape=(210, 160, 3), episode_length=5, render_mode="rgb_array")
+    recorder = portal_shm.RecordVideo(envs, str(tmp_path), env_indices=[1], frame_rings=False)
+    recorder.reset(seed=0)
+    lengths = envs._ring.info_len
+    for _ in range(12):
+        recorder.step(recorder.action_space.sample())
+    # the ring's 4 slots hold the last 4 steps: 3 with a frame, then NextStep's reset step (none)
+    assert (lengths[:, 1] == -1).sum() == 3 and frame_rings() == {}
+    recorder.close()
+    assert [frame_count(path) for path in recorder.videos] == [5, 5]
+    assert_nothing_left()
 
 
 def test_cartpole_episodes_of_varying_length(tmp_path):
@@ -203,6 +301,236 @@ def test_the_record_verb_writes_the_episodes_asked_for(tmp_path, capsys):
     assert "--env-index 3 is not one of the 3 envs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_the_frames_are_the_renders_of_an_in_process_replay(tmp_path, monkeypatch, mode):
+    """Pong env 2 of 4 with the same seeds and actions in this process: each video's frames are,
+    byte for byte, what its ``render()`` returns after each step of the episode (the bytes handed
+    to ffmpeg, before H.264's losses), the first one from the info and the rest from the ring."""
+    ale_py = pytest.importorskip("ale_py")
+    import gymnasium as gym
+
+    from portal_shm.agent import video_encoder
+
+    handed: dict = {}
+    write = video_encoder.Video.write
+
+    def keep(self, data, shape):
+        handed.setdefault(self.path, []).append(bytes(data))
+        write(self, data, shape)
+
+    monkeypatch.setattr(video_encoder.Video, "write", keep)
+    kwargs = {"max_episode_steps": 30, "render_mode": "rgb_array"}
+    envs = portal_shm.make_vec("ALE/Pong-v5", 4, vector_kwargs={"autoreset_mode": mode}, **kwargs)
+    recorder = portal_shm.RecordVideo(envs, str(tmp_path), env_indices=[2], every_n_episodes=1)
+    actions = np.random.default_rng(0).integers(0, 6, size=(75, 4))
+    recorder.reset(seed=0)
+    for step in actions:
+        recorder.step(step)
+    assert len(frame_rings()) == 1
+    recorder.close()
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", **kwargs)
+    env.reset(seed=2)
+    episodes, frames, reset_next = [], [], False
+    for step in actions:
+        if reset_next:  # NextStep: this step resets the env that ended
+            env.reset()
+            reset_next = False
+            continue
+        _, _, terminated, truncated, _ = env.step(step[2])
+        frames.append(env.render().tobytes())
+        if terminated or truncated:
+            episodes.append(frames)
+            frames = []
+            reset_next = mode == "NextStep"
+            if mode == "SameStep":
+                env.reset()
+    env.close()
+    episodes.append(frames)  # the episode cut by close(), as far as it got
+    assert [len(frames) for frames in episodes] == [30, 30, 15 if mode == "SameStep" else 13]
+    assert recorder.videos == [os.path.join(str(tmp_path), f"env2-episode{k}.mp4") for k in range(3)]
+    assert [handed[path] == frames for path, frames in zip(recorder.videos, episodes)] == [True] * 3
+    assert [frame_count(path) for path in recorder.videos] == [len(frames) for frames in episodes]
+
+
+def test_a_lagging_encoder_makes_the_steps_wait_and_drops_no_frame(tmp_path, monkeypatch):
+    """A frame ring of 4 frames and an encoder that needs 20 ms per frame: the steps of the
+    recorded env wait for free slots (counted in ``stalls``, warned once), every frame is written,
+    and ffmpeg, which ran on idle cores only, competes for cores from then on."""
+    from portal_shm.agent import record_video, video_encoder
+
+    write = video_encoder.Video.write
+
+    def slow(self, data, shape):
+        time.sleep(0.02)
+        write(self, data, shape)
+
+    monkeypatch.setattr(video_encoder.Video, "write", slow)
+    monkeypatch.setattr(record_video, "FRAME_RING_DEPTHS", (4, 4))
+    envs = portal_shm.make_vec(NULL_ENV, 2, shape=(16, 16, 3), episode_length=12, render_mode="rgb_array")
+    with pytest.warns(RuntimeWarning, match="frames behind env 1; its steps wait for it .* now competes for cores"):
+        recorder, lengths, _ = run_recorded(envs, str(tmp_path), steps=40, env_indices=(1,), every=1)
+    competing = [(os.SCHED_OTHER, 10)]  # begun after the first wait: it competes
+    assert ffmpeg_priorities(competing) == competing
+    recorder.close()
+    assert recorder.stalls > 10
+    assert lengths.lengths[1] == [12, 12, 12]
+    assert [frame_count(path) for path in recorder.videos] == [12, 12, 12, 1]
+    assert_nothing_left()
+
+
+def test_without_the_right_to_leave_sched_idle_ffmpeg_competes_from_the_start(tmp_path, monkeypatch):
+    """An idle ffmpeg that could never compete (no CAP_SYS_NICE, e.g. root in a Docker container)
+    might starve: such a process niced ffmpeg from its start, as the wrapper did before."""
+    from portal_shm.agent import video_encoder
+
+    monkeypatch.setattr(video_encoder, "_may_leave_idle", lambda: False)
+    envs = portal_shm.make_vec(NULL_ENV, 2, shape=(6, 8, 3), episode_length=50, render_mode="rgb_array")
+    recorder = portal_shm.RecordVideo(envs, str(tmp_path), env_indices=[0])
+    recorder.reset(seed=0)
+    for _ in range(40):
+        recorder.step(recorder.action_space.sample())
+    expected = [(os.SCHED_OTHER, video_encoder.ENCODER_NICE)]
+    assert ffmpeg_priorities(expected) == expected
+    recorder.close()
+    assert [frame_count(path) for path in recorder.videos] == [40]
+
+
+def test_a_server_that_cannot_map_its_frame_ring_sends_its_frames_in_its_infos(tmp_path):
+    """The ring handed to env 1's server is a segment too small for its geometry: the server refuses
+    it with the reason, the wrapper warns and keeps env 1's frames in its infos, and the videos are
+    whole."""
+    import types
+
+    from portal_shm.wire.ring import create_segment
+
+    envs = portal_shm.make_vec(NULL_ENV, 2, shape=(6, 8, 3), episode_length=5, render_mode="rgb_array")
+    hand_over = envs.record_frames_shared
+    small = create_segment("portal-shm-frames-too-small", 64)
+
+    def too_small(env_ids, rings, next_frames):
+        hand_over(env_ids, [types.SimpleNamespace(fd=small, shape=r.shape, depth=r.depth) for r in rings], next_frames)
+
+    envs.record_frames_shared = too_small
+    with pytest.warns(
+        RuntimeWarning, match=r"env 1's server could not map its frame ring \(the frame ring's segment holds 64 bytes"
+    ):
+        recorder, lengths, _ = run_recorded(envs, str(tmp_path), steps=12, env_indices=(1,), every=1)
+    recorder.close()
+    os.close(small)
+    assert [frame_count(path) for path in recorder.videos] == lengths.lengths[1] == [5, 5]
+    assert_nothing_left()
+
+
+def test_a_server_that_miscounts_its_frames_is_a_protocol_error(tmp_path):
+    """The counter of a frame ring moves by one per step of its env, no more: a server that says
+    otherwise (a hostile one, say: here the test writes the counter after the server's step) gets
+    a ``ServerProtocolError``, not a video of stale slots."""
+    import mmap
+
+    envs = portal_shm.make_vec(NULL_ENV, 2, shape=(4, 6, 3), episode_length=50, render_mode="rgb_array")
+    recorder = portal_shm.RecordVideo(envs, str(tmp_path), env_indices=[0])
+    step = envs.step
+
+    def miscounted(actions):
+        result = step(actions)
+        (fd,) = frame_rings().values()
+        header = mmap.mmap(fd, 64)
+        words = np.frombuffer(header, np.uint64, 1)
+        words[0] += 5
+        del words
+        header.close()
+        return result
+
+    try:
+        recorder.reset(seed=0)
+        for _ in range(3):
+            recorder.step(recorder.action_space.sample())
+        envs.step = miscounted
+        with pytest.raises(portal_shm.ServerProtocolError, match="env 0's server says it wrote 8 frames .* 2 before"):
+            recorder.step(recorder.action_space.sample())
+    finally:
+        recorder.close()
+    assert_nothing_left()
+
+
+def test_nothing_is_left_after_an_exception_in_the_middle(tmp_path):
+    """The recorded env's server dies mid-episode: the step raises, and ``close()`` still writes the
+    episode as far as it got, stops ffmpeg and drops the frame ring."""
+    envs = portal_shm.make_vec(NULL_ENV, 4, shape=(210, 160, 3), episode_length=50, render_mode="rgb_array")
+    recorder = portal_shm.RecordVideo(envs, str(tmp_path), env_indices=[3])
+    recorder.reset(seed=0)
+    for _ in range(40):  # a chunk of frames handed to ffmpeg, and some not yet
+        recorder.step(recorder.action_space.sample())
+    assert len(frame_rings()) == 1 and len(ffmpeg_children()) == 1
+    (pid,) = [server["pid"] for server in recorder.servers if 3 in server["envs"]]
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(portal_shm.ServerDiedError):
+        for _ in range(20):
+            recorder.step(recorder.action_space.sample())
+    recorder.close()
+    assert [frame_count(path) for path in recorder.videos] == [40]
+    assert_nothing_left()
+
+
+def test_a_restarted_server_records_into_the_frame_ring_again(tmp_path):
+    """``on_env_failure="restart"``: the fresh server gets the env's frame ring with the next episode
+    (its frames numbered on from the wrapper's count), and that episode's video is whole."""
+    envs = portal_shm.make_vec(
+        NULL_ENV,
+        4,
+        vector_kwargs={"on_env_failure": "restart"},
+        shape=(210, 160, 3),
+        episode_length=6,
+        render_mode="rgb_array",
+    )
+    recorder = portal_shm.RecordVideo(envs, str(tmp_path), env_indices=[1])
+    recorder.reset(seed=0)
+    lengths = EpisodeLengths([1], next_step=True, after_reset=False)
+    restarted = []
+    for t in range(30):
+        if t == 9:  # the second episode's second step
+            (pid,) = [server["pid"] for server in recorder.servers if 1 in server["envs"]]
+            os.kill(pid, signal.SIGKILL)
+        _, _, terminated, truncated, infos = recorder.step(recorder.action_space.sample())
+        restarted.append(bool(infos.get("_env_restarted", np.zeros(4, bool))[1]))
+        lengths.add(terminated, truncated, infos)
+    info_rows = envs._ring.info_len[:, 1].copy()
+    renders = recorder.get_attr("renders")[1]
+    recorder.close()
+    assert restarted.count(True) == 1
+    videos = {path: frame_count(path) for path in recorder.videos}
+    whole = lengths.lengths[1][2:]  # the episodes after the one the restart cut
+    assert len(whole) >= 2 and set(whole) == {6}
+    assert [videos[os.path.join(str(tmp_path), f"env1-episode{k}.mp4")] for k in range(2, 2 + len(whole))] == whole
+    assert renders == sum(whole) + lengths.current[1]  # the fresh server rendered each step of its episodes
+    assert (info_rows == 0).all() and len(videos) >= 4  # its frames came through the frame ring
+    assert_nothing_left()
+
+
+def test_frame_ring_geometry_is_checked_and_both_mappings_see_one_memory():
+    from portal_shm.wire.frames import FrameRing
+
+    ring = FrameRing.create("portal-shm-frames-test", (3, 5, 3), 4)
+    other = FrameRing(os.dup(ring.fd), [3, 5, 3], 4)
+    other.close_fd()
+    other.slot(6)[:] = 7
+    other.publish(7)
+    assert ring.written() == 7 and bytes(ring.frame_bytes_of(2)) == bytes([7]) * 45
+    assert bytes(ring.frame_bytes_of(1)) == bytes(45)
+    fd = os.dup(ring.fd)
+    with pytest.raises(ValueError, match="holds .* bytes"):
+        FrameRing(fd, (3, 5, 3), 8)  # a segment smaller than its geometry says: refused, not mapped
+    os.close(fd)
+    for shape, depth in (((3,), 4), ((3, 5, 3, 1), 4), ((0, 5), 4), ((3, 5), 0)):
+        with pytest.raises(ValueError, match="frame ring"):
+            FrameRing.create("portal-shm-frames-test", shape, depth)
+    ring.close()
+    other.close()
+    assert_nothing_left()
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
@@ -234,6 +562,7 @@ def test_the_same_through_two_env_hosts(tmp_path, hosts, vector_kwargs):
     )
     steps = 40 * envs.num_envs // envs.batch_size
     recorder, lengths, renders = run_recorded(envs, str(tmp_path), steps=steps, env_indices=(RECORDED, 12))
+    assert frame_rings() == {}  # the hosts' servers cannot map this process's memory: frames came in infos
     recorder.close()
     written = {path: frame_count(path) for path in recorder.videos}
     for i in (RECORDED, 12):
