@@ -144,10 +144,13 @@ class Lockstep:
         prev, self.slot = self.slot, k
         if messages is not None:
             cmd = P.CMD_STEP_ACTIONS
-        swapping = set(self.recycler.ready) if self.recycler is not None and self.recycler.ready else None
+        recycler = self.recycler
+        swapping = set(recycler.ready) if recycler is not None and recycler.ready else None
+        retiring = recycler.retiring if recycler is not None and recycler.retiring else None
         for server in self.servers:
             if swapping is None or server.index not in swapping:
-                self._post_step(server, cmd, k, messages)
+                flag = P.CMD_RETIRE if retiring is not None and server.index in retiring else 0
+                self._post_step(server, cmd | flag, k, messages)
         if swapping is not None:
             # The others step while due servers are swapped (their round trips hidden behind those
             # steps); the fresh servers then step the same slot.
@@ -221,14 +224,16 @@ class Lockstep:
         reward, terminated, truncated = self.ring.results(k, self.copy)
         return self.ring.observations(k, self.copy), reward, terminated, truncated, infos
 
-    @staticmethod
-    def _step_message(server: ServerLink, timeout: Optional[float], extras: dict[int, bytes]) -> list[EnvError]:
-        """The message a server sent beside its step: its env errors, or infos blobs into ``extras``."""
+    def _step_message(self, server: ServerLink, timeout: Optional[float], extras: dict[int, bytes]) -> list[EnvError]:
+        """The message a server sent beside its step: its env errors, or infos blobs into ``extras``
+        (and, from a server retired at its envs' episode end, their states for the recycler)."""
         message = server.recv(timeout, "step")
         if message["cmd"] == P.ERROR:
             return server.errors(message)
         if message["cmd"] == P.EXTRA:
             extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
+            if "states" in message and self.recycler is not None:
+                self.recycler.retired(server, message)
             return []
         raise ServerProtocolError(f"{server.describe()} sent {message['cmd']!r:.40} during a step")
 

@@ -169,6 +169,10 @@ class Wear:
     def due(self, now: Optional[float] = None) -> bool:
         return self.progress(now)[0] >= 1.0
 
+    def due_after(self, episodes: int) -> bool:
+        """Whether ``episodes`` more ended episodes make it due by the episode rule."""
+        return self.episode_limit is not None and self.episodes + episodes >= self.episode_limit
+
     def near(self, now: Optional[float] = None) -> bool:
         """Whether its spare should be warming: some rule is past ``SPARE_AT`` of its limit."""
         return self.progress(now)[0] >= SPARE_AT

@@ -4,12 +4,16 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
 
 - A server that comes near due (``SPARE_AT`` of a limit) gets a spare: a fresh runtime of the same
   spec that makes its envs in the background while the portal steps on (forked from a zygote of
-  that runtime where it can be: ``zygotes.py``). It is not attached to the
-  ring until the swap, so it cannot touch the rows of the server it replaces.
-- A due server is swapped before the step after one in which all its envs ended an episode, or,
-  with several envs per server, ``wait_steps`` steps after it came due (a bound, since envs rarely
-  end together); never before its spare is ready, so a swap never waits for a start-up, and at
-  most ``max_per_step`` servers are swapped in one step.
+  that runtime where it can be: ``zygotes.py``). It is attached to the ring as soon as it said
+  hello, but stands by: it reads nothing there until the swap rings its own doorbell, so it
+  cannot touch the rows of the server it replaces (``EnvServer.stand_by``).
+- A due server whose spare is ready steps with ``CMD_RETIRE``: in the step where all its envs end
+  an episode it sends their states beside its results and closes, and the spare is swapped in
+  right after that step (one round trip: the states into the spare). Otherwise (no state there,
+  or an older server) it is swapped before the step after one in which all its envs ended an
+  episode, or, with several envs per server, ``wait_steps`` steps after it came due (a bound,
+  since envs rarely end together); never before its spare is ready, so a swap never waits for a
+  start-up, and at most ``max_per_step`` servers are swapped in one step.
 - The swap carries every env's state (``get_state``/``set_state``: base env, wrappers, RNG, the
   pending autoreset): the old server closes, the spare takes its mailbox and rows, the states go
   in, and the step goes to the fresh server. In NEXT_STEP the autoreset's reset then happens in
@@ -100,6 +104,8 @@ class Recycler:
         self.ready: list[int] = []  # servers to swap before the next step
         self.at_end: set[int] = set()  # of those, the ones whose envs all just ended an episode
         self.fresh: list[int] = []  # envs swapped before this step: ``env_recycled`` in its infos
+        self.retiring: set[int] = set()  # due servers that step with CMD_RETIRE
+        self.handed: dict[int, list[bytes]] = {}  # servers that retired in this step -> their states
         self.observe_at = 0.0
         self.warned: set[str] = set()
 
@@ -125,6 +131,11 @@ class Recycler:
             j = int(self.server_of[i])
             self.wear[j].episodes += 1
             touched.add(j)
+        swapped = len(self.handed)
+        if self.handed:  # (after their last episodes counted: the fresh generation starts at 0)
+            handed, self.handed = self.handed, {}
+            for j, states in handed.items():
+                self._swap(self.servers[j], k, k, True, states)
         now = time.monotonic()
         if now >= self.observe_at:
             self.observe_at = now + OBSERVE_EVERY_S
@@ -135,8 +146,43 @@ class Recycler:
         if self.warming:
             self._poll_spares()
         if self.due:
-            self._pick(set(ends))
+            self._pick(set(ends), self.policy.max_per_step - swapped)
+        if self.session.spares:
+            self._mark_retiring()
+        elif self.retiring:
+            self.retiring = set()
         return infos
+
+    def _mark_retiring(self) -> None:
+        """The servers that step with ``CMD_RETIRE``: spare ready, states known to be there, and due
+        now or once all their envs end an episode (the episode rule)."""
+        servers, wear, recovery = self.servers, self.wear, self.recovery
+        candidates = [
+            (j not in self.due, -wear[j].due_steps, j)
+            for j in self.session.spares
+            if j not in self.warming
+            and j not in self.stateless
+            and j not in self.off
+            and j not in self.ready
+            and servers[j].hello.get("retire") is True  # (older servers do not know CMD_RETIRE)
+            and (j in self.due or wear[j].due_after(len(servers[j].env_indices)))
+            and not recovery.busy(j)
+        ]
+        # At most max_per_step may retire in one step (they are swapped together after it).
+        self.retiring = {j for _, _, j in sorted(candidates)[: self.policy.max_per_step]}
+
+    def retired(self, server: ServerLink, message: dict[str, Any]) -> None:
+        """A server asked to retire sent its envs' states beside its step and closed (``CMD_RETIRE``)."""
+        states = message.get("states")
+        if (
+            server.index not in self.retiring
+            or message.get("closed") is not True
+            or not isinstance(states, list)
+            or len(states) != len(server.env_indices)
+            or not all(isinstance(state, bytes) for state in states)
+        ):
+            raise ServerProtocolError(f"{server.describe()} sent states beside a step it was not asked to retire in")
+        self.handed[server.index] = states
 
     def _observe(self) -> None:
         """Memory and step times of every server (only what the policy's rules read)."""
@@ -209,8 +255,9 @@ class Recycler:
         self.warming.discard(j)
         self.session.discard_spare(self.servers[j])
 
-    def _pick(self, ended: set[int]) -> None:
-        """The due servers to swap before the next step: spare ready, envs at an end or past the bound."""
+    def _pick(self, ended: set[int], most: int) -> None:
+        """The due servers to swap before the next step (at most ``most``: the others swapped since
+        the last step count too): spare ready, envs at an end or past the bound."""
         chosen: list[tuple[int, int]] = []
         self.at_end = set()
         for j in sorted(self.due):
@@ -223,7 +270,7 @@ class Recycler:
                 self.at_end.add(j)
             if at_end or (wear.due_steps > self.policy.wait_steps and j not in self.stateless):
                 chosen.append((-wear.due_steps, j))
-        self.ready = [j for _, j in sorted(chosen)[: self.policy.max_per_step]]
+        self.ready = [j for _, j in sorted(chosen)[: max(most, 0)]]
 
     # -- before a step: the swaps ---------------------------------------------------------------
     def swap_ready(self, k: int, prev: int) -> None:
@@ -232,28 +279,32 @@ class Recycler:
         for j in ready:
             self._swap(self.servers[j], k, prev, j in self.at_end)
 
-    def _swap(self, server: ServerLink, k: int, prev: int, at_end: bool) -> None:
+    def _swap(self, server: ServerLink, k: int, prev: int, at_end: bool, handed: Optional[list[bytes]] = None) -> None:
+        """Swap ``server`` for its spare before step ``k``, or (``handed``: the states it retired with,
+        slot ``k`` its last step) right after it: the fresh server then writes nothing into slot ``k``."""
         j, envs = server.index, server.env_indices
-        closed = False
-        try:
-            states: Optional[list[bytes]]
-            states, closed = self._get_states(server)
-        except EnvError as exc:  # no state adapter (or a state that cannot be taken)
-            states = None
-            if not self._without_states(j, at_end, exc):
-                return
-        except RESTARTABLE:
-            return  # the old server failed: its step shows it, and recovery (or the error) takes it
+        closed = handed is not None
+        states: Optional[list[bytes]] = handed
+        if handed is None:
+            try:
+                states, closed = self._get_states(server)
+            except EnvError as exc:  # no state adapter (or a state that cannot be taken)
+                states = None
+                if not self._without_states(j, at_end, exc):
+                    return
+            except RESTARTABLE:
+                return  # the old server failed: its step shows it, and recovery (or the error) takes it
+        in_ring = handed is not None
         try:
             self.session.swap(server, self.startup_timeout, closed=closed)
             if states is not None:
-                self._set_states(server, k, prev, states)
+                self._set_states(server, k, prev, states, in_ring)
         except PortalError as exc:
             # The fresh server failed once the old one had closed: a cold start in place, then the
             # states (or the reseeded reset below): nothing of the envs is lost but time.
             self.recovery.restart(server, exc)
             if states is not None:
-                self._set_states(server, k, prev, states)
+                self._set_states(server, k, prev, states, in_ring)
         if states is None:
             seeds = [recycle_seed(self.recovery.seeds[i], self.recycles[i] + 1) for i in envs]
             self.recovery.reset_next_step(server, seeds)
@@ -303,8 +354,9 @@ class Recycler:
             raise ServerProtocolError(f"{server.describe()} answered get_state with something that is not states")
         return results, message.get("closed") is True
 
-    def _set_states(self, server: ServerLink, k: int, prev: int, states: list[bytes]) -> None:
-        """Restore the envs' states in the fresh server (into slot ``k``, which its step then writes)."""
+    def _set_states(self, server: ServerLink, k: int, prev: int, states: list[bytes], in_ring: bool = False) -> None:
+        """Restore the envs' states in the fresh server (into slot ``k``, which its step then writes;
+        ``in_ring``: slot ``k`` already shows them, as its predecessor's last step wrote it)."""
         message = {
             "cmd": P.SET_STATE,
             "slot": k,
@@ -312,6 +364,7 @@ class Recycler:
             "envs": server.env_indices,
             "states": states,
             "allow_pickle": False,
+            "in_ring": in_ring,
         }
         server.channel.send(message, server.check_alive)
         server.post_control()

@@ -39,8 +39,11 @@ from .zygotes import Zygotes
 
 class Spare:
     """A server started ahead of time for the envs of a ``ServerLink``: its runtime runs and made the
-    envs (``hello`` is set once it said so), but it is not attached to the ring, so it cannot see or
-    touch the rows of the server it is to replace (``PortalSession.swap`` attaches it)."""
+    envs (``hello`` is set once it said so). A server that can stand by is then attached to the
+    ring at once, with doorbells of its own (``go``, ``done``; ``ready`` once it said so), but it
+    reads nothing there until its doorbell rings, after the swap (``EnvServer.stand_by``), so it
+    cannot take or touch the rows of the server it is to replace before that. Others are attached
+    by the swap."""
 
     def __init__(
         self, generation: int, channel: ControlChannel, token: str, launch: ServerLaunch, handle: ServerHandle
@@ -51,6 +54,15 @@ class Spare:
         self.launch = launch
         self.handle = handle
         self.hello: Optional[dict[str, Any]] = None
+        self.go: Optional[Bell] = None
+        self.done: Optional[Waiter] = None
+        self.ready = False
+
+    def check_alive(self) -> None:
+        status = self.handle.exit_status()
+        if status is not None:
+            launch = self.launch
+            raise ServerDiedError(launch.server_index, launch.env_indices, status, self.handle.log_tail(), "spare")
 
 
 class ServerLink:
@@ -318,10 +330,11 @@ class PortalSession:
         return spare
 
     def spare_ready(self, server: ServerLink) -> bool:
-        """Whether ``server``'s spare made its envs and said hello (never waits); raises when it
-        failed: died, an env could not be made, or it describes other spaces than ``server``."""
+        """Whether ``server``'s spare made its envs, said hello and (where it can stand by) is
+        attached (never waits); raises when it failed: died, an env could not be made, or it
+        describes other spaces than ``server``."""
         spare = self.spares[server.index]
-        if spare.hello is not None:
+        if spare.ready:
             return True
         if not spare.channel.socket.poll(0):
             status = spare.handle.exit_status()
@@ -331,26 +344,48 @@ class PortalSession:
         message = spare.channel.recv(lambda: None, 1.0, f"start-up of the spare of {server.describe()}")
         if message["cmd"] == P.ERROR:
             raise server.error(message)
-        if message["cmd"] != P.HELLO:
+        expected = P.HELLO if spare.hello is None else P.READY
+        if message["cmd"] != expected:
             raise ServerProtocolError(f"the spare of {server.describe()} sent {message['cmd']!r:.40} at start-up")
-        hello = self._checked_hello(server, message)
-        self._check_spaces(server, server.hello, hello, "spare of")
-        spare.hello = hello
+        if spare.hello is None:
+            hello = self._checked_hello(server, message)
+            self._check_spaces(server, server.hello, hello, "spare of")
+            spare.hello = hello
+            if hello.get("standby") is True:
+                self._attach_standby(spare)
+                return False
+        spare.ready = True
         return True
+
+    def _attach_standby(self, spare: Spare) -> None:
+        """Hand a spare the ring and doorbells of its own now; it stands by until the swap rings it."""
+        _, offer = self._attached()
+        go_read, go_write = bell_pipe()
+        done_read, done_write = bell_pipe()
+        spare.go, spare.done = Bell(go_write), Waiter(done_read)
+        offer.expect(spare.token, [go_read, done_write])
+        spare.channel.send({**self._attach_message(), "standby": True}, spare.check_alive)
 
     def discard_spare(self, server: ServerLink) -> None:
         """Stop ``server``'s spare, if it has one."""
         spare = self.spares.pop(server.index, None)
         if spare is not None:
             spare.handle.stop(timeout=1.0)
-            spare.channel.close()
+            self._release_spare(spare)
+
+    def _release_spare(self, spare: Spare) -> None:
+        spare.channel.close()
+        close_all((spare.go, spare.done))
+        if self._offer is not None:
+            self._offer.forget(spare.token)  # (its ends, if it never fetched them)
 
     def swap(self, server: ServerLink, timeout: float, closed: bool = False) -> None:
         """Put ``server``'s ready spare in its place: the old server closes its envs and exits
-        (reaped later by ``reap``) before the spare gets its mailbox, doorbells and the ring.
+        (reaped later by ``reap``) before the spare gets its mailbox (and, unless it stood by
+        attached, its doorbells and the ring).
         ``closed``: it already answered its last command and is closing (``then_close``)."""
         spare = self.spares.pop(server.index)
-        _, offer = self._attached()
+        ring, offer = self._attached()
         old = server.handle
         try:
             if not closed:
@@ -365,7 +400,11 @@ class PortalSession:
         server.channel.close()
         offer.forget(server.token)
         server.adopt(spare)
-        self._attach_fresh(server, timeout)
+        if spare.go is None or spare.done is None:
+            self._attach_fresh(server, timeout)
+            return
+        ring.views["mailbox"][server.index][:] = 0
+        self._take_row(server, spare.go, spare.done)
 
     def reap(self) -> None:
         """Forget retired servers that have exited (their runtimes cleaned up)."""
@@ -401,16 +440,21 @@ class PortalSession:
     def _arm(self, server: ServerLink) -> None:
         """New doorbell pipes for ``server``: the agent keeps one end of each, the server fetches
         the others with the ring (and the agent's copies of those close once handed over)."""
-        ring, offer = self._attached()
-        _, go, done = server.started_ends()  # none yet when the server is armed the first time
-        close_all((go, done))
+        _, offer = self._attached()
         go_read, go_write = bell_pipe()
         done_read, done_write = bell_pipe()
-        server.go, server.done = Bell(go_write), Waiter(done_read)
+        self._take_row(server, Bell(go_write), Waiter(done_read))
+        offer.expect(server.token, [go_read, done_write])
+
+    def _take_row(self, server: ServerLink, go: Bell, done: Waiter) -> None:
+        """Make ``go`` and ``done`` the server's doorbells (closing those it had) and bind its mailbox row."""
+        ring, _ = self._attached()
+        _, old_go, old_done = server.started_ends()  # none yet when the server is armed the first time
+        close_all((old_go, old_done))
+        server.go, server.done = go, done
         server.mailbox = memoryview(ring.views["mailbox"][server.index])
         server.seq = server.mailbox[SEQ]
         server.controls = 0
-        offer.expect(server.token, [go_read, done_write])
 
     def _attach_message(self) -> dict[str, Any]:
         _, offer = self._attached()
@@ -446,7 +490,7 @@ class PortalSession:
             self.zygotes.close()  # after the servers it forked: their stops may go through it
         finally:
             for spare in self.spares.values():
-                spare.channel.close()
+                self._release_spare(spare)
             for server in self.servers:
                 close_all(server.started_ends())  # a failed start-up leaves servers without some
             if self._offer is not None:

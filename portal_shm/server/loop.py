@@ -113,6 +113,7 @@ class EnvServer:
         self.ring: Optional[Ring] = None
         self.go: Optional[Waiter] = None
         self.done: Optional[Bell] = None
+        self.rung = False
 
     # -- plumbing -------------------------------------------------------------------------
     def send(self, message: dict) -> None:
@@ -183,6 +184,8 @@ class EnvServer:
                 "action_spaces": [space_to_schema(env.action_space) for env in self.envs],
                 "metadata": _packable_dict(getattr(first, "metadata", {})),
                 "render_mode": getattr(first, "render_mode", None),
+                "standby": True,  # it can be attached as a spare before its swap (``stand_by``)
+                "retire": True,  # it knows CMD_RETIRE
             }
         )
         attach = self.recv()
@@ -198,6 +201,21 @@ class EnvServer:
         self.ring.close_fd()
         self.bind_views(attach["observation_schema"], attach["action_schema"])
         self.send({"cmd": P.READY, "server_index": self.config["server_index"]})
+        if attach.get("standby") is True:
+            self.stand_by()
+
+    def stand_by(self) -> None:
+        """A spare attached ahead of its swap (recycling) keeps off the ring until it is rung.
+
+        Its mailbox row still belongs to the server it is to replace, whose commands it must not
+        take: it sleeps on its own doorbell, which the agent rings only once that server is gone
+        and the row zeroed for it (``PortalSession.swap``). The swap then costs no attach round trip.
+        """
+        while not self.go.wait(IDLE_CHECK_SECONDS):
+            if not self.agent_alive():
+                raise AgentGone()
+        self.seq = 0  # the row was zeroed: the command that rang is its first
+        self.rung = True
 
     def bind_views(self, obs_schema: dict, act_schema: dict) -> None:
         """Take this server's views of the attached ring (a benchmark drives a server over a ring of its own)."""
@@ -254,8 +272,11 @@ class EnvServer:
 
     def serve_forever(self) -> None:
         mailbox = self.mailbox
+        rung, self.rung = self.rung, False
         while True:
-            if not self.wait_command():
+            if rung:  # a spare's first command, whose ring ``stand_by`` took
+                rung, self.seq = False, self._words[SEQ]
+            elif not self.wait_command():
                 if not self.agent_alive():
                     raise AgentGone()
                 self.counters.flush(time.perf_counter_ns())
@@ -271,6 +292,11 @@ class EnvServer:
                     self.send(error_message(exc, None, "decode"))
                     continue
                 if not self.control(message):
+                    return
+            elif cmd & P.CMD_RETIRE:
+                retired = self.step(int(mailbox[SLOT]), cmd & ~P.CMD_RETIRE == P.CMD_STEP_ACTIONS, retire=True)
+                self.done.ring()
+                if retired:
                     return
 
     def cleanup(self, agent_gone: bool) -> None:
@@ -297,6 +323,11 @@ class EnvServer:
             self.last_var_obs[j] = var
             payload.append(var)
 
+    def _remember(self, j: int, obs: Any) -> None:
+        """Keep what ``_write`` keeps of an observation that is not written (``_last_obs`` reads it)."""
+        if self.obs_var:
+            self.last_var_obs[j] = {index: get(obs) for index, get in self.obs_var}
+
     def _publish(self, k: int, i: int, infos: list, payload: list, extras: dict) -> None:
         """Write the env's infos (and variable-layout obs) blob, spilling to ZeroMQ when big."""
         if not payload and not any(infos):
@@ -314,13 +345,16 @@ class EnvServer:
         extras[i] = blob
         return -1
 
-    def step(self, k: int, actions_by_message: bool = False) -> None:
+    def step(self, k: int, actions_by_message: bool = False, retire: bool = False) -> bool:
         """Step every env with the actions of slot ``k`` and write its results into slot ``k``.
 
         Rewards, flags and infos lengths are gathered in lists and written with one numpy call
         each per step rather than one per env (a per-env write costs as much as the rest of
         serving a cheap env); values that numpy refuses are written again one env at a time,
         so the env that returned them is the one reported.
+
+        ``retire`` (recycling): when every env ended its episode here, their states go beside the
+        results and the server closes its envs; returns whether it did.
         """
         self.last_slot = k
         mailbox = self.mailbox
@@ -386,11 +420,29 @@ class EnvServer:
             self.send(dict(errors[0], more=errors[1:]))
             mailbox[STATUS] = STATUS_ERROR
             mailbox[EXTRA] = 0
-            return
-        if extras:
+            return False
+        states = self._states_to_retire() if retire and all(autoreset) else None
+        if states is not None:
+            self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "closed": True})
+            self._close_envs()
+        elif extras:
             self.send({"cmd": P.EXTRA, "blobs": extras})
-        mailbox[EXTRA] = 1 if extras else 0
+        mailbox[EXTRA] = 1 if extras or states is not None else 0
         mailbox[STATUS] = STATUS_OK
+        return states is not None
+
+    def _states_to_retire(self) -> Optional[list]:
+        """Every env's state at its episode's end, or None where one has none (no state adapter,
+        no pickle here): the agent then swaps the server the way it swaps envs without states."""
+        try:
+            return [self._capture(j, False) for j in range(len(self.envs))]
+        except Exception:
+            return None
+
+    def _capture(self, j: int, allow_pickle: bool) -> bytes:
+        env = self.envs[j]
+        pending = self.autoreset[j]  # its episode ended: the next step resets it
+        return capture(env, env_name(env), self._last_obs(j), None, allow_pickle, pending)
 
     def _write_results(
         self, k: int, rewards: list, terminateds: list, truncateds: list, lengths: list, errors: list
@@ -439,9 +491,7 @@ class EnvServer:
                 allow_pickle = message.get("allow_pickle") is True
                 for j in self._chosen(message):
                     env_index = self.env_indices[j]
-                    env = self.envs[j]
-                    pending = self.autoreset[j]  # its episode ended: the next step resets it
-                    results.append(capture(env, env_name(env), self._last_obs(j), None, allow_pickle, pending))
+                    results.append(self._capture(j, allow_pickle))
                 closing = message.get("then_close") is True  # recycling: the states, then this server goes
                 self._reply_results(results, "get_state", {"closed": True} if closing else None)
                 if closing:
@@ -520,6 +570,8 @@ class EnvServer:
         self.last_slot = k
         seeds, options, mask = message.get("seeds"), message.get("options"), message.get("mask")
         states = dict(zip(message["envs"], message["states"])) if message.get("cmd") == P.SET_STATE else None
+        # A recycled server's states: slot k already holds what they show (its predecessor wrote it).
+        in_ring = message.get("in_ring") is True
         self._reset_extras = {}
         errors = []
         for j, env in enumerate(self.envs):
@@ -529,8 +581,11 @@ class EnvServer:
                 try:
                     obs, info, pending = restore(env, states[i], env_name(env), message.get("allow_pickle") is True)
                     self.autoreset[j] = pending  # a state taken at an episode's end resets at the next step
-                    self._write(k, j, i, obs, payload)
-                    self._publish(k, i, [info], payload, self._reset_extras)
+                    if in_ring:
+                        self._remember(j, obs)
+                    else:
+                        self._write(k, j, i, obs, payload)
+                        self._publish(k, i, [info], payload, self._reset_extras)
                 except Exception as exc:
                     errors.append(error_message(exc, i, P.SET_STATE))
             elif states is None and (mask is None or mask[j]):

@@ -39,6 +39,9 @@ CMD_NONE = 0
 CMD_STEP = 1
 CMD_CONTROL = 2
 CMD_STEP_ACTIONS = 3  # a step whose actions come in an ACTIONS message instead of the ring
+# Added to a step command (recycling): if every env of the server ends its episode in this step, the
+# server sends their states beside it (EXTRA with "states") and closes; otherwise a plain step.
+CMD_RETIRE = 8
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 

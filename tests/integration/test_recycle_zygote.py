@@ -26,6 +26,8 @@ def _rollout(envs, seed, steps=None, recycles=0, limit=3000):
     while len(records) <= (steps if steps is not None else limit):
         records.append(snapshot(envs.step(envs.action_space.sample())))
         if steps is None and min(envs.recycles) >= recycles:
+            # A server that retired in this step was swapped after it: the next step flags its envs.
+            records.append(snapshot(envs.step(envs.action_space.sample())))
             break
     return records
 
