@@ -58,6 +58,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--envs-per-server", type=int, default=1)
     parser.add_argument("--episodes", type=int, default=1, help="recycle each server after this many episodes")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--max-per-step", type=int, default=0, help="the recycle policy's max_per_step (default: its own)"
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--json", help="write the samples and the summary here")
@@ -70,7 +73,11 @@ def main(argv: Optional[list[str]] = None) -> None:
 
         gym.register_envs(ale_py)
     base = {"envs_per_server": args.envs_per_server}
-    policy = {"episodes": args.episodes, "jitter": 0.1}
+    policy = {
+        "episodes": args.episodes,
+        "jitter": 0.1,
+        **({"max_per_step": args.max_per_step} if args.max_per_step else {}),
+    }
     systems = {"none": base, "recycle": {**base, "recycle": policy}}
     if args.fresh:
         systems["recycle-fresh"] = {**base, "recycle": {**policy, "spare": "start"}}

@@ -61,5 +61,6 @@ class ControlChannel:
             raise ServerProtocolError(f"malformed message during {what}: {str(message)[:200]}")
         return message
 
-    def close(self) -> None:
-        self.socket.close(linger=0)
+    def close(self, linger_ms: int = 0) -> None:
+        """``linger_ms``: how long ZeroMQ may still deliver what was sent last (a CLOSE to a server)."""
+        self.socket.close(linger=linger_ms)

@@ -8,8 +8,10 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
   hello, but stands by: it reads nothing there until the swap rings its own doorbell, so it
   cannot touch the rows of the server it replaces (``EnvServer.stand_by``).
 - A due server whose spare is ready steps with ``CMD_RETIRE``: in the step where all its envs end
-  an episode it sends their states beside its results and closes, and the spare is swapped in
-  right after that step (one round trip: the states into the spare). Otherwise (no state there,
+  an episode it sends their states beside its results and holds (it reads only its control
+  socket), and the spare is swapped in right after that step (one round trip: the states into
+  the spare) while the old one is told CLOSE; servers past ``max_per_step`` retired in the same
+  step are told RESUME and go on. Otherwise (no state there,
   or an older server) it is swapped before the step after one in which all its envs ended an
   episode, or, with several envs per server, ``wait_steps`` steps after it came due (a bound,
   since envs rarely end together); never before its spare is ready, so a swap never waits for a
@@ -126,39 +128,45 @@ class Recycler:
             infos = ring.add(infos, {"env_recycled": True}, i, ring.num_envs, i)
         self.fresh = []
         ends = ring.episode_ends(k).tolist()
+        changed = bool(ends) or bool(self.handed)  # what ``_mark_retiring`` reads may have moved
         touched = set()
         for i in ends:
             j = int(self.server_of[i])
             self.wear[j].episodes += 1
             touched.add(j)
-        swapped = len(self.handed)
+        swapped = 0
         if self.handed:  # (after their last episodes counted: the fresh generation starts at 0)
             handed, self.handed = self.handed, {}
-            for j, states in handed.items():
-                self._swap(self.servers[j], k, k, True, states)
+            for j in sorted(handed, key=lambda j: (j not in self.due, -self.wear[j].due_steps, j)):
+                server = self.servers[j]
+                if swapped < self.policy.max_per_step:
+                    self._swap(server, k, k, True, handed[j])
+                    swapped += 1
+                else:  # more retired in this step than may be swapped in one: this one goes on
+                    server.channel.send({"cmd": P.RESUME}, server.check_alive)
         now = time.monotonic()
         if now >= self.observe_at:
             self.observe_at = now + OBSERVE_EVERY_S
             self._observe()
             touched = set(range(len(self.servers)))
+            changed = True
         for j in touched:
             self._classify(j, now)
         if self.warming:
-            self._poll_spares()
+            changed = self._poll_spares() or changed
         if self.due:
             self._pick(set(ends), self.policy.max_per_step - swapped)
-        if self.session.spares:
+            changed = True
+        if changed:
             self._mark_retiring()
-        elif self.retiring:
-            self.retiring = set()
         return infos
 
     def _mark_retiring(self) -> None:
         """The servers that step with ``CMD_RETIRE``: spare ready, states known to be there, and due
         now or once all their envs end an episode (the episode rule)."""
         servers, wear, recovery = self.servers, self.wear, self.recovery
-        candidates = [
-            (j not in self.due, -wear[j].due_steps, j)
+        self.retiring = {
+            j
             for j in self.session.spares
             if j not in self.warming
             and j not in self.stateless
@@ -167,16 +175,14 @@ class Recycler:
             and servers[j].hello.get("retire") is True  # (older servers do not know CMD_RETIRE)
             and (j in self.due or wear[j].due_after(len(servers[j].env_indices)))
             and not recovery.busy(j)
-        ]
-        # At most max_per_step may retire in one step (they are swapped together after it).
-        self.retiring = {j for _, _, j in sorted(candidates)[: self.policy.max_per_step]}
+        }  # more may retire in one step than max_per_step: those past it are told to go on (RESUME)
 
     def retired(self, server: ServerLink, message: dict[str, Any]) -> None:
-        """A server asked to retire sent its envs' states beside its step and closed (``CMD_RETIRE``)."""
+        """A server asked to retire sent its envs' states beside its step and holds (``CMD_RETIRE``)."""
         states = message.get("states")
         if (
             server.index not in self.retiring
-            or message.get("closed") is not True
+            or message.get("held") is not True
             or not isinstance(states, list)
             or len(states) != len(server.env_indices)
             or not all(isinstance(state, bytes) for state in states)
@@ -226,16 +232,21 @@ class Recycler:
         if share >= 1.0:
             self.due.add(j)
 
-    def _poll_spares(self) -> None:
+    def _poll_spares(self) -> bool:
+        """Take the spares' start-up messages; whether one became ready or failed."""
+        changed = False
         for j in sorted(self.warming):
             try:
                 if self.session.spare_ready(self.servers[j]):
                     self.warming.discard(j)
                     self.spare_failures[j] = 0
+                    changed = True
             except (PortalError, OSError) as exc:
                 self.warming.discard(j)
                 self.session.discard_spare(self.servers[j])
                 self._spare_failed(j, exc)
+                changed = True
+        return changed
 
     def _spare_failed(self, j: int, cause: BaseException) -> None:
         self.spare_failures[j] += 1
@@ -283,7 +294,7 @@ class Recycler:
         """Swap ``server`` for its spare before step ``k``, or (``handed``: the states it retired with,
         slot ``k`` its last step) right after it: the fresh server then writes nothing into slot ``k``."""
         j, envs = server.index, server.env_indices
-        closed = handed is not None
+        closed = False
         states: Optional[list[bytes]] = handed
         if handed is None:
             try:
@@ -296,7 +307,7 @@ class Recycler:
                 return  # the old server failed: its step shows it, and recovery (or the error) takes it
         in_ring = handed is not None
         try:
-            self.session.swap(server, self.startup_timeout, closed=closed)
+            self.session.swap(server, self.startup_timeout, closed=closed, held=in_ring)
             if states is not None:
                 self._set_states(server, k, prev, states, in_ring)
         except PortalError as exc:

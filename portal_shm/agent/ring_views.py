@@ -33,6 +33,9 @@ BuildArg = tuple[Pick, Any]
 SavedRows = tuple[list[np.ndarray], np.ndarray, np.ndarray]
 
 
+_NO_ENDS = np.zeros(0, np.int64)
+
+
 class RingViews:
     """Views of one attached ring, for ``num_envs`` envs and ``ring_depth`` slots."""
 
@@ -204,7 +207,10 @@ class RingViews:
     # -- what recycling reads and resets --------------------------------------------------------
     def episode_ends(self, k: int) -> np.ndarray:
         """The envs whose episode ended in slot ``k`` (terminated or truncated), ascending."""
-        ended: np.ndarray = np.flatnonzero(self.terminated[k] | self.truncated[k])
+        flags = self.terminated[k] | self.truncated[k]
+        if not flags.any():  # most steps: no end, and ``any`` is far cheaper than ``flatnonzero``
+            return _NO_ENDS
+        ended: np.ndarray = np.flatnonzero(flags)
         return ended
 
     def forget_samples(self, rows: Any) -> None:

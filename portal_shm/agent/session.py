@@ -278,14 +278,14 @@ class PortalSession:
     def _handshake(self, server: ServerLink, timeout: float) -> None:
         server.hello = self._checked_hello(server, server.expect(P.HELLO, timeout, "start-up"))
 
-    def _checked_hello(self, server: ServerLink, hello: dict[str, Any]) -> dict[str, Any]:
+    def _checked_hello(self, server: ServerLink, hello: dict[str, Any], spaces: bool = True) -> dict[str, Any]:
         if hello.get("protocol") != P.PROTOCOL_VERSION:
             raise ProtocolMismatchError(
                 f"env server {server.index} speaks portal-shm protocol {hello.get('protocol')!r:.40}, "
                 f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
                 f"env runtime ({server.runtime()})"
             )
-        return check_hello(hello, len(server.env_indices), server.describe())
+        return check_hello(hello, len(server.env_indices), server.describe(), spaces)
 
     def restart(self, server: ServerLink, timeout: float) -> None:
         """Replace a failed server by a fresh one of the same spec, attached to the same ring.
@@ -311,7 +311,7 @@ class PortalSession:
     @staticmethod
     def _check_spaces(server: ServerLink, before: dict[str, Any], after: dict[str, Any], what: str) -> None:
         spaces = ("observation_spaces", "action_spaces")
-        if P.packb([after[key] for key in spaces]) != P.packb([before[key] for key in spaces]):
+        if P.packb([after.get(key) for key in spaces]) != P.packb([before.get(key) for key in spaces]):
             raise ServerProtocolError(f"the {what} {server.describe()} describes other spaces than before")
 
     def _attach_fresh(self, server: ServerLink, timeout: float) -> None:
@@ -348,10 +348,9 @@ class PortalSession:
         if message["cmd"] != expected:
             raise ServerProtocolError(f"the spare of {server.describe()} sent {message['cmd']!r:.40} at start-up")
         if spare.hello is None:
-            hello = self._checked_hello(server, message)
-            self._check_spaces(server, server.hello, hello, "spare of")
-            spare.hello = hello
-            if hello.get("standby") is True:
+            self._check_spaces(server, server.hello, message, "spare of")  # (spaces already checked once)
+            spare.hello = self._checked_hello(server, message, spaces=False)
+            if spare.hello.get("standby") is True:
                 self._attach_standby(spare)
                 return False
         spare.ready = True
@@ -379,16 +378,19 @@ class PortalSession:
         if self._offer is not None:
             self._offer.forget(spare.token)  # (its ends, if it never fetched them)
 
-    def swap(self, server: ServerLink, timeout: float, closed: bool = False) -> None:
+    def swap(self, server: ServerLink, timeout: float, closed: bool = False, held: bool = False) -> None:
         """Put ``server``'s ready spare in its place: the old server closes its envs and exits
         (reaped later by ``reap``) before the spare gets its mailbox (and, unless it stood by
         attached, its doorbells and the ring).
-        ``closed``: it already answered its last command and is closing (``then_close``)."""
+        ``closed``: it already answered its last command and is closing (``then_close``);
+        ``held``: it retired and reads only its control socket, where it is told CLOSE."""
         spare = self.spares.pop(server.index)
         ring, offer = self._attached()
         old = server.handle
         try:
-            if not closed:
+            if held:
+                server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
+            elif not closed:
                 server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
                 server.post_control()
                 server.recv(min(timeout, 5.0), "close")  # a REPLY, or the error of an env's close()
@@ -397,7 +399,7 @@ class PortalSession:
                 old.stop(timeout=0)  # it is retired either way; past its answer it touches no row
         if old is not None:
             self.retired.append(old)
-        server.channel.close()
+        server.channel.close(linger_ms=1000 if held else 0)
         offer.forget(server.token)
         server.adopt(spare)
         if spare.go is None or spare.done is None:

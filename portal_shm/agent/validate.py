@@ -149,9 +149,10 @@ def space_from_schema(schema: Any, what: str = "space") -> Any:
         raise _fail(f"{what} cannot be rebuilt: {type(exc).__name__}: {_clip(str(exc))[:300]}") from None
 
 
-def check_hello(message: dict[str, Any], env_count: int, who: str) -> dict[str, Any]:
-    """The handshake of a server hosting ``env_count`` envs, with every field checked."""
-    for key in ("observation_spaces", "action_spaces"):
+def check_hello(message: dict[str, Any], env_count: int, who: str, spaces: bool = True) -> dict[str, Any]:
+    """The handshake of a server hosting ``env_count`` envs, with every field checked (``spaces=False``:
+    but its spaces, which the caller found equal to ones checked before)."""
+    for key in ("observation_spaces", "action_spaces") if spaces else ():
         schemas = message.get(key)
         if not isinstance(schemas, list) or len(schemas) != env_count:
             raise _fail(f"{who} sent a handshake without valid {key}")

@@ -31,6 +31,7 @@ from .state import capture, restore
 from .stats import ServerCounters
 
 IDLE_CHECK_SECONDS = 0.5
+HOLD_SECONDS = 10.0  # a retired server waits this long for CLOSE or RESUME (``EnvServer.hold``)
 WATCHDOG_GRACE_SECONDS = 3.0
 NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"
 _SAMPLE_MASK = S.SAMPLE_EVERY - 1
@@ -294,9 +295,9 @@ class EnvServer:
                 if not self.control(message):
                     return
             elif cmd & P.CMD_RETIRE:
-                retired = self.step(int(mailbox[SLOT]), cmd & ~P.CMD_RETIRE == P.CMD_STEP_ACTIONS, retire=True)
+                held = self.step(int(mailbox[SLOT]), cmd & ~P.CMD_RETIRE == P.CMD_STEP_ACTIONS, retire=True)
                 self.done.ring()
-                if retired:
+                if held and self.hold():
                     return
 
     def cleanup(self, agent_gone: bool) -> None:
@@ -354,7 +355,7 @@ class EnvServer:
         so the env that returned them is the one reported.
 
         ``retire`` (recycling): when every env ended its episode here, their states go beside the
-        results and the server closes its envs; returns whether it did.
+        results and the server then holds (``hold``); returns whether it sent them.
         """
         self.last_slot = k
         mailbox = self.mailbox
@@ -423,13 +424,31 @@ class EnvServer:
             return False
         states = self._states_to_retire() if retire and all(autoreset) else None
         if states is not None:
-            self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "closed": True})
-            self._close_envs()
+            self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "held": True})
         elif extras:
             self.send({"cmd": P.EXTRA, "blobs": extras})
         mailbox[EXTRA] = 1 if extras or states is not None else 0
         mailbox[STATUS] = STATUS_OK
         return states is not None
+
+    def hold(self) -> bool:
+        """After sending its states (``CMD_RETIRE``): whether to close, as the agent answers.
+
+        Until the answer the server reads only its control socket, never the mailbox row, which
+        the agent may already have given its spare. CLOSE: it closes its envs (True); RESUME (the
+        agent swaps fewer servers in one step than retired): it serves on (False). An agent that
+        says nothing within ``HOLD_SECONDS`` let it go.
+        """
+        deadline = time.monotonic() + HOLD_SECONDS
+        while not self.socket.poll(int(IDLE_CHECK_SECONDS * 1000)):
+            if not self.agent_alive() or time.monotonic() > deadline:
+                self._close_envs()
+                return True
+        message = P.unpackb(self.socket.recv())
+        if isinstance(message, dict) and message.get("cmd") == P.RESUME:
+            return False
+        self._close_envs()
+        return True
 
     def _states_to_retire(self) -> Optional[list]:
         """Every env's state at its episode's end, or None where one has none (no state adapter,

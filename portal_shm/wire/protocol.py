@@ -29,6 +29,7 @@ GET_STATE = "get_state"
 SET_STATE = "set_state"
 RECORD = "record"  # {"envs": [env indices], "on": bool, "frames"?: per env a frame ring to fetch (frames.py) or None}
 CLOSE = "close"
+RESUME = "resume"  # to a server holding after it retired (CMD_RETIRE): it is not swapped now, it goes on
 REPLY = "reply"
 ERROR = "error"
 EXTRA = "extra"
@@ -40,7 +41,8 @@ CMD_STEP = 1
 CMD_CONTROL = 2
 CMD_STEP_ACTIONS = 3  # a step whose actions come in an ACTIONS message instead of the ring
 # Added to a step command (recycling): if every env of the server ends its episode in this step, the
-# server sends their states beside it (EXTRA with "states") and closes; otherwise a plain step.
+# server sends their states beside it (EXTRA with "states") and holds: it reads only its control
+# socket until it gets CLOSE (it is swapped) or RESUME; otherwise a plain step.
 CMD_RETIRE = 8
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
