@@ -71,6 +71,17 @@ def test_episodes_rule_is_due_at_its_limit_and_warms_the_spare_before():
     assert _wear(episodes=1).near(0.0)
 
 
+def test_due_after_says_when_the_next_episode_ends_make_a_server_due_by_the_episode_rule():
+    # A server is asked to retire in the step whose episode ends make it due (``CMD_RETIRE``).
+    wear = _wear(episodes=4)
+    assert wear.episode_limit == 4
+    wear.episodes = 2
+    assert not wear.due_after(1) and wear.due_after(2)  # one env, or two ending together
+    wear.episodes = 4
+    assert wear.due_after(0)
+    assert not _wear(seconds=10.0).due_after(100)  # only the episode rule counts episodes
+
+
 def test_jitter_spreads_the_limits_of_servers_started_together():
     limits = {_wear(seed=seed, episodes=100, jitter=0.1).episode_limit for seed in range(64)}
     assert min(limits) >= 90 and max(limits) <= 110 and len(limits) > 10
