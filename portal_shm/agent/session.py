@@ -337,9 +337,7 @@ class PortalSession:
         if spare.ready:
             return True
         if not spare.channel.socket.poll(0):
-            status = spare.handle.exit_status()
-            if status is not None:
-                raise ServerDiedError(server.index, server.env_indices, status, spare.handle.log_tail(), "spare")
+            spare.check_alive()
             return False
         message = spare.channel.recv(lambda: None, 1.0, f"start-up of the spare of {server.describe()}")
         if message["cmd"] == P.ERROR:
@@ -358,11 +356,7 @@ class PortalSession:
 
     def _attach_standby(self, spare: Spare) -> None:
         """Hand a spare the ring and doorbells of its own now; it stands by until the swap rings it."""
-        _, offer = self._attached()
-        go_read, go_write = bell_pipe()
-        done_read, done_write = bell_pipe()
-        spare.go, spare.done = Bell(go_write), Waiter(done_read)
-        offer.expect(spare.token, [go_read, done_write])
+        spare.go, spare.done = self._new_doorbells(spare.token)
         spare.channel.send({**self._attach_message(), "standby": True}, spare.check_alive)
 
     def discard_spare(self, server: ServerLink) -> None:
@@ -442,11 +436,15 @@ class PortalSession:
     def _arm(self, server: ServerLink) -> None:
         """New doorbell pipes for ``server``: the agent keeps one end of each, the server fetches
         the others with the ring (and the agent's copies of those close once handed over)."""
+        self._take_row(server, *self._new_doorbells(server.token))
+
+    def _new_doorbells(self, token: str) -> tuple[Bell, Waiter]:
+        """Two new doorbell pipes: the agent's ends, the server's offered to whoever presents ``token``."""
         _, offer = self._attached()
         go_read, go_write = bell_pipe()
         done_read, done_write = bell_pipe()
-        self._take_row(server, Bell(go_write), Waiter(done_read))
-        offer.expect(server.token, [go_read, done_write])
+        offer.expect(token, [go_read, done_write])
+        return Bell(go_write), Waiter(done_read)
 
     def _take_row(self, server: ServerLink, go: Bell, done: Waiter) -> None:
         """Make ``go`` and ``done`` the server's doorbells (closing those it had) and bind its mailbox row."""

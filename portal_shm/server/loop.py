@@ -320,14 +320,14 @@ class EnvServer:
         for get, array in self.obs_fixed:
             array[k, i] = get(obs)
         if self.obs_var:
-            var = {index: get(obs) for index, get in self.obs_var}
-            self.last_var_obs[j] = var
-            payload.append(var)
+            payload.append(self._remember(j, obs))
 
-    def _remember(self, j: int, obs: Any) -> None:
-        """Keep what ``_write`` keeps of an observation that is not written (``_last_obs`` reads it)."""
-        if self.obs_var:
-            self.last_var_obs[j] = {index: get(obs) for index, get in self.obs_var}
+    def _remember(self, j: int, obs: Any) -> dict:
+        """The observation's variable-layout leaves, kept for ``_last_obs`` (also of an observation
+        not written: a recycled server's, already in the ring)."""
+        var = {index: get(obs) for index, get in self.obs_var}
+        self.last_var_obs[j] = var
+        return var
 
     def _publish(self, k: int, i: int, infos: list, payload: list, extras: dict) -> None:
         """Write the env's infos (and variable-layout obs) blob, spilling to ZeroMQ when big."""
@@ -601,7 +601,8 @@ class EnvServer:
                     obs, info, pending = restore(env, states[i], env_name(env), message.get("allow_pickle") is True)
                     self.autoreset[j] = pending  # a state taken at an episode's end resets at the next step
                     if in_ring:
-                        self._remember(j, obs)
+                        if self.obs_var:
+                            self._remember(j, obs)
                     else:
                         self._write(k, j, i, obs, payload)
                         self._publish(k, i, [info], payload, self._reset_extras)
