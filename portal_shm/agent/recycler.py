@@ -124,8 +124,9 @@ class Recycler:
     def after_step(self, k: int, infos: dict[str, Any]) -> dict[str, Any]:
         """Account for step ``k`` (its infos get ``env_recycled`` for envs swapped before it)."""
         ring = self.ring
-        for i in self.fresh:
+        for i in self.fresh:  # (counted here, where the infos say so: a retired server's swap is a step ahead)
             infos = ring.add(infos, {"env_recycled": True}, i, ring.num_envs, i)
+            self.recycles[i] += 1
         self.fresh = []
         ends = ring.episode_ends(k).tolist()
         changed = bool(ends) or bool(self.handed)  # what ``_mark_retiring`` reads may have moved
@@ -319,8 +320,6 @@ class Recycler:
         if states is None:
             seeds = [recycle_seed(self.recovery.seeds[i], self.recycles[i] + 1) for i in envs]
             self.recovery.reset_next_step(server, seeds)
-        for i in envs:
-            self.recycles[i] += 1
         self.ring.forget_samples(server.rows)
         self.fresh.extend(envs)
         self.generations[j] = server.generation

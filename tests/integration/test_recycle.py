@@ -104,14 +104,12 @@ def test_16_servers_due_together_are_never_recycled_more_than_2_in_one_step():
         for _ in range(3000):
             infos = envs.step(envs.action_space.sample())[4]
             per_step.append(int(infos.get("_env_recycled", np.zeros(16, bool)).sum()))
+            # counted in the step whose infos say so, also when a server retired a step before
+            assert sum(per_step) == sum(envs.recycles)
             if min(envs.recycles) >= 1:
                 break
         assert min(envs.recycles) >= 1, envs.recycles
-        # A server that retired in the last step was swapped after it: the next step says so.
-        swapped = sum(envs.recycles)
-        infos = envs.step(envs.action_space.sample())[4]
-        per_step.append(int(infos.get("_env_recycled", np.zeros(16, bool)).sum()))
-        assert max(per_step) <= 2 and swapped <= sum(per_step) <= sum(envs.recycles)
+        assert max(per_step) <= 2
     finally:
         envs.close()
 
