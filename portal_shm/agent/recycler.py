@@ -309,8 +309,13 @@ class Recycler:
         in_ring = handed is not None
         try:
             self.session.swap(server, self.startup_timeout, closed=closed, held=in_ring)
-            if states is not None:
-                self._set_states(server, k, prev, states, in_ring)
+            if states is not None and in_ring:
+                # Its answer is taken before it is posted its first step (the others are posted
+                # theirs first): its restore runs while the agent goes on, no step waits for it.
+                self._send_states(server, k, prev, states, True)
+                server.owed = lambda: self._states_restored(server, k, prev, states)
+            elif states is not None:
+                self._set_states(server, k, prev, states)
         except PortalError as exc:
             # The fresh server failed once the old one had closed: a cold start in place, then the
             # states (or the reseeded reset below): nothing of the envs is lost but time.
@@ -367,6 +372,10 @@ class Recycler:
     def _set_states(self, server: ServerLink, k: int, prev: int, states: list[bytes], in_ring: bool = False) -> None:
         """Restore the envs' states in the fresh server (into slot ``k``, which its step then writes;
         ``in_ring``: slot ``k`` already shows them, as its predecessor's last step wrote it)."""
+        self._send_states(server, k, prev, states, in_ring)
+        self._check_restored(server)
+
+    def _send_states(self, server: ServerLink, k: int, prev: int, states: list[bytes], in_ring: bool) -> None:
         message = {
             "cmd": P.SET_STATE,
             "slot": k,
@@ -378,8 +387,19 @@ class Recycler:
         }
         server.channel.send(message, server.check_alive)
         server.post_control()
+
+    def _check_restored(self, server: ServerLink) -> None:
         reply = server.recv(self.step_timeout, "set_state of a recycled server")
         if reply["cmd"] == P.ERROR:
             raise server.error(reply)
         if reply["cmd"] != P.REPLY:
             raise ServerProtocolError(f"{server.describe()} answered set_state with {reply['cmd']!r:.40}")
+
+    def _states_restored(self, server: ServerLink, k: int, prev: int, states: list[bytes]) -> None:
+        """The answer a fresh server owes for the states sent at its swap (``ServerLink.settle``);
+        one that failed is started cold in place and given them again, as in ``_swap``."""
+        try:
+            self._check_restored(server)
+        except PortalError as exc:
+            self.recovery.restart(server, exc)
+            self._set_states(server, k, prev, states, True)

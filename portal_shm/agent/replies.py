@@ -32,6 +32,7 @@ def send_all(
     failed: Failed = {}
     for server, message in zip(servers, messages):
         try:
+            server.settle()
             server.channel.send(message, server.check_alive)
             server.post_control()
             sent.append(server)

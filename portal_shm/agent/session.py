@@ -11,7 +11,7 @@ import math
 import os
 import secrets
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import zmq
 
@@ -91,6 +91,8 @@ class ServerLink:
         self.generation = 0
         self.seq = 0  # commands posted to the current server
         self.controls = 0  # of which control commands
+        #: A reply the agent takes before it posts this server anything more (``settle``).
+        self.owed: Optional[Callable[[], None]] = None
         #: Its envs' rows of the ring (a server's envs are consecutive).
         self.rows = slice(env_indices[0], env_indices[-1] + 1)
 
@@ -101,6 +103,8 @@ class ServerLink:
         ``seq`` goes last: a server spinning on it sees the command's other words (x86 stores
         are seen in program order; elsewhere the agent does not ask servers to spin).
         """
+        if self.owed is not None:
+            self.settle()
         box = self.mailbox
         box[CMD] = cmd
         box[SLOT] = slot
@@ -109,6 +113,13 @@ class ServerLink:
         self.seq += 1
         box[SEQ] = self.seq
         self.go.ring()
+
+    def settle(self) -> None:
+        """Take the reply this server owes (a recycled server's ``set_state``, sent without waiting so
+        that its restore runs while the agent goes on): its mailbox row holds one command at a time."""
+        owed, self.owed = self.owed, None
+        if owed is not None:
+            owed()
 
     def adopt(self, started: Spare) -> None:
         """Take over a started runtime (its channel, handle and token) as this server's current one."""
@@ -298,6 +309,7 @@ class PortalSession:
         """
         before = server.hello
         _, offer = self._attached()
+        server.owed = None  # (what it owed was its predecessor's: recovery resets its envs)
         if server.handle is not None:
             server.handle.stop(timeout=1.0)
         server.channel.close()
@@ -470,6 +482,7 @@ class PortalSession:
                 for server in self.servers:
                     if server.handle is None or server.handle.exit_status() is not None:
                         continue
+                    server.owed = None  # (it answers, then reads the CLOSE: nobody reads that answer)
                     try:
                         server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
                         server.post_control()

@@ -114,6 +114,42 @@ def test_16_servers_due_together_are_never_recycled_more_than_2_in_one_step():
         envs.close()
 
 
+def _calls_between_steps(recycle: bool) -> tuple[list, int]:
+    """Steps with a call, a reset or a get_state after each: (records, steps after which a fresh
+    server still owed the answer to its states, which what comes next must take first)."""
+    vector = {"envs_per_server": 1, **({"recycle": {"episodes": 1}} if recycle else {})}
+    envs = portal_shm.make_vec(LEAKY, 4, leak_mb=0.0, episode_length=3, vector_kwargs=vector)
+    records, owing = [], 0
+    try:
+        envs.action_space.seed(5)
+        records.append(snapshot(envs.reset(seed=5)))
+        for t in range(150):
+            result = snapshot(envs.step(envs.action_space.sample()))
+            result[4].pop("env_recycled", None), result[4].pop("_env_recycled", None)
+            records.append(result)
+            if recycle and t == 5:
+                time.sleep(3.0)  # the zygote of the first spares warms up (the steps come out the same)
+            owing += any(server.owed is not None for server in envs._session.servers)
+            if t % 3 == 0:
+                records.append(envs.call("get_state"))
+            elif t % 3 == 1:
+                records.append(envs.get_attr("limit"))
+            elif t % 30 == 2:
+                records.append(snapshot(envs.reset(seed=t)))
+    finally:
+        envs.close()
+    return records, owing
+
+
+def test_calls_and_resets_between_steps_take_a_fresh_server_s_answer_first():
+    # A retired server's spare gets its states without the agent waiting: the next command to it
+    # (a step, a call, a reset) takes that answer first, and every result stays as without recycling.
+    recycled, owing = _calls_between_steps(True)
+    expected, _ = _calls_between_steps(False)
+    assert owing >= 10, owing
+    assert_same(recycled, expected)
+
+
 def test_envs_without_states_are_reset_with_recycle_seed_in_next_step_and_left_alone_otherwise():
     envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 1, "recycle": {"episodes": 1}})
     checked = 0
