@@ -27,7 +27,7 @@ from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
 from .recording import check_renders, frame_rings, stepping_envs
-from .state import capture, restore
+from .state import capture, restore, warm
 from .stats import ServerCounters
 
 IDLE_CHECK_SECONDS = 0.5
@@ -211,7 +211,9 @@ class EnvServer:
         Its mailbox row still belongs to the server it is to replace, whose commands it must not
         take: it sleeps on its own doorbell, which the agent rings only once that server is gone
         and the row zeroed for it (``PortalSession.swap``). The swap then costs no attach round trip.
+        Meanwhile it reads what restoring its envs' states reads of the runtime (``state.warm``).
         """
+        warm(self.envs)
         while not self.go.wait(IDLE_CHECK_SECONDS):
             if not self.agent_alive():
                 raise AgentGone()

@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional
 
 from ..wire import protocol as P
 from ..wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
+from .state import warm
 
 POLL_SECONDS = 0.5
 
@@ -225,6 +226,7 @@ def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dic
             zygote.blockers = f"its envs could not be made: {type(exc).__name__}: {exc}"[:500]
         else:
             zygote.blockers = fork_blockers(threads_before)
+            warm(zygote.envs)  # (read once here, not in every fork's first set_state)
         import gc
 
         gc.collect()
