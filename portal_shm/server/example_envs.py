@@ -321,6 +321,21 @@ class LeakyEnv(gym.Env):
         self.position, self.t, self.limit = float(state["position"]), int(state["t"]), int(state["limit"])
 
 
+class DyingRestoreEnv(LeakyEnv):
+    """A ``LeakyEnv`` whose process exits in ``set_state`` once, if ``token_path`` exists when it
+    is called (the file is removed first): a recycled spare that dies after the old server closed."""
+
+    def __init__(self, token_path: str = "", episode_length: int = 4):
+        super().__init__(0.0, episode_length)
+        self.token_path = token_path
+
+    def set_state(self, state: dict) -> None:
+        if self.token_path and os.path.exists(self.token_path):
+            os.unlink(self.token_path)
+            os._exit(3)
+        super().set_state(state)
+
+
 class ThreadingEnv(LeakyEnv):
     """A ``LeakyEnv`` that runs a worker thread from its construction on, as simulators with a
     render or physics thread do: unsafe to fork, so recycling starts its spares fresh."""

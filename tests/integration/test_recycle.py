@@ -150,6 +150,39 @@ def test_calls_and_resets_between_steps_take_a_fresh_server_s_answer_first():
     assert_same(recycled, expected)
 
 
+def test_a_spare_that_dies_restoring_its_states_is_restarted_in_place_and_nothing_is_lost(tmp_path):
+    token = tmp_path / "die-once"
+
+    def run(recycle: bool) -> tuple[list, list, list]:
+        vector = {"envs_per_server": 1, **({"recycle": {"episodes": 1}} if recycle else {})}
+        envs = portal_shm.make_vec(
+            "portal_shm.server.example_envs:DyingRestoreEnv",
+            2,
+            token_path=str(token),
+            vector_kwargs={**vector, "on_env_failure": "restart"},
+        )
+        try:
+            envs.action_space.seed(2)
+            records = [snapshot(envs.reset(seed=2))]
+            for t in range(200):
+                result = snapshot(envs.step(envs.action_space.sample()))
+                for key in ("env_recycled", "_env_recycled", "env_restarted", "_env_restarted"):
+                    result[4].pop(key, None)
+                records.append(result)
+                if recycle and t == 5:
+                    time.sleep(3.0)  # the zygote warms up
+                    token.write_text("")  # the next spare's set_state exits its process
+            return records, envs.recycles, envs.restarts
+        finally:
+            envs.close()
+
+    records, recycles, restarts = run(True)
+    assert not token.exists(), "no spare restored a state"
+    expected, _, _ = run(False)
+    assert_same(records, expected)  # restarted in place, given the states again: nothing lost
+    assert sum(restarts) == 1 and min(recycles) >= 2, (restarts, recycles)
+
+
 def test_envs_without_states_are_reset_with_recycle_seed_in_next_step_and_left_alone_otherwise():
     envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 1, "recycle": {"episodes": 1}})
     checked = 0
