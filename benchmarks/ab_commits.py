@@ -21,7 +21,8 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
+
+from ab_checkouts import checkouts, turns
 
 DEFAULTS = {"--seconds": "2", "--warmup": "20", "--alloc-steps": "0"}
 
@@ -48,28 +49,13 @@ def main() -> None:
             args += [flag, value]
     if "--no-references" not in args:
         args.append("--no-references")
-    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout
-    repo = repo.strip()
-    with tempfile.TemporaryDirectory(prefix="portal-shm-ab-") as tmp:
-        roots = {}
-        for side, commit in (("base", options.base), ("head", options.head)):
-            if commit is None:
-                roots[side] = repo
-                continue
-            roots[side] = os.path.join(tmp, side)
-            subprocess.run(["git", "worktree", "add", "-q", "--detach", roots[side], commit], cwd=repo, check=True)
-        try:
-            rates: dict = {}
-            for r in range(options.rounds):
-                for side in ("base", "head") if r % 2 == 0 else ("head", "base"):  # ABBA: no side always first
-                    report = bench(roots[side], args, os.path.join(tmp, f"{side}-{r}.json"))
-                    for sample in report["samples"]:
-                        key = (sample["scenario"], sample["num_envs"], sample["system"])
-                        rates.setdefault(key, {}).setdefault(side, []).append(sample["steps_per_s"])
-        finally:
-            for side in ("base", "head"):
-                if roots[side] != repo:
-                    subprocess.run(["git", "worktree", "remove", "--force", roots[side]], cwd=repo, check=False)
+    rates: dict = {}
+    with checkouts(options.base, options.head, "portal-shm-ab-") as (roots, tmp):
+        for r, side in turns(options.rounds):
+            report = bench(roots[side], args, os.path.join(tmp, f"{side}-{r}.json"))
+            for sample in report["samples"]:
+                key = (sample["scenario"], sample["num_envs"], sample["system"])
+                rates.setdefault(key, {}).setdefault(side, []).append(sample["steps_per_s"])
     print(f"{'scenario':<18} {'N':>3} {'system':<18} {'base/s':>10} {'head/s':>10} {'head/base':>9}  rounds")
     for (scenario, n, system), sides in sorted(rates.items()):
         base, head = sides.get("base", []), sides.get("head", [])

@@ -22,7 +22,8 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
+
+from ab_checkouts import checkouts, turns
 
 CHILD = r"""
 import json, os, sys, time
@@ -84,32 +85,20 @@ def main() -> None:
     )
     parser.add_argument("--json", help="write the samples and the summary here")
     options = parser.parse_args()
-    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True)
-    with tempfile.TemporaryDirectory(prefix="portal-shm-cpu-") as tmp:
-        roots = {}
-        for side, commit in (("base", options.base), ("head", options.head)):
-            roots[side] = repo.stdout.strip() if commit is None else os.path.join(tmp, side)
-            if commit is not None:
-                subprocess.run(["git", "worktree", "add", "-q", "--detach", roots[side], commit], check=True)
-        samples: list = []
-        try:
-            for r in range(options.rounds):
-                for side in ("base", "head") if r % 2 == 0 else ("head", "base"):
-                    sample = {
-                        "round": r,
-                        "side": side,
-                        **one(roots[side], options.env, options.num_envs, options.steps, options.spin_wait),
-                    }
-                    samples.append(sample)
-                    print(
-                        f"round {r} {side}: agent {sample['agent_us']:7.1f} us/step, servers "
-                        f"{sample['servers_us']:7.1f} us/step, {sample['steps_per_s']:9,.0f} env-steps/s",
-                        flush=True,
-                    )
-        finally:
-            for side, commit in (("base", options.base), ("head", options.head)):
-                if commit is not None:
-                    subprocess.run(["git", "worktree", "remove", "--force", roots[side]], check=False)
+    samples: list = []
+    with checkouts(options.base, options.head, "portal-shm-cpu-") as (roots, _):
+        for r, side in turns(options.rounds):
+            sample = {
+                "round": r,
+                "side": side,
+                **one(roots[side], options.env, options.num_envs, options.steps, options.spin_wait),
+            }
+            samples.append(sample)
+            print(
+                f"round {r} {side}: agent {sample['agent_us']:7.1f} us/step, servers "
+                f"{sample['servers_us']:7.1f} us/step, {sample['steps_per_s']:9,.0f} env-steps/s",
+                flush=True,
+            )
     summary = {}
     for key in ("agent_us", "servers_us", "steps_per_s"):
         ratios = [
