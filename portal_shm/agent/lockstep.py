@@ -147,16 +147,15 @@ class Lockstep:
         recycler = self.recycler
         swapping = set(recycler.ready) if recycler is not None and recycler.ready else None
         retiring = recycler.retiring if recycler is not None and recycler.retiring else None
-        owing = None
+        owing: list[ServerLink] = []
         for server in self.servers:
             if server.owed is not None:  # a fresh server restoring states: posted once it answered
-                owing = [server] if owing is None else owing + [server]
+                owing.append(server)
             elif swapping is None or server.index not in swapping:
                 flag = P.CMD_RETIRE if retiring is not None and server.index in retiring else 0
                 self._post_step(server, cmd | flag, k, messages)
-        if owing is not None:
-            for server in owing:
-                self._post_step(server, cmd, k, messages)
+        for server in owing:
+            self._post_step(server, cmd, k, messages)
         if swapping is not None:
             # The others step while due servers are swapped (their round trips hidden behind those
             # steps); the fresh servers then step the same slot.
@@ -166,7 +165,8 @@ class Lockstep:
                     self._post_step(server, cmd, k, messages)
 
     def _post_step(self, server: ServerLink, cmd: int, k: int, messages: Optional[list[dict[str, Any]]]) -> None:
-        server.settle()
+        if server.owed is not None:  # (before its actions message too: a restart gives it a new channel)
+            server.settle()
         if messages is not None:
             server.channel.send(messages[server.index], server.check_alive)
         recovery = self.recovery

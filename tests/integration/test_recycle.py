@@ -115,8 +115,8 @@ def test_16_servers_due_together_are_never_recycled_more_than_2_in_one_step():
 
 
 def _calls_between_steps(recycle: bool) -> tuple[list, int]:
-    """Steps with a call, a reset or a get_state after each: (records, steps after which a fresh
-    server still owed the answer to its states, which what comes next must take first)."""
+    """Steps with a call, an attribute read or a reset after most: (records, steps after which a
+    fresh server still owed the answer to its states, which what comes next must take first)."""
     vector = {"envs_per_server": 1, **({"recycle": {"episodes": 1}} if recycle else {})}
     envs = portal_shm.make_vec(LEAKY, 4, leak_mb=0.0, episode_length=3, vector_kwargs=vector)
     records, owing = [], 0
