@@ -33,6 +33,12 @@ def cmd_host(args: argparse.Namespace) -> int:
         max_envs_per_agent=args.max_envs_per_agent,
         policy=policy,
         heartbeat_timeout=args.heartbeat_timeout,
+        max_sessions=args.max_sessions,
+        max_sessions_per_agent=args.max_sessions_per_agent,
+        max_fds=args.max_fds,
+        max_unacked_bytes=args.max_unacked_bytes,
+        max_message_bytes=args.max_message_bytes,
+        max_decoded_bytes=args.max_decoded_bytes,
     )
     if args.insecure:
         console.print(
@@ -45,6 +51,67 @@ def cmd_host(args: argparse.Namespace) -> int:
         console.print(f"[bold red]error:[/] {exc}", highlight=False)
         return 2
     return 0
+
+
+def _size(text: str) -> int:
+    """A byte count for a flag: bytes, or a size such as '64m', '1g'."""
+    from ..errors import HostPolicyError
+    from ..remote.host.policy import parse_bytes
+
+    try:
+        return parse_bytes(int(text) if text.isdigit() else text, "size")
+    except HostPolicyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_limits(host: argparse.ArgumentParser) -> None:
+    """What one tenant may make the host hold; a hello past a limit is refused, naming its flag."""
+    from ..remote.host.quotas import Limits
+
+    limits = host.add_argument_group(
+        "limits per agent key and per host (checked before a session starts; stats() and top show usage)"
+    )
+    d = Limits()
+    limits.add_argument("--max-envs", type=int, default=d.max_envs, help="envs of all agents together (%(default)s)")
+    limits.add_argument(
+        "--max-envs-per-agent", type=int, default=d.max_envs_per_agent, help="envs per agent key (%(default)s)"
+    )
+    limits.add_argument(
+        "--max-sessions", type=int, default=d.max_sessions, help="sessions of all agents together (%(default)s)"
+    )
+    limits.add_argument(
+        "--max-sessions-per-agent",
+        type=int,
+        default=d.max_sessions_per_agent,
+        help="sessions per agent key (%(default)s)",
+    )
+    limits.add_argument(
+        "--max-fds",
+        type=int,
+        default=None,
+        help="file descriptors the host may hold (default: 3/4 of its ulimit -n)",
+    )
+    limits.add_argument(
+        "--max-unacked-bytes",
+        type=_size,
+        default=d.max_unacked_bytes,
+        metavar="SIZE",
+        help="replies a session may leave unacknowledged before it is dropped (default 128m)",
+    )
+    limits.add_argument(
+        "--max-message-bytes",
+        type=_size,
+        default=d.max_message_bytes,
+        metavar="SIZE",
+        help="bytes of one message from an agent (default 16m)",
+    )
+    limits.add_argument(
+        "--max-decoded-bytes",
+        type=_size,
+        default=d.max_decoded_bytes,
+        metavar="SIZE",
+        help="bytes the arrays of one message from an agent may declare (default 64m)",
+    )
 
 
 def _log_to_stdout_and_stderr() -> None:
@@ -148,8 +215,7 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
         help="public keys (*.key) of the agents it serves (default <keys>/clients)",
     )
     host.add_argument("--insecure", action="store_true", help="no encryption, no authentication (trusted networks)")
-    host.add_argument("--max-envs", type=int, default=1024, help="envs of all agents together (default %(default)s)")
-    host.add_argument("--max-envs-per-agent", type=int, default=512, help="envs per agent key (default %(default)s)")
+    _add_limits(host)
     policy = host.add_argument_group(
         "what agents may run (an agent key is a right to these envs, never to the host)",
         "PATTERNS are comma-separated globs; everything else an agent asks for is refused, naming the flag",

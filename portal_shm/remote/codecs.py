@@ -38,13 +38,6 @@ def _lz4() -> Optional[tuple]:
     def compress(data: memoryview) -> bytes:
         return lz4.block.compress(data, store_size=False)
 
-    def decompress(data: bytes, size: int) -> Any:
-        if safe is None or size > _INT_MAX:
-            return lz4.block.decompress(data, uncompressed_size=size)
-        out = np.empty(size, np.uint8)
-        into(data, out)
-        return out
-
     def into(data: bytes, out: np.ndarray) -> None:
         if safe is None or out.nbytes > _INT_MAX:
             out[...] = np.frombuffer(lz4.block.decompress(data, uncompressed_size=out.nbytes), np.uint8)
@@ -53,7 +46,7 @@ def _lz4() -> Optional[tuple]:
         if written != out.nbytes:
             raise CodecError(f"lz4 frame does not decompress to {out.nbytes} bytes ({written})")
 
-    return compress, decompress, into
+    return compress, into
 
 
 _INT_MAX = 2**31 - 1
@@ -94,12 +87,6 @@ def _zstd() -> Optional[tuple]:
             compressor = local.compressor = zstandard.ZstdCompressor(level=1)
         return compressor.compress(data)
 
-    def decompress(data: bytes, size: int) -> bytes:
-        decompressor = getattr(local, "decompressor", None)
-        if decompressor is None:
-            decompressor = local.decompressor = zstandard.ZstdDecompressor()
-        return decompressor.decompress(data, max_output_size=size)
-
     def into(data: bytes, out: np.ndarray) -> None:
         decompressor = getattr(local, "decompressor", None)
         if decompressor is None:
@@ -110,7 +97,7 @@ def _zstd() -> Optional[tuple]:
         if written != out.nbytes or extra:
             raise CodecError(f"zstd frame does not decompress to {out.nbytes} bytes")
 
-    return compress, decompress, into
+    return compress, into
 
 
 _LOADERS: dict[str, Callable[[], Optional[tuple]]] = {"lz4": _lz4, "zstd": _zstd}
@@ -180,17 +167,12 @@ def worth(raw: int, packed: int) -> bool:
 
 
 def decompress(name: str, data: bytes, size: int) -> Any:
-    """``data`` decompressed to exactly ``size`` bytes (a buffer: bytes or a uint8 array), or
-    CodecError: sizes are never trusted."""
-    codec = _codec(name) if name in PREFERENCE else None
-    if codec is None:
-        raise CodecError(f"frame compressed with {name!r}, which this agent did not offer")
-    try:
-        out = codec[1](data, size)
-    except Exception as exc:
-        raise CodecError(f"{name} frame does not decompress: {exc}") from None
-    if len(out) != size:
-        raise CodecError(f"{name} frame decompressed to {len(out)} bytes, its header says {size}")
+    """``data`` decompressed to exactly ``size`` bytes (a uint8 array), or CodecError: sizes are
+    never trusted. The output is ``size`` bytes allocated first and filled by a decompressor that
+    stops at its end (a frame that would inflate further is an error, not a bigger buffer); the
+    caller bounds ``size`` before calling."""
+    out = np.empty(size, np.uint8)
+    decompress_into(name, data, out)
     return out
 
 
@@ -202,7 +184,7 @@ def decompress_into(name: str, data: bytes, out: np.ndarray) -> None:
     if codec is None:
         raise CodecError(f"frame compressed with {name!r}, which this agent did not offer")
     try:
-        codec[2](data, out)
+        codec[1](data, out)
     except CodecError:
         raise
     except Exception as exc:

@@ -9,7 +9,7 @@ untrusted: every field is type-checked and clipped, an unknown kind becomes a ``
 
 from __future__ import annotations
 
-import traceback
+import re
 from typing import Any
 
 from .. import errors as E
@@ -28,8 +28,36 @@ _PLAIN = {
 }
 
 
-def to_data(exc: BaseException) -> dict:
-    """``exc`` as the fields of an error message (host side)."""
+# What a host's texts must not tell an agent: its process ids and where things live on its disks
+# (a path keeps its last two parts: ``.../gymnasium/core.py`` still says which file failed).
+_PID = re.compile(r"\bpid \d+")
+_PATH = re.compile(r"(?<![\w.~/])(?:/[^\s/\"'():,\]\[]+)*(/[^\s/\"'():,\]\[]+/[^\s/\"'():,\]\[]+)")
+
+
+def redact(text: Any) -> Any:
+    """``text`` without host process ids and with host paths cut to their last two parts."""
+    if not isinstance(text, str):
+        return text
+    return _PATH.sub(lambda m: "..." + m.group(1) if m.group(0) != m.group(1) else m.group(0), _PID.sub("pid -", text))
+
+
+_REDACTED = ("message", "remote_message", "remote_traceback", "runtime", "log_tail", "status", "cause")
+
+
+def to_data(exc: BaseException, runtime: str = "") -> dict:
+    """``exc`` as the fields of an error message (host side), with nothing in it of the host's own
+    internals: ``runtime`` (the runtime's kind) stands for the server's description, texts are
+    ``redact``-ed, and a bug of the host itself is named, its traceback left to the host's log."""
+    out = _fields(exc)
+    if runtime and "runtime" in out:
+        out["runtime"] = runtime
+    for key in _REDACTED:
+        if key in out:
+            out[key] = redact(out[key])
+    return out
+
+
+def _fields(exc: BaseException) -> dict:
     out: dict = {"cmd": M.ERROR, "kind": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, E.EnvError):
         out.update(
@@ -52,7 +80,7 @@ def to_data(exc: BaseException) -> dict:
             runtime=exc.runtime,
         )
     elif not isinstance(exc, E.PortalError):
-        out["remote_traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        out["message"] = f"{type(exc).__name__}: {exc} (the traceback is in the host's log)"
     return out
 
 

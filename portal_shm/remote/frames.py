@@ -97,12 +97,17 @@ def _nbytes(dtype: np.dtype, shape: tuple) -> int:
     return size
 
 
-def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.ndarray]] = None) -> tuple[dict, list]:
-    """(header, arrays) of a received message; arrays are read-only views of the frames.
+ANY_CODEC = codecs.PREFERENCE
 
-    ``into``: arrays the first arrays of the message may be decompressed into, each used where
-    the frame is compressed and has exactly its dtype and shape (the array itself is returned).
-    """
+
+def message_bytes(frames: Sequence[Any]) -> int:
+    """The bytes of a received message, all frames together, before anything in it is decoded."""
+    return sum(len(frame) for frame in frames)
+
+
+def unpack_header(frames: Sequence[Any]) -> dict:
+    """The header of a received message, its array specs still in ``header["arrays"]`` (undecoded):
+    a receiver that serves several senders looks the sender up before it decodes any array."""
     if not frames:
         raise FrameError("empty message")
     try:
@@ -111,39 +116,90 @@ def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.
         raise FrameError(f"header does not decode: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("cmd"), str):
         raise FrameError(f"header is not a message: {header!r:.120}")
-    specs = header.pop("arrays", [])
+    return header
+
+
+def unpack(
+    frames: Sequence[Any],
+    stats: Any = None,
+    into: Optional[Sequence[np.ndarray]] = None,
+    codecs_allowed: Sequence[str] = ANY_CODEC,
+    max_bytes: Optional[int] = None,
+) -> tuple[dict, list]:
+    """(header, arrays) of a received message; see ``unpack_arrays``."""
+    header = unpack_header(frames)
+    return header, unpack_arrays(header, frames, stats, into, codecs_allowed, max_bytes)
+
+
+def _checked_specs(specs: Any, frame_count: int, codecs_allowed: Sequence[str], max_bytes: Optional[int]) -> list:
+    """Each spec as (dtype, shape, size, codec or INLINE, inline bytes), checked before any array is
+    made: the codecs the receiver agreed to, and the bytes all arrays declare against ``max_bytes``."""
     if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
         raise FrameError(f"invalid array list {specs!r:.80}")
-    arrays = []
-    rest = iter(frames[1:])
-    count = 0
+    out, total, listed = [], 0, 0
     for spec in specs:
         if isinstance(spec, np.ndarray):  # inline: msgpack's numpy decoding checked it already
             if not allowed(spec.dtype, RING_KINDS):
                 raise FrameError(f"dtype {spec.dtype} is not allowed in a message")
-            if stats is not None:
-                stats.count(spec.nbytes, spec.nbytes)
-            arrays.append(spec)
+            out.append((spec.dtype, spec.shape, spec.nbytes, INLINE, spec))
+            total += spec.nbytes
             continue
-        if isinstance(spec, list) and len(spec) == 4 and spec[2] == INLINE:
-            dtype, shape, data = _dtype(spec[0]), _shape(spec[1]), spec[3]
-            size = _nbytes(dtype, shape)
+        if not isinstance(spec, list) or len(spec) not in (3, 4) or (len(spec) == 4) != (spec[2] == INLINE):
+            raise FrameError(f"invalid array spec {spec!r:.80}")
+        dtype, shape, codec = _dtype(spec[0]), _shape(spec[1]), spec[2]
+        size = _nbytes(dtype, shape)
+        if codec == INLINE:
+            data = spec[3]
             if not isinstance(data, bytes) or len(data) != size:
                 raise FrameError(
                     f"inline array of {len(data) if isinstance(data, bytes) else '?'} bytes for {dtype}{list(shape)}"
                 )
+        elif codec != codecs.NONE and codec not in codecs_allowed:
+            agreed = ", ".join(codecs_allowed) or "none"
+            raise FrameError(f"a frame compressed with {str(codec)[:20]!r}, which was not agreed (agreed: {agreed})")
+        else:
+            listed += 1
+            data = None
+        total += size
+        out.append((dtype, shape, size, codec, data))
+    if max_bytes is not None and total > max_bytes:
+        raise FrameError(f"the message declares {total:,} bytes of arrays, more than the {max_bytes:,} allowed")
+    if listed != frame_count:
+        raise FrameError(f"the header lists {listed} array frames, the message has {frame_count}")
+    return out
+
+
+def unpack_arrays(
+    header: dict,
+    frames: Sequence[Any],
+    stats: Any = None,
+    into: Optional[Sequence[np.ndarray]] = None,
+    codecs_allowed: Sequence[str] = ANY_CODEC,
+    max_bytes: Optional[int] = None,
+) -> list:
+    """The arrays of a message whose header ``unpack_header`` read; read-only views of the frames.
+
+    Every spec is checked before anything is decoded: a frame compressed with a codec not in
+    ``codecs_allowed`` (what the two sides agreed at hello) and arrays declaring more than
+    ``max_bytes`` in all are refused, so a small frame that claims gigabytes is never inflated.
+    Decompression writes into memory of the declared size and no more.
+
+    ``into``: arrays the first arrays of the message may be decompressed into, each used where
+    the frame is compressed and has exactly its dtype and shape (the array itself is returned).
+    """
+    specs = _checked_specs(header.pop("arrays", []), len(frames) - 1, codecs_allowed, max_bytes)
+    arrays = []
+    rest = iter(frames[1:])
+    for dtype, shape, size, codec, inline in specs:
+        if codec == INLINE:
             if stats is not None:
                 stats.count(size, size)
-            arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape).copy())  # writable, as a ring view
+            if isinstance(inline, np.ndarray):
+                arrays.append(inline)
+            else:
+                arrays.append(np.frombuffer(inline, dtype=dtype).reshape(shape).copy())  # writable, as a ring view
             continue
-        if not isinstance(spec, list) or len(spec) != 3:
-            raise FrameError(f"invalid array spec {spec!r:.80}")
-        frame = next(rest, None)
-        if frame is None:
-            raise FrameError(f"the header lists more array frames than the message has ({len(frames) - 1})")
-        count += 1
-        dtype, shape, codec = _dtype(spec[0]), _shape(spec[1]), spec[2]
-        size = _nbytes(dtype, shape)
+        frame = next(rest)
         data = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
         wire = len(data)
         target = into[len(arrays)] if into is not None and len(arrays) < len(into) else None
@@ -166,9 +222,7 @@ def unpack(frames: Sequence[Any], stats: Any = None, into: Optional[Sequence[np.
         if stats is not None:
             stats.count(size, wire)
         arrays.append(np.frombuffer(data, dtype=dtype).reshape(shape))
-    if count != len(frames) - 1:
-        raise FrameError(f"the header lists {count} array frames, the message has {len(frames) - 1}")
-    return header, arrays
+    return arrays
 
 
 def expect(array: np.ndarray, dtype: np.dtype, shape: tuple, what: str) -> np.ndarray:

@@ -28,13 +28,28 @@ def _value(array: Any, j: int) -> Any:
     return bool(value) if isinstance(value, np.bool_) and array.dtype == np.bool_ else value
 
 
+def _mask(infos: dict, key: str) -> Optional[np.ndarray]:
+    """The mask of ``key`` (which envs have it), or None when it has none; ValueError where the
+    mask's place holds something else: an env's own key that starts with ``_`` (gymnasium's
+    batching cannot tell the two apart, so neither can the host)."""
+    mask = infos.get("_" + key)
+    if mask is None:
+        return None
+    if not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.ndim == 1):
+        raise ValueError(
+            f"infos key {'_' + key!r} is both an env's key and the mask of {key!r} in gymnasium's batching: "
+            "these infos cannot cross to the agent (rename info keys that start with '_')"
+        )
+    return mask
+
+
 def _env_info(infos: dict, j: int) -> dict:
     out = {}
     for key, value in infos.items():
-        if key.startswith("_") and key[1:] in infos:
+        if not isinstance(key, str) or (key.startswith("_") and key[1:] in infos):
             continue
-        mask = infos.get("_" + key)
-        if mask is None or not mask[j]:
+        mask = _mask(infos, key)
+        if mask is None or j >= len(mask) or not mask[j]:
             continue
         out[key] = _env_info(value, j) if isinstance(value, dict) else _value(value, j)
     return out
@@ -47,12 +62,12 @@ def unbatch(infos: dict, count: int, skip: tuple = ("env_id", "_env_id")) -> lis
         return []
     per_env: list = [None] * count
     for key, value in infos.items():
-        if key.startswith("_") and key[1:] in infos:
+        if not isinstance(key, str) or (key.startswith("_") and key[1:] in infos):
             continue
-        mask = infos.get("_" + key)
+        mask = _mask(infos, key)
         if mask is None:
             continue
-        rows = np.flatnonzero(mask).tolist()
+        rows = np.flatnonzero(mask[:count]).tolist()
         if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype in _NATIVE:
             values = value[rows].tolist()
         else:

@@ -27,3 +27,8 @@ PING = "ping"
 PONG = "pong"
 UNKNOWN_SESSION = "unknown_session"
 FINISH = "_finish"
+
+# What a host takes from the network: every other kind (``FINISH`` included) is refused unread.
+FROM_AGENTS = frozenset(
+    {HELLO, PING, RESET, STEP, SEND, CALL, GET_ATTR, SET_ATTR, RENDER, STATS, GET_STATE, SET_STATE, RECORD, CLOSE}
+)

@@ -22,6 +22,7 @@ class Sequencer:
         self.received = 0  # the highest number received from the other side without a gap
         self.peer_ack = 0  # the highest of ours the other side has acknowledged
         self._unacked: OrderedDict = OrderedDict()
+        self.unacked_bytes = 0  # the bytes of those messages: what the other side makes this side hold
         self._lock = threading.Lock()  # the host resends from its router thread
 
     def stamp(self, header: dict) -> dict:
@@ -34,6 +35,7 @@ class Sequencer:
         with self._lock:
             if seq > self.peer_ack:
                 self._unacked[seq] = frames
+                self.unacked_bytes += sum(len(frame) for frame in frames)
 
     def acknowledged(self, ack: object) -> None:
         """The other side has everything up to ``ack``: forget it."""
@@ -42,7 +44,7 @@ class Sequencer:
         with self._lock:
             self.peer_ack = ack
             while self._unacked and next(iter(self._unacked)) <= ack:
-                self._unacked.popitem(last=False)
+                self.unacked_bytes -= sum(len(frame) for frame in self._unacked.popitem(last=False)[1])
 
     def accept(self, seq: object) -> bool:
         """Whether a message numbered ``seq`` is the next one (True) or a duplicate or out of order."""
@@ -50,6 +52,12 @@ class Sequencer:
             self.received = seq
             return True
         return False
+
+    def forget(self) -> None:
+        """Drop every kept message (the session is dropped: nothing will be resent)."""
+        with self._lock:
+            self._unacked.clear()
+            self.unacked_bytes = 0
 
     def unacknowledged(self) -> list:
         """Frames of every message the other side has not acknowledged, oldest first."""

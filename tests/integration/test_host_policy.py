@@ -329,7 +329,8 @@ def test_an_interpreter_the_operator_names_runs_and_paths_still_do_not(hosts, ke
     try:
         envs.reset(seed=0)
         envs.step(np.zeros(2, np.int64))
-        assert all(sys.executable in server for server in envs.hosts[0]["servers"]), envs.hosts
+        assert not any(sys.executable in server for server in envs.hosts[0]["servers"]), envs.hosts  # no host paths
+        assert host.wait_for_log(f"python {sys.executable}", 5), host.log  # the host's log names it
     finally:
         envs.close()
     assert_refused(host, keys, lair, "offers mine (portal-shm host --python", "CartPole-v1", python=sys.executable)
@@ -487,7 +488,8 @@ KWARGS_ATTACKS = [
     pytest.param({"vector_kwargs": {"envs_per_server": 0}}, "envs_per_server=", id="envs_per_server-zero"),
     pytest.param({"vector_kwargs": {"max_restarts": 10**9}}, "max_restarts=", id="max_restarts-huge"),
     pytest.param({"vector_kwargs": {"on_env_failure": "exec"}}, "on_env_failure=", id="on_env_failure-other"),
-    pytest.param({"sutton_barto_reward": "x" * (1 << 20)}, "a host takes at most 65,536", id="1MB-string"),
+    pytest.param({"sutton_barto_reward": "x" * (1 << 20)}, "a hello takes at most 1,048,576", id="1MB-string"),
+    pytest.param({"sutton_barto_reward": "x" * (1 << 19)}, "a host takes at most 65,536", id="512KB-string"),
     pytest.param({"sutton_barto_reward": DEEP}, "nests deeper than 8", id="100-deep-list"),
     pytest.param({"sutton_barto_reward": list(range(2000))}, "at most 1024", id="2000-entries"),
     pytest.param({"sutton_barto_reward": {1: 2}}, "keys must be strings", id="int-key"),

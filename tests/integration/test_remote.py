@@ -253,10 +253,30 @@ AGENT = textwrap.dedent("""
     envs = portal_shm.make_vec("CartPole-v1", 2, backend="remote", hosts=[sys.argv[1]], host_key=sys.argv[2],
                                client_key=sys.argv[3], heartbeat_timeout=4.0)
     envs.reset(seed=0)
-    print(" ".join(s.split()[2].rstrip(",") for s in envs.hosts[0]["servers"]), flush=True)
+    print("stepping", flush=True)
     while True:
         envs.step(np.zeros(2, np.int64))
 """)
+
+
+def _descendants(pid: int) -> list:
+    """The processes under ``pid`` (a host's env servers: it tells agents no pids, /proc does)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except FileNotFoundError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except FileNotFoundError:
+                continue
+            found += children
+            todo += children
+    return found
 
 
 def _pid_gone(pid: int) -> bool:
@@ -291,7 +311,8 @@ def test_a_killed_agent_has_its_envs_freed_within_the_heartbeat_timeout(keys):
         agent = subprocess.Popen(
             [sys.executable, "-c", AGENT, host.address, keys.host_key, keys.agent], stdout=subprocess.PIPE, text=True
         )
-        pids = [int(p) for p in agent.stdout.readline().split()]
+        assert agent.stdout.readline().strip() == "stepping"
+        pids = _descendants(host.process.pid)
         assert pids and not any(_pid_gone(p) for p in pids)
         time.sleep(0.5)
         agent.send_signal(signal.SIGKILL)
@@ -313,8 +334,9 @@ def test_close_returns_once_the_host_has_freed_the_envs(host, keys):
     gone, so a host stopped right after (a script's last line) leaves nothing behind."""
     envs = remote("CartPole-v1", 2, [host], keys)
     envs.reset(seed=0)
-    pids = [int(s.split()[2].rstrip(",")) for s in envs.hosts[0]["servers"]]
-    assert pids and not any(_pid_gone(p) for p in pids)
+    pids = _descendants(host.process.pid)
+    assert len(pids) == len(envs.hosts[0]["servers"]) and not any(_pid_gone(p) for p in pids)
+    assert not any(str(p) in " ".join(envs.hosts[0]["servers"]) for p in pids)  # the host's pids stay its own
     envs.close()
     assert all(_pid_gone(p) for p in pids)
 

@@ -231,3 +231,67 @@ def test_codecs_can_be_used_from_many_threads_at_once(codec):
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(round_trip, frames_))
+
+
+# -- what a host refuses before it decodes (issue 35) -------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", codecs.available())
+def test_a_compressed_frame_of_a_codec_not_agreed_is_refused_before_it_is_inflated(codec):
+    bomb = codecs.compress(codec, memoryview(np.zeros(64 << 20, np.uint8)))  # 64 MiB of zeros, a few KB
+    message = [P.packb({"cmd": "step", "arrays": [["|u1", [64 << 20], codec]]}), bomb]
+    with pytest.raises(frames.FrameError, match="not agreed"):
+        frames.unpack(message, codecs_allowed=())
+    with pytest.raises(frames.FrameError, match="not agreed"):
+        frames.unpack(message, codecs_allowed=[c for c in codecs.available() if c != codec])
+    _, [out] = frames.unpack(message, codecs_allowed=(codec,))
+    assert out.nbytes == 64 << 20 and not out.any()
+
+
+@pytest.mark.parametrize("codec", codecs.available())
+def test_arrays_declaring_more_than_the_cap_are_refused_before_any_is_made(codec):
+    small = codecs.compress(codec, memoryview(np.zeros(1 << 20, np.uint8)))
+    spec = ["|u1", [1 << 30, 2], codec]  # 2 GiB declared over a frame of a few KB
+    message = [P.packb({"cmd": "step", "arrays": [spec]}), small]
+    with pytest.raises(frames.FrameError, match="declares 2,147,483,648 bytes of arrays, more than the 1,048,576"):
+        frames.unpack(message, codecs_allowed=(codec,), max_bytes=1 << 20)
+    inline = ["|u1", [4], "inline", b"abcd"]
+    with pytest.raises(frames.FrameError, match="more than the 7 allowed"):
+        frames.unpack([P.packb({"cmd": "x", "arrays": [inline, inline]})], max_bytes=7)
+
+
+@pytest.mark.parametrize("codec", codecs.available())
+def test_a_frame_that_inflates_past_its_declared_size_is_refused_not_grown(codec):
+    data = codecs.compress(codec, memoryview(np.ones(1 << 20, np.uint8)))
+    with pytest.raises(frames.FrameError):
+        frames.unpack([P.packb({"cmd": "x", "arrays": [["|u1", [4096], codec]]}), data])
+
+
+def test_the_header_is_read_without_the_arrays():
+    message = frames.pack({"cmd": "step", "seq": 2}, [np.zeros(10000, np.uint8)])
+    header = frames.unpack_header(message)
+    assert header["cmd"] == "step" and header["seq"] == 2 and header["arrays"] == [["|u1", [10000], "none"]]
+    assert frames.message_bytes(message) == sum(len(f) for f in message)
+    [array] = frames.unpack_arrays(header, message)
+    assert array.shape == (10000,) and "arrays" not in header
+
+
+def test_the_resend_window_counts_its_bytes():
+    seq = Sequencer()
+    for size in (100, 200, 300):
+        header = seq.stamp({"cmd": "result"})
+        seq.keep(header["seq"], [b"h" * 10, b"x" * size])
+    assert seq.unacked_bytes == 630
+    seq.acknowledged(2)
+    assert seq.unacked_bytes == 310
+    seq.forget()
+    assert seq.unacked_bytes == 0 and seq.unacknowledged() == []
+
+
+def test_infos_that_gymnasium_cannot_tell_apart_are_an_error_not_a_crash():
+    from portal_shm.agent.infos import add_info
+
+    infos = add_info({}, {"d": {"_x": {"y": 1}}}, 0, 2)
+    infos = add_info(infos, {"d": {"x": 1}}, 1, 2)
+    with pytest.raises(ValueError, match="rename info keys that start with '_'"):
+        unbatch(infos, 2)

@@ -66,7 +66,8 @@ class HostLink:
         # Set on a reconnect: this address took these keys before, so a failed handshake is a dropped
         # connection (a proxy in front of a host that is not back yet), retried, not a wrong key.
         self.keys_proven = False
-        self.codec = "none"
+        self.codec = "none"  # what the host compresses with (its welcome says): no other codec is taken
+        self.max_decoded = max_message  # the bytes one message's arrays may declare
         self.hello: list = []  # the hello's frames, sent again while the host knows no session of ours
         self.established = False  # the host welcomed this link's session
         self.servers: list = []  # the host's env servers (runtime descriptions), from its welcome
@@ -156,7 +157,8 @@ class HostLink:
         self.last_heard = time.monotonic()
         into = self.outputs[self._output] if self.outputs else None
         try:
-            header, arrays = frames.unpack(data, self.stats, into)
+            codecs_allowed = () if self.codec == "none" else (self.codec,)
+            header, arrays = frames.unpack(data, self.stats, into, codecs_allowed, self.max_decoded)
         except frames.FrameError as exc:
             raise ServerProtocolError(f"host {self.address} sent a malformed message: {exc}") from None
         cmd = header["cmd"]
@@ -178,6 +180,12 @@ class HostLink:
                 self.socket.send_multipart(self.hello, copy=False)
             return
         if "seq" not in header:  # the host's router answered (a refusal), outside the session
+            if self.established and cmd == M.ERROR:  # (it dropped the session, or refused a message of it)
+                message = header.get("message")
+                text = message[:500] if isinstance(message, str) else "no reason given"
+                raise PortalError(
+                    f"env host {self.address} (envs {self.offset}-{self.offset + self.num_envs - 1}): {text}"
+                )
             self.results[("router",)] = (header, arrays)
             return
         self.seq.acknowledged(header.get("ack"))

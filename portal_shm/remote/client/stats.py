@@ -18,6 +18,8 @@ from ...errors import ServerProtocolError
 _ENV_INTS = ("steps", "episodes", "resets", "restarts", "recycles")
 _SERVER_NUMBERS = ("steps_per_s", "busy", "cpu", "rss_mb")
 _LATENCY = ("samples", "mean", "p50", "p90", "p99")
+# A host's quotas as [used, limit] (``portal_shm.remote.host.quotas.Quotas.usage``).
+_QUOTAS = ("sessions", "agent_sessions", "envs", "agent_envs", "fds", "unacked_bytes")
 
 
 def _number(value: Any, what: str) -> Optional[float]:
@@ -83,7 +85,12 @@ def host_part(report: Any, link: Any, first_server: int) -> dict:
             }
         )
     ring = _dict(report.get("ring", {}), who)
+    quota = {}
+    for key, pair in _dict(report.get("quota", {}), who).items():
+        if key in _QUOTAS and isinstance(pair, list) and len(pair) == 2:
+            quota[key] = [int(_number(pair[0], who) or 0), int(_number(pair[1], who) or 0)]
     return {
+        "quota": quota,
         "envs": envs,
         "servers": servers,
         "steps_per_s": _number(report.get("steps_per_s"), who) or 0.0,
@@ -105,7 +112,7 @@ def merge(parts: list, agent: dict, since_start: dict, wire: list) -> dict:
         "ring": {"bytes_per_s": sum(p["ring_bytes_per_s"] for p in parts)},
         "envs": [env for p in parts for env in p["envs"]],
         "servers": [server for p in parts for server in p["servers"]],
-        "hosts": wire,
+        "hosts": [{**w, "quota": p["quota"]} for w, p in zip(wire, parts)],
     }
     steps = 0
     for p in parts:

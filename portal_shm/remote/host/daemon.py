@@ -31,8 +31,9 @@ from zmq.utils.monitor import parse_monitor_message
 from ...errors import PortalError
 from .. import frames, keys
 from .. import messages as M
-from ..error_data import to_data
+from ..error_data import redact, to_data
 from .policy import HostPolicy
+from .quotas import MAX_SESSIONLESS_BYTES, Limits, Quotas
 from .session import HostSession
 
 log = logging.getLogger("portal_shm.host")
@@ -49,12 +50,20 @@ class HostOptions:
     keys_dir: Optional[str] = None  # the host's own key pair; default ~/.config/portal-shm/host
     clients_dir: Optional[str] = None  # public keys of the agents it serves; default <keys_dir>/clients
     insecure: bool = False
-    max_envs: int = 1024
-    max_envs_per_agent: int = 512
+    max_envs: int = Limits.max_envs
+    max_envs_per_agent: int = Limits.max_envs_per_agent
     policy: HostPolicy = field(default_factory=HostPolicy)
     heartbeat_timeout: float = 10.0
-    max_message_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = Limits.max_message_bytes
     name: str = field(default_factory=lambda: os.uname().nodename)
+    max_sessions: int = Limits.max_sessions
+    max_sessions_per_agent: int = Limits.max_sessions_per_agent
+    max_fds: Optional[int] = None
+    max_unacked_bytes: int = Limits.max_unacked_bytes
+    max_decoded_bytes: int = Limits.max_decoded_bytes
+
+    def limits(self) -> Limits:
+        return Limits(**{name: getattr(self, name) for name in Limits.__dataclass_fields__})
 
 
 class ClientKeys:
@@ -103,10 +112,13 @@ class Host:
         self.policy = options.policy
         self.policy.check()
         self.name = options.name
+        self.quotas = Quotas(options.limits(), options.name)
+        self.limits = self.quotas.limits
         self.context = zmq.Context()
         self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
         self.sessions: dict[bytes, HostSession] = {}
         self._inline: dict = {}  # session -> the done fds of the lockstep step the router drives
+        self._held: set = set()  # routing ids another key took over: their session's replies wait
         self._stop = threading.Event()
         self._auth: Optional[ThreadAuthenticator] = None
         self.public_key: Optional[str] = None
@@ -119,8 +131,14 @@ class Host:
     def _bind(self) -> zmq.Socket:
         o = self.options
         socket = self.context.socket(zmq.ROUTER)
-        socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting agent takes over its own identity
+        # A routing id stays with the connection that holds it: another connection presenting it
+        # (another key that learnt it) is refused by libzmq until the holder's connection is gone.
+        socket.setsockopt(zmq.ROUTER_HANDOVER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, o.max_message_bytes)
+        # Bounded queues per connection: an agent that stops reading makes the host drop its replies
+        # (its resend window has them), never hold them without end.
+        socket.setsockopt(zmq.SNDHWM, 128)
+        socket.setsockopt(zmq.RCVHWM, 64)
         socket.setsockopt(zmq.LINGER, 0)
         half = max(1, int(o.heartbeat_timeout * 500))
         socket.setsockopt(zmq.HEARTBEAT_IVL, min(1000, half))
@@ -171,7 +189,9 @@ class Host:
                     for _ in range(256):  # (readiness asked, not zmq.Again raised: an exception per step costs)
                         if not self._outbox.getsockopt(_EVENTS) & _POLLIN:
                             break
-                        self.socket.send_multipart(self._outbox.recv_multipart(copy=False), copy=False)
+                        message = self._outbox.recv_multipart(copy=False)
+                        if not self._held or message[0].bytes not in self._held:
+                            self.socket.send_multipart(message, copy=False)
                 if self.socket in events:
                     for _ in range(256):
                         if not self.socket.getsockopt(_EVENTS) & _POLLIN:
@@ -190,27 +210,61 @@ class Host:
         self._stop.set()
 
     def _route(self, message: list) -> None:
-        identity, data = message[0].bytes, message[1:]
+        """One message from the network. Whatever it does, it ends at most its own sender's session:
+        an exception on a session's behalf is that session's (``_fail``), never the host's."""
+        session = self.sessions.get(message[0].bytes)
         try:
-            header, arrays = frames.unpack(data)
+            self._take(message, session)
+        except Exception as exc:
+            if session is not None:
+                self._fail(session, exc, "taking a message")
+            else:
+                log.exception("dropped a message from %s that broke the router", self._who(message[0]))
+
+    def _take(self, message: list, session: Optional[HostSession]) -> None:
+        frame, data = message[0], message[1:]
+        identity = frame.bytes
+        if session is None and frames.message_bytes(data) > MAX_SESSIONLESS_BYTES:
+            self._refuse(
+                frame,
+                f"a message of {frames.message_bytes(data):,} bytes from an agent with no session (a hello takes at "
+                f"most {MAX_SESSIONLESS_BYTES:,}; its env kwargs at most 65,536 packed)",
+                "HostPolicyError",
+            )
+            return
+        try:
+            header = frames.unpack_header(data)
         except frames.FrameError as exc:
-            log.warning("dropped a malformed message from %s: %s", self._who(message[0]), exc)
+            log.warning("dropped a malformed message from %s: %s", self._who(frame), exc)
             self._reply(identity, {"cmd": M.ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
             return
-        session = self.sessions.get(identity)
         cmd = header["cmd"]
+        if cmd not in M.FROM_AGENTS:
+            self._refuse(frame, f"a request {cmd[:40]!r}, which hosts do not take from agents")
+            return
+        if session is not None and not self._owner(session, frame):
+            return
         if session is not None:
-            session.fd = self._fd(message[0])
+            session.fd = self._fd(frame)
             session.gone_since = None
         if cmd == M.PING:
             self._pong(identity, session, header)
         elif cmd == M.HELLO:
             if session is None:
-                self._hello(identity, header, message[0])
+                self._hello(identity, header, frame, data)
         elif session is None:
             self._reply(identity, {"cmd": M.UNKNOWN_SESSION})
         else:
             session.seq.acknowledged(header.get("ack"))
+            try:
+                arrays = frames.unpack_arrays(header, data, codecs_allowed=(), max_bytes=self.limits.max_decoded_bytes)
+            except frames.FrameError as exc:
+                log.warning("session %s: dropped a malformed %s: %s", session.client, cmd, exc)
+                flag = " (portal-shm host --max-decoded-bytes)" if "bytes of arrays" in str(exc) else ""
+                self._reply(
+                    identity, {"cmd": M.ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}{flag}"}
+                )
+                return
             if not session.seq.accept(header.get("seq")):
                 return
             if cmd == M.STEP and session.can_step_inline():
@@ -218,12 +272,76 @@ class Host:
             else:
                 session.deliver(header, arrays)
 
+    def _refuse(self, frame: Any, what: str, kind: str = "ServerProtocolError") -> None:
+        log.warning("refused %s: %s", self._who(frame), what)
+        self._reply(frame.bytes, {"cmd": M.ERROR, "kind": kind, "message": f"refused {what}"})
+
+    def _owner(self, session: HostSession, frame: Any) -> bool:
+        """Whether the message came with the key that opened ``session`` (ZeroMQ's ``User-Id``, the
+        CURVE key the handshake proved). Another key presenting the session's routing id holds that
+        id's connection now: its message is refused, and the session's replies wait (resent from
+        its window) until its own key speaks on it again."""
+        user = self._user(frame)
+        if user == session.user:
+            if self._held and session.identity in self._held:
+                self._held.discard(session.identity)
+                log.warning("session %s: its own key is back on its connection; its replies flow again", session.client)
+            return True
+        session.refused += 1
+        if session.refused == 1 or session.refused % 1000 == 0:
+            log.warning(
+                "refused %d message(s) for session %s from another key (%s): a session belongs to the key that "
+                "opened it; its replies wait until that key is back",
+                session.refused,
+                session.client,
+                self._who(frame),
+            )
+        self._held.add(session.identity)
+        self._reply(
+            session.identity,
+            {"cmd": M.ERROR, "kind": "PortalError", "message": "refused: this connection's id belongs to another key"},
+        )
+        return False
+
+    def _fail(self, session: HostSession, exc: BaseException, doing: str, re: Any = None) -> None:
+        """The error boundary of a session on the router: log with the cause, tell its agent, end it."""
+        log.error(
+            "session %s (%d envs): %s failed on the router: %s: %s; ending this session only",
+            session.client,
+            session.num_envs,
+            doing,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        fds = self._inline.pop(session, None)
+        for fd in fds or ():
+            try:
+                self._poller.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+        session.inline = None
+        try:
+            error = PortalError(
+                f"the env host ended this session: {doing} failed ({type(exc).__name__}: {redact(str(exc))[:300]}); "
+                "its log names the cause"
+            )
+            self._send(session, session.numbered_frames({**to_data(error), "re": re}))
+        except Exception:
+            log.exception("session %s: its error could not be sent", session.client)
+        session.stop()
+
+    def _send(self, session: HostSession, data: list) -> None:
+        """A session's message from the router thread (held while another key holds its id)."""
+        if not self._held or session.identity not in self._held:
+            self.socket.send_multipart([session.identity] + data, copy=False)
+
     def _begin_step(self, identity: bytes, session: HostSession, header: dict, arrays: list) -> None:
         try:
             fds = session.begin_inline(header, arrays)
         except Exception as exc:
             session.inline = None
-            self.socket.send_multipart([identity] + session.numbered_frames({**to_data(exc), "re": header["seq"]}))
+            self._send(session, session.numbered_frames({**session.error_data(exc), "re": header["seq"]}))
             return
         for fd in fds:
             self._poller.register(fd, zmq.POLLIN)
@@ -233,13 +351,16 @@ class Host:
         """Finish the router-driven steps whose servers are all done; hand slow ones to their thread."""
         now = time.monotonic()
         for session, fds in list(self._inline.items()):
-            finished = session.inline_done(events) if any(fd in events for fd in fds) else False
-            if finished:
-                self._end_inline(session, fds)
-                self.socket.send_multipart([session.identity] + session.finish_inline(), copy=False)
-            elif finished is None or now - session.inline["since"] > session.HANDOVER_SECONDS:
-                self._end_inline(session, fds)
-                session.hand_over()
+            try:
+                finished = session.inline_done(events) if any(fd in events for fd in fds) else False
+                if finished:
+                    self._end_inline(session, fds)
+                    self._send(session, session.finish_inline())
+                elif finished is None or now - session.inline["since"] > session.HANDOVER_SECONDS:
+                    self._end_inline(session, fds)
+                    session.hand_over()
+            except Exception as exc:
+                self._fail(session, exc, "a lockstep step", (session.inline or {}).get("seq"))
 
     def _end_inline(self, session: HostSession, fds: list) -> None:
         for fd in fds:
@@ -255,26 +376,59 @@ class Host:
         seq.acknowledged(ack)
         if seq.behind and ack == session.last_ping_ack:  # the agent made no progress since its last ping
             for data in seq.unacknowledged():
-                self.socket.send_multipart([identity] + data, copy=False)
+                self._send(session, data)
         session.last_ping_ack = ack
         self._reply(identity, {"cmd": M.PONG, "ack": seq.received, "sent": seq.sent})
 
-    def _hello(self, identity: bytes, header: dict, frame: Any) -> None:
+    def _hello(self, identity: bytes, header: dict, frame: Any, data: list) -> None:
         client = self._who(frame)
-        problem = self._hello_problem(header, frame)
+        user = self._user(frame)
+        problem = self._hello_problem(header, data) or self.quotas.hello_problem(
+            self.sessions.values(), user, header["num_envs"], header.get("vector")
+        )
         if problem:
             log.warning("refused %s: %s", client, problem)
             self._reply(
                 identity, {"cmd": M.ERROR, "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
             )
             return
-        session = HostSession(self, identity, client, header)
+        try:
+            session = HostSession(self, identity, client, header, user)
+        except OSError as exc:  # out of descriptors for its wake pipe
+            log.error("refused %s: cannot make a session: %s", client, exc)
+            self._reply(
+                identity,
+                {
+                    "cmd": M.ERROR,
+                    "kind": "PortalError",
+                    "message": f"host {self.name} cannot take a session now ({exc.strerror}); try again later",
+                    "seq": 1,
+                    "ack": 1,
+                    "re": 1,
+                },
+            )
+            return
         session.fd = self._fd(frame)
-        session.user = frame.get("User-Id") if not self.options.insecure else ""
         self.sessions[identity] = session
-        session.start()
+        try:
+            session.start()
+        except RuntimeError as exc:  # no thread to be had
+            del self.sessions[identity]
+            session.close_pipes()
+            log.error("refused %s: cannot start a session thread: %s", client, exc)
+            self._reply(
+                identity,
+                {
+                    "cmd": M.ERROR,
+                    "kind": "PortalError",
+                    "message": f"host {self.name} cannot take a session now (no thread to run it); try again later",
+                    "seq": 1,
+                    "ack": 1,
+                    "re": 1,
+                },
+            )
 
-    def _hello_problem(self, header: dict, frame: Any) -> Optional[str]:
+    def _hello_problem(self, header: dict, data: list) -> Optional[str]:
         if header.get("protocol") != frames.PROTOCOL:
             return (
                 f"agent speaks host protocol {header.get('protocol')!r}, this host {frames.PROTOCOL}: "
@@ -284,11 +438,13 @@ class Host:
             header.get("seq") != 1
             or not isinstance(header.get("env_id"), str)
             or not isinstance(header.get("runtime"), str)
+            or header.get("arrays")
+            or len(data) != 1
         ):
             return "malformed hello"
         count = header.get("num_envs")
-        if not isinstance(count, int) or count < 1:
-            return f"invalid num_envs {count!r}"
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            return f"invalid num_envs {count!r:.40}"
         offer = header.get("codecs", [])
         if not isinstance(offer, list) or len(offer) > 16 or not all(isinstance(c, str) for c in offer):
             return "malformed hello: codecs must be a list of codec names"
@@ -296,20 +452,11 @@ class Host:
             return "malformed hello: compression must be a codec name"
         if header.get("factory"):
             return "hosts never run code an agent ships: name an env id or an entry point that exists on the host"
-        total = sum(s.num_envs for s in self.sessions.values() if s.reserved)
-        if total + count > self.options.max_envs:
-            return (
-                f"host {self.name} runs {total} envs of its limit {self.options.max_envs}; {count} more do not fit "
-                f"(portal-shm host --max-envs)"
-            )
-        user = frame.get("User-Id") if not self.options.insecure else ""
-        mine = sum(s.num_envs for s in self.sessions.values() if s.reserved and getattr(s, "user", "") == user)
-        if mine + count > self.options.max_envs_per_agent:
-            return (
-                f"this agent's key already runs {mine} envs on host {self.name}; {count} more pass the per-agent "
-                f"limit {self.options.max_envs_per_agent} (portal-shm host --max-envs-per-agent)"
-            )
         return None
+
+    def quota_usage(self, user: str) -> dict:
+        """Usage against the limits for key ``user`` and for the host (a session's ``stats()``)."""
+        return self.quotas.usage(list(self.sessions.values()), user)
 
     def _reply(self, identity: bytes, header: dict) -> None:
         self.socket.send_multipart([identity] + frames.pack(header))
@@ -320,6 +467,15 @@ class Host:
             return frame.get(zmq.SRCFD)
         except zmq.ZMQError:
             return None
+
+    def _user(self, frame: Any) -> str:
+        """The CURVE public key (Z85) the message's connection proved; "" on an insecure host."""
+        if self.options.insecure:
+            return ""
+        try:
+            return frame.get("User-Id")
+        except zmq.ZMQError:
+            return "?"
 
     def _who(self, frame: Any) -> str:
         try:
@@ -354,9 +510,38 @@ class Host:
                 )
                 session.gone_since = None
                 session.stop()
+            if session.behind and not session.dropped:
+                self._drop_behind(session)
             if session.finished.is_set():
+                if session.undelivered:  # what its thread could not send (it had no socket)
+                    self._send(session, session.undelivered)
                 del self.sessions[identity]
+                self._held.discard(identity)
                 session.close_pipes()
+
+    def _drop_behind(self, session: HostSession) -> None:
+        """A session whose agent left more replies unacknowledged than its limit: dropped, its
+        window freed, and its agent told why."""
+        session.dropped = True
+        held = session.seq.unacked_bytes
+        log.warning(
+            "session %s fell behind: %d bytes of replies unacknowledged, limit %d (--max-unacked-bytes); dropping it",
+            session.client,
+            held,
+            self.limits.max_unacked_bytes,
+        )
+        session.seq.forget()
+        self._reply(
+            session.identity,
+            {
+                "cmd": M.ERROR,
+                "kind": "PortalError",
+                "message": f"host {self.name} dropped this session: its agent left {held:,} bytes of replies "
+                f"unacknowledged, past the limit {self.limits.max_unacked_bytes:,} (portal-shm host "
+                "--max-unacked-bytes)",
+            },
+        )
+        session.stop()
 
     def banner(self) -> str:
         """The start-up lines an operator needs: where agents connect, the key they pin, whose keys are
@@ -376,10 +561,8 @@ class Host:
                     else "; copy each agent's USER@HOST.key there"
                 ),
             ]
-        lines += [
-            f"  limits      {o.max_envs} envs, {o.max_envs_per_agent} per agent key",
-            f"  agents may run: {self.policy.describe()}",
-        ]
+        lines += self.limits.describe()
+        lines.append(f"  agents may run: {self.policy.describe()}")
         return "\n".join(lines)
 
     def close(self) -> None:

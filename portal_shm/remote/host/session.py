@@ -72,12 +72,17 @@ def _no_wakeup_preemption(portal: VectorPortal) -> None:
 class HostSession(threading.Thread):
     """The envs of one agent (one link) on this host, and the thread that steps them."""
 
-    def __init__(self, host: Any, identity: bytes, client: str, hello: dict) -> None:
+    def __init__(self, host: Any, identity: bytes, client: str, hello: dict, user: str = "") -> None:
         super().__init__(name=f"portal-shm session {client}", daemon=True)
         self.host = host
         self.identity = identity
         self.client = client
+        self.user = user  # the CURVE key that opened it: the only one it answers
         self.hello = hello
+        self.runtime = str(hello.get("runtime"))[:40]  # what errors and the welcome name, never a pid or path
+        self.refused = 0  # messages another key sent with this session's routing id
+        self.dropped = False  # fell behind its acknowledgements and was dropped
+        self.undelivered: Optional[list] = None  # frames the thread could not send (the router sends them)
         self.num_envs = int(hello["num_envs"])
         self.reserved = True  # its envs count against the host's limits (until it was refused or failed to start)
         self.seq = Sequencer()
@@ -102,11 +107,24 @@ class HostSession(threading.Thread):
         os.set_blocking(self._wake_w, False)
 
     # -- router side ------------------------------------------------------------------------
+    MAX_QUEUED = 1024  # requests waiting for the thread: more is a flood, not an agent waiting for replies
+
     def deliver(self, header: dict, arrays: list) -> None:
         if header["cmd"] == M.CLOSE and self.busy:
             self._abort()  # the agent is done with a request still running (one that timed out on its side)
+        if self.inbox.qsize() >= self.MAX_QUEUED:
+            raise E.PortalError(f"the agent sent more than {self.MAX_QUEUED} requests without waiting for replies")
         self.busy = True
         self._put((header, arrays))
+
+    @property
+    def behind(self) -> bool:
+        """Whether the agent left more replies unacknowledged than the host's limit."""
+        return self.seq.unacked_bytes > self.host.limits.max_unacked_bytes
+
+    def error_data(self, exc: BaseException) -> dict:
+        """``exc`` as an error message naming this session's runtime kind, nothing of the host's."""
+        return to_data(exc, self.runtime)
 
     def _put(self, item: Any) -> None:
         """Into the inbox, waking the thread where it sleeps on its servers' pipes too."""
@@ -145,9 +163,9 @@ class HostSession(threading.Thread):
         seq, self.inline = self.inline["seq"], None
         try:
             obs, reward, terminated, truncated, infos = self.portal.step_wait()
+            return self._result_frames(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
         except Exception as exc:
-            return self.numbered_frames({**to_data(exc), "re": seq})
-        return self._result_frames(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
+            return self.numbered_frames({**self.error_data(exc), "re": seq})
 
     def hand_over(self) -> None:
         """The step is taking long: this thread waits for it instead of the router."""
@@ -176,14 +194,30 @@ class HostSession(threading.Thread):
 
     # -- session thread ---------------------------------------------------------------------
     def run(self) -> None:
-        self._out = self.host.context.socket(zmq.PUSH)
-        self._out.connect(self.host.outbox_address)
+        try:
+            self._out = self.host.context.socket(zmq.PUSH)
+            self._out.connect(self.host.outbox_address)
+        except Exception as exc:  # (out of descriptors): the router answers the hello for it
+            log.error("session %s cannot start: %s", self.client, exc)
+            self.reserved = False
+            self.undelivered = self.numbered_frames(
+                {
+                    **self.error_data(
+                        E.PortalError(f"the env host cannot take a session now ({exc}); try again later")
+                    ),
+                    "re": 1,
+                }
+            )
+            if self._out is not None:
+                self._out.close(0)
+            self.finished.set()
+            return
         try:
             if self._start():
                 self._serve()
         except Exception as exc:  # a bug here must not take the host down: tell the agent and log
             log.exception("session %s failed", self.client)
-            self._emit(to_data(exc))
+            self._emit(self.error_data(exc))
         finally:
             self._free()
             self._out.close(linger=2000)
@@ -215,12 +249,12 @@ class HostSession(threading.Thread):
         except E.HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
             self.reserved = False  # (before the agent hears of it: its next hello may come at once)
-            self._emit({**to_data(exc), "re": 1})
+            self._emit({**self.error_data(exc), "re": 1})
             return False
         except Exception as exc:
             log.warning("session %s: cannot start %d x %s: %s", self.client, self.num_envs, hello.get("env_id"), exc)
             self.reserved = False  # (the portal cleaned up after itself)
-            self._emit({**to_data(exc), "re": 1})
+            self._emit({**self.error_data(exc), "re": 1})
             return False
         portal = self.portal
         _no_wakeup_preemption(portal)
@@ -235,12 +269,13 @@ class HostSession(threading.Thread):
         self._act_fixed = is_fixed(self._act_schema)
         self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
         log.info(
-            "session %s: %d x %s on %s, codec %s",
+            "session %s: %d x %s on %s, codec %s; servers: %s",
             self.client,
             self.num_envs,
             hello["env_id"],
             hello["runtime"],
             self.codec,
+            "; ".join(str(s["runtime"]) for s in portal.servers),  # (pids and paths: the host's log only)
         )
         self._emit(
             {
@@ -252,7 +287,7 @@ class HostSession(threading.Thread):
                 "metadata": _packable({k: v for k, v in portal.metadata.items() if k != "autoreset_mode"}),
                 "codec": self.codec,
                 "batched": self._batched,
-                "servers": [s["runtime"] for s in portal.servers],
+                "servers": [f"{self.runtime} server {i}" for i in range(len(portal.servers))],
                 "server_envs": [s["envs"] for s in portal.servers],
                 "host": self.host.name,
             }
@@ -280,7 +315,7 @@ class HostSession(threading.Thread):
                     exc, E.PortalError
                 ):
                     log.warning("session %s: bad %s request: %s", self.client, cmd, exc)
-                self._emit({**to_data(exc), "re": header.get("seq")})
+                self._emit({**self.error_data(exc), "re": header.get("seq")})
             finally:
                 self.busy = False
 
@@ -398,6 +433,9 @@ class HostSession(threading.Thread):
             report = portal.stats(float(window))
             for server in report.get("servers", []):
                 server["pid"] = None  # the host's own process ids are not the agent's to know
+                if "runtime" in server:
+                    server["runtime"] = self.runtime
+            report["quota"] = self.host.quota_usage(self.user)
             self._emit({"cmd": M.RESULT, "re": seq, "stats": report})
         elif cmd == M.RENDER:
             values = portal.render()
@@ -442,7 +480,7 @@ class HostSession(threading.Thread):
             obs, reward, terminated, truncated, infos = portal.recv()
         except Exception as exc:
             self._in_flight = 0
-            self._emit(to_data(exc))
+            self._emit(self.error_data(exc))
             return
         ids = infos["env_id"]
         self._in_flight -= len(ids)
@@ -479,8 +517,11 @@ class HostSession(threading.Thread):
         try:
             data = frames.pack(header, arrays, self.codec, self.stats, compressible)
         except Exception as exc:  # values an agent cannot receive (unpackable infos or call results)
-            data = frames.pack({**to_data(exc), "re": header.get("re"), "seq": header["seq"], "ack": header["ack"]})
-        self.seq.keep(header["seq"], data)
+            data = frames.pack(
+                {**self.error_data(exc), "re": header.get("re"), "seq": header["seq"], "ack": header["ack"]}
+            )
+        if not self.dropped:  # (a dropped session's window stays empty: nothing is resent)
+            self.seq.keep(header["seq"], data)
         return data
 
     def _send(self, data: list) -> None:
