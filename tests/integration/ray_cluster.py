@@ -6,7 +6,6 @@ Every node binds 127.0.0.1 (``conftest.py`` sets what keeps Ray from rewriting i
 from __future__ import annotations
 
 import os
-import re
 import time
 
 import ray
@@ -47,8 +46,25 @@ def parent(pid: int) -> int:
         return int(handle.read().split(")")[-1].split()[1])
 
 
+def children(pid: int) -> list:
+    """The processes ``pid`` started (its threads' children too), from /proc."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found += [int(c) for c in handle.read().split()]
+        except FileNotFoundError:
+            pass
+    return found
+
+
 def server_pids(envs) -> list:
-    return [int(m) for host in envs.hosts for s in host["servers"] for m in re.findall(r"process pid (\d+)", s)]
+    """The env servers of a Ray portal's hosts: their processes' children (hosts tell agents no pids)."""
+    return [child for host in envs._cluster.endpoints for child in children(host["pid"])]
 
 
 def wait_gone(pids: list, seconds: float) -> float:

@@ -137,7 +137,7 @@ class Host:
         socket.setsockopt(zmq.MAXMSGSIZE, o.max_message_bytes)
         # Bounded queues per connection: an agent that stops reading makes the host drop its replies
         # (its resend window has them), never hold them without end.
-        socket.setsockopt(zmq.SNDHWM, 128)
+        socket.setsockopt(zmq.SNDHWM, 64)
         socket.setsockopt(zmq.RCVHWM, 64)
         socket.setsockopt(zmq.LINGER, 0)
         half = max(1, int(o.heartbeat_timeout * 500))
@@ -179,32 +179,39 @@ class Host:
         poller = self._poller = zmq.Poller()
         for socket in (self.socket, self._outbox, self._monitor):
             poller.register(socket, zmq.POLLIN)
-        reap_at = 0.0
+        self._reap_at = 0.0
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(5 if self._inline else 250))
-                if self._inline:
-                    self._inline_steps(events)
-                if self._outbox in events:
-                    for _ in range(256):  # (readiness asked, not zmq.Again raised: an exception per step costs)
-                        if not self._outbox.getsockopt(_EVENTS) & _POLLIN:
-                            break
-                        message = self._outbox.recv_multipart(copy=False)
-                        if not self._held or message[0].bytes not in self._held:
-                            self.socket.send_multipart(message, copy=False)
-                if self.socket in events:
-                    for _ in range(256):
-                        if not self.socket.getsockopt(_EVENTS) & _POLLIN:
-                            break
-                        self._route(self.socket.recv_multipart(copy=False))
-                if self._monitor in events:
-                    self._disconnected(parse_monitor_message(self._monitor.recv_multipart()))
-                now = time.monotonic()
-                if now >= reap_at:
-                    reap_at = now + self.REAP_SECONDS
-                    self._reap()
+                try:
+                    self._turn(dict(poller.poll(5 if self._inline else 250)))
+                except Exception:  # every session's work has its own boundary: this is the last line
+                    log.exception("the host's loop met an error it survives")
+                    time.sleep(0.01)
         finally:
             self.close()
+
+    def _turn(self, events: dict) -> None:
+        """One turn of the router: inline steps, replies out, messages in, lost connections, reaping."""
+        if self._inline:
+            self._inline_steps(events)
+        if self._outbox in events:
+            for _ in range(256):  # (readiness asked, not zmq.Again raised: an exception per step costs)
+                if not self._outbox.getsockopt(_EVENTS) & _POLLIN:
+                    break
+                message = self._outbox.recv_multipart(copy=False)
+                if not self._held or message[0].bytes not in self._held:
+                    self.socket.send_multipart(message, copy=False)
+        if self.socket in events:
+            for _ in range(256):
+                if not self.socket.getsockopt(_EVENTS) & _POLLIN:
+                    break
+                self._route(self.socket.recv_multipart(copy=False))
+        if self._monitor in events:
+            self._disconnected(parse_monitor_message(self._monitor.recv_multipart()))
+        now = time.monotonic()
+        if now >= self._reap_at:
+            self._reap_at = now + self.REAP_SECONDS
+            self._reap()
 
     def stop(self) -> None:
         self._stop.set()
@@ -501,23 +508,29 @@ class Host:
         grace = self.options.heartbeat_timeout / 2
         now = time.monotonic()
         for identity, session in list(self.sessions.items()):
-            if session.gone_since is not None and now - session.gone_since > grace:
-                log.warning(
-                    "agent %s gone for %.1f s: freeing its %d envs",
-                    session.client,
-                    now - session.gone_since,
-                    session.num_envs,
-                )
-                session.gone_since = None
-                session.stop()
-            if session.behind and not session.dropped:
-                self._drop_behind(session)
-            if session.finished.is_set():
-                if session.undelivered:  # what its thread could not send (it had no socket)
-                    self._send(session, session.undelivered)
-                del self.sessions[identity]
-                self._held.discard(identity)
-                session.close_pipes()
+            try:
+                self._reap_one(identity, session, now, grace)
+            except Exception as exc:
+                self._fail(session, exc, "reaping")
+
+    def _reap_one(self, identity: bytes, session: HostSession, now: float, grace: float) -> None:
+        if session.gone_since is not None and now - session.gone_since > grace:
+            log.warning(
+                "agent %s gone for %.1f s: freeing its %d envs",
+                session.client,
+                now - session.gone_since,
+                session.num_envs,
+            )
+            session.gone_since = None
+            session.stop()
+        if session.behind and not session.dropped:
+            self._drop_behind(session)
+        if session.finished.is_set():
+            if session.undelivered:  # what its thread could not send (it had no socket)
+                self._send(session, session.undelivered)
+            del self.sessions[identity]
+            self._held.discard(identity)
+            session.close_pipes()
 
     def _drop_behind(self, session: HostSession) -> None:
         """A session whose agent left more replies unacknowledged than its limit: dropped, its
