@@ -82,7 +82,7 @@ class RemoteHost:
     def kill(self) -> None:
         """SIGKILL the host process alone, as a crash of it would: its env servers see it gone."""
         self.host.process.send_signal(signal.SIGKILL)
-        self.host.process.wait()
+        self.host.process.wait()  # (its run directory: freed by the host started in its place)
 
     def start(self) -> None:
         self.host = HostProcess(self.keys, port=self.port)

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Optional
 
+from portal_shm.remote.host.spawn import collect_after
+
 
 class HostDaemon:
     """The host process; ``read_until`` waits for a line of its stdout, ``kill`` ends it for sure."""
@@ -61,6 +63,8 @@ class HostDaemon:
         return text, re.search(r"portal-shm host \S+ at (tcp://127\.0\.0\.1:\d+)", text).group(1)
 
     def kill(self) -> None:
+        """SIGKILL, then free what the host could not (its run directories), as ``portal-shm gc`` would."""
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+            collect_after(self.process.pid)

@@ -79,6 +79,53 @@ def _header(view: PortalView, rates: Optional[Rates], live: bool) -> Text:
     return text
 
 
+_QUOTA_ROWS = (
+    ("sessions", "--max-sessions", False),
+    ("envs", "--max-envs", False),
+    ("fds", "--max-fds", False),
+    ("unacked_bytes", "--max-unacked-bytes", True),
+)
+
+
+def _host(view: PortalView) -> RenderableType:
+    """An env host (``portal-shm host``): its usage against each limit, and per agent key."""
+    info, stats = view.info, view.stats or {}
+    text = Text()
+    text.append(f"env host {info.get('name', '?')}", style="bold")
+    text.append(f" at {info.get('address', '?')}  {view.tag}  pid {view.pid}", style="dim")
+    if view.state != "live":
+        text.append("  (no fresh report)", style="dim")
+        return text
+    quota = stats.get("quota") or {}
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("limit", "used", "of", "flag"):
+        table.add_column(column, justify="right" if column in ("used", "of") else "left")
+    for key, flag, size in _QUOTA_ROWS:
+        pair = quota.get(key)
+        if not isinstance(pair, list) or len(pair) != 2:
+            continue
+        used, top = (number(v) or 0 for v in pair)
+        shown = (f"{used / 2**20:.1f} MiB", f"{top / 2**20:.0f} MiB") if size else (f"{used:.0f}", f"{top:.0f}")
+        style = "red" if top and used >= 0.9 * top else ""
+        table.add_row(key.replace("_", " ") + (" (most of a session)" if size else ""), *shown, flag, style=style)
+    keys = stats.get("keys") or {}
+    per = stats.get("per_agent") or {}
+    by_key = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("agent key", "sessions", "envs", "unacked MiB", "refused"):
+        by_key.add_column(column, justify="left" if column == "agent key" else "right")
+    for name, entry in sorted(keys.items()) if isinstance(keys, dict) else ():
+        if not isinstance(entry, dict):
+            continue
+        by_key.add_row(
+            str(name)[:40],
+            f"{number(entry.get('sessions')) or 0:.0f}/{number(per.get('sessions')) or 0:.0f}",
+            f"{number(entry.get('envs')) or 0:.0f}/{number(per.get('envs')) or 0:.0f}",
+            f"{(number(entry.get('unacked_bytes')) or 0) / 2**20:.1f}",
+            f"{number(entry.get('refused')) or 0:.0f}",
+        )
+    return Group(text, table, by_key) if keys else Group(text, table)
+
+
 def _table(view: PortalView, rates: Optional[Rates], max_envs: int) -> Table:
     """Per server its rate and load, under it its envs' rates and latencies; stragglers in red."""
     stats = view.stats or {}
@@ -153,6 +200,10 @@ def render(views: list[PortalView], model: TopModel, max_envs: int, live: bool) 
         rates = model.rates.get(view.tag) if live else None  # a snapshot has no history to draw
         if view.state == "live" or previous != "idle":
             parts.append(Text(""))
+        if view.info.get("kind") == "host":
+            parts.append(_host(view))
+            previous = view.state
+            continue
         parts.append(_header(view, rates, live))
         if view.state == "live":
             parts.append(_table(view, rates, max_envs))

@@ -28,7 +28,9 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
+from ...agent.publish import Publisher
 from ...errors import PortalError
+from ...runtimes.resources import PortalResources
 from .. import frames, keys
 from .. import messages as M
 from ..error_data import redact, to_data
@@ -126,6 +128,14 @@ class Host:
         self.freed: dict = {}  # what close() stopped: sessions, envs, env servers
         self.socket = self._bind()
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        # A run directory of its own, where ``portal-shm top`` finds the host and its usage; those
+        # of hosts that died before (killed: nothing of theirs could remove them) go first.
+        _free_dead_hosts()
+        self._resources = PortalResources()
+        with open(os.path.join(self._resources.run_dir, HOST_MARK), "w"):
+            pass
+        self._publisher = Publisher(self._resources.run_dir, self._describe, self.usage_report)
+        self._published_at = 0.0
 
     # -- setup ---------------------------------------------------------------------------------
     def _bind(self) -> zmq.Socket:
@@ -212,6 +222,9 @@ class Host:
         if now >= self._reap_at:
             self._reap_at = now + self.REAP_SECONDS
             self._reap()
+            if now >= self._published_at + 1.0:
+                self._published_at = now
+                self._publisher.tick()
 
     def stop(self) -> None:
         self._stop.set()
@@ -461,6 +474,21 @@ class Host:
             return "hosts never run code an agent ships: name an env id or an entry point that exists on the host"
         return None
 
+    def _describe(self) -> dict:
+        return {"kind": "host", "name": self.name, "address": self.address}
+
+    def usage_report(self) -> dict:
+        """The host's usage against its limits, in all and per agent key: what ``top`` shows."""
+        sessions = list(self.sessions.values())
+        names = {} if self.options.insecure else self._clients.allowed()
+        usage = {k: v for k, v in self.quotas.usage(sessions, "\0").items() if not k.startswith("agent_")}
+        usage["unacked_bytes"][0] = max((s.seq.unacked_bytes for s in sessions), default=0)  # the most of one session
+        return {
+            "quota": usage,
+            "per_agent": {"sessions": self.limits.max_sessions_per_agent, "envs": self.limits.max_envs_per_agent},
+            "keys": self.quotas.by_key(sessions, names),
+        }
+
     def quota_usage(self, user: str) -> dict:
         """Usage against the limits for key ``user`` and for the host (a session's ``stats()``)."""
         return self.quotas.usage(list(self.sessions.values()), user)
@@ -598,6 +626,21 @@ class Host:
         for socket in (self._monitor, self._outbox, self.socket):
             socket.close(0)
         self.context.term()
+        self._resources.release()
+
+
+HOST_MARK = "env-host"  # in a host's run directory: the run directories a host frees at start
+
+
+def _free_dead_hosts() -> None:
+    from ...runtimes import gc
+
+    for leftover in gc.find_leftovers():
+        if leftover.kind == "run dir" and os.path.exists(os.path.join(leftover.name, HOST_MARK)):
+            try:
+                gc.remove(leftover)
+            except OSError:
+                pass
 
 
 def _server_count(session: HostSession) -> int:

@@ -133,6 +133,21 @@ class Quotas:
             )
         return None
 
+    def by_key(self, sessions: Iterable[Any], names: dict) -> dict:
+        """Per agent key (by its file name in the clients directory): sessions, envs and the
+        unacknowledged bytes of its sessions; what ``top`` shows an operator."""
+        out: dict = {}
+        for s in sessions:
+            if not s.reserved:
+                continue
+            name = names.get(s.user.encode("ascii", "replace"), s.user[:8] + "..." if s.user else "(insecure)")
+            entry = out.setdefault(name, {"sessions": 0, "envs": 0, "unacked_bytes": 0, "refused": 0})
+            entry["sessions"] += 1
+            entry["envs"] += s.num_envs
+            entry["unacked_bytes"] += s.seq.unacked_bytes
+            entry["refused"] += s.refused
+        return out
+
     def usage(self, sessions: Iterable[Any], user: str) -> dict:
         """Usage against each limit, for one key and for the host: what ``stats()`` reports."""
         live = [s for s in sessions if s.reserved]

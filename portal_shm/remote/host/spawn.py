@@ -49,6 +49,15 @@ def _die_with_parent() -> None:
         pass
 
 
+def collect_after(pid: int) -> None:
+    """What ``portal-shm gc`` frees of a dead process ``pid`` (a host's run directories)."""
+    from ...runtimes import gc
+
+    for leftover in gc.find_leftovers():
+        if leftover.owner_pid == pid:
+            gc.remove(leftover)
+
+
 class HostProcess:
     """``python -m portal_shm host`` on 127.0.0.1 (a free port unless ``port``); keeps its log.
 
@@ -101,9 +110,11 @@ class HostProcess:
         return False
 
     def kill(self) -> None:
-        """SIGKILL the host and everything in its process group, as a crash would."""
+        """SIGKILL the host and everything in its process group, as a crash would; then, as
+        ``portal-shm gc`` would, free the run directories the host can no longer remove."""
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
+        collect_after(self.process.pid)
 
     def stop(self) -> None:
         if self.process.poll() is None:
