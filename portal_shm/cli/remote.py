@@ -72,18 +72,20 @@ def _add_limits(host: argparse.ArgumentParser) -> None:
         "limits per agent key and per host (checked before a session starts; stats() and top show usage)"
     )
     d = Limits()
-    limits.add_argument("--max-envs", type=int, default=d.max_envs, help="envs of all agents together (%(default)s)")
     limits.add_argument(
-        "--max-envs-per-agent", type=int, default=d.max_envs_per_agent, help="envs per agent key (%(default)s)"
+        "--max-envs", type=int, default=d.max_envs, help="envs of all agents together (default %(default)s)"
     )
     limits.add_argument(
-        "--max-sessions", type=int, default=d.max_sessions, help="sessions of all agents together (%(default)s)"
+        "--max-envs-per-agent", type=int, default=d.max_envs_per_agent, help="envs per agent key (default %(default)s)"
+    )
+    limits.add_argument(
+        "--max-sessions", type=int, default=d.max_sessions, help="sessions of all agents together (default %(default)s)"
     )
     limits.add_argument(
         "--max-sessions-per-agent",
         type=int,
         default=d.max_sessions_per_agent,
-        help="sessions per agent key (%(default)s)",
+        help="sessions per agent key (default %(default)s)",
     )
     limits.add_argument(
         "--max-fds",
