@@ -36,7 +36,7 @@ from .. import messages as M
 from ..error_data import redact, to_data
 from .policy import HostPolicy
 from .quotas import MAX_SESSIONLESS_BYTES, Limits, Quotas
-from .session import HostSession
+from .session import HostSession, SessionContext
 
 log = logging.getLogger("portal_shm.host")
 
@@ -128,6 +128,9 @@ class Host:
         self.freed: dict = {}  # what close() stopped: sessions, envs, env servers
         self.socket = self._bind()
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._session_context = SessionContext(
+            self.context, self.outbox_address, self.policy, self.name, self.limits, self.quota_usage
+        )
         # A run directory of its own, where ``portal-shm top`` finds the host and its usage; those
         # of hosts that died before (killed: nothing of theirs could remove them) go first.
         _free_dead_hosts()
@@ -413,7 +416,7 @@ class Host:
             )
             return
         try:
-            session = HostSession(self, identity, client, header, user)
+            session = HostSession(self._session_context, identity, client, header, user)
         except OSError as exc:  # out of descriptors for its wake pipe
             log.error("refused %s: cannot make a session: %s", client, exc)
             self._reply(

@@ -14,7 +14,8 @@ import queue
 import select
 import threading
 import time
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import numpy as np
 import zmq
@@ -30,6 +31,8 @@ from .. import messages as M
 from ..error_data import to_data
 from ..infos import unbatch
 from ..reliable import Sequencer
+from .policy import HostPolicy
+from .quotas import Limits
 from .request_values import check_name
 
 log = logging.getLogger("portal_shm.host")
@@ -69,12 +72,24 @@ def _no_wakeup_preemption(portal: VectorPortal) -> None:
             pass
 
 
+@dataclass(frozen=True)
+class SessionContext:
+    """What a session needs of its host, given at construction (a session holds no host)."""
+
+    context: zmq.Context  # the host's ZeroMQ context, for the session's socket to the router
+    outbox_address: str  # where the router takes the session's messages from
+    policy: HostPolicy
+    host_name: str
+    limits: Limits
+    usage: Callable[[str], dict]  # an agent key's usage against the limits (Quotas.usage)
+
+
 class HostSession(threading.Thread):
     """The envs of one agent (one link) on this host, and the thread that steps them."""
 
-    def __init__(self, host: Any, identity: bytes, client: str, hello: dict, user: str = "") -> None:
+    def __init__(self, ctx: SessionContext, identity: bytes, client: str, hello: dict, user: str = "") -> None:
         super().__init__(name=f"portal-shm session {client}", daemon=True)
-        self.host = host
+        self.ctx = ctx
         self.identity = identity
         self.client = client
         self.user = user  # the CURVE key that opened it: the only one it answers
@@ -102,6 +117,7 @@ class HostSession(threading.Thread):
         self.started = False  # the envs run and the welcome went out
         self.busy = False  # the thread has a request of the router's in hand
         self.inline: Optional[dict] = None  # a lockstep step the router thread drives (see begin_inline)
+        self._handlers = self._handler_table()
         self._wake_r, self._wake_w = os.pipe()  # rung with each request: the thread may sleep on servers
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -120,7 +136,7 @@ class HostSession(threading.Thread):
     @property
     def behind(self) -> bool:
         """Whether the agent left more replies unacknowledged than the host's limit."""
-        return self.seq.unacked_bytes > self.host.limits.max_unacked_bytes
+        return self.seq.unacked_bytes > self.ctx.limits.max_unacked_bytes
 
     def error_data(self, exc: BaseException) -> dict:
         """``exc`` as an error message naming this session's runtime kind, nothing of the host's."""
@@ -195,8 +211,8 @@ class HostSession(threading.Thread):
     # -- session thread ---------------------------------------------------------------------
     def run(self) -> None:
         try:
-            self._out = self.host.context.socket(zmq.PUSH)
-            self._out.connect(self.host.outbox_address)
+            self._out = self.ctx.context.socket(zmq.PUSH)
+            self._out.connect(self.ctx.outbox_address)
         except Exception as exc:  # (out of descriptors): the router answers the hello for it
             log.error("session %s cannot start: %s", self.client, exc)
             self.reserved = False
@@ -235,7 +251,7 @@ class HostSession(threading.Thread):
     def _start(self) -> bool:
         hello = self.hello
         try:
-            grant = self.host.policy.grant(hello, self.num_envs)
+            grant = self.ctx.policy.grant(hello, self.num_envs)
             vector = dict(grant.vector)
             # The agent's batches come from one host each: a host with no more envs than a batch
             # steps them all at once (lockstep here) and hands each step out as one batch.
@@ -289,7 +305,7 @@ class HostSession(threading.Thread):
                 "batched": self._batched,
                 "servers": [f"{self.runtime} server {i}" for i in range(len(portal.servers))],
                 "server_envs": [s["envs"] for s in portal.servers],
-                "host": self.host.name,
+                "host": self.ctx.host_name,
             }
         )
         self.started = True
@@ -355,93 +371,128 @@ class HostSession(threading.Thread):
                     pass
 
     def _handle(self, cmd: str, header: dict, arrays: list) -> None:
-        portal = self.portal
-        seq = header["seq"]
         if self._whole and cmd in (M.RESET, M.SEND):  # the agent's batch is all of this host's envs
-            if cmd == M.RESET:
-                obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
-                self._emit({"cmd": M.RESULT, "re": seq})
-                flags = (np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool))
-            else:
-                ids = np.asarray(header["env_ids"], dtype=np.int64)
-                if ids.tolist() != list(range(self.num_envs)):
-                    raise ValueError(f"env_ids {ids.tolist()} must be all {self.num_envs} envs of this host")
-                obs, *flags, infos = portal.step(self._actions(header, arrays, self.num_envs))
-            self._emit_result(None, obs, flags, infos, self.num_envs, env_ids=range(self.num_envs))
+            self._whole_batch(cmd, header, arrays)
             return
-        if cmd == M.RESET:
-            seeds, options = header.get("seed"), header.get("options")
-            if self._batched:
-                portal.async_reset(seed=seeds, options=options)
-                self._in_flight = self.num_envs
-                self._emit({"cmd": M.RESULT, "re": seq})
-                return
-            obs, infos = portal.reset(seed=seeds, options=options)
-            self._emit_result(seq, obs, None, infos, self.num_envs)
-        elif cmd == M.STEP:
-            obs, reward, terminated, truncated, infos = portal.step(self._actions(header, arrays, self.num_envs))
-            self._emit_result(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
-        elif cmd == M.FINISH:  # a step the router started (begin_inline) and handed over
-            obs, reward, terminated, truncated, infos = portal.step_wait()
-            self._emit_result(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
-        elif cmd == M.SEND:
-            ids = np.asarray(header["env_ids"], dtype=np.int64)
-            portal.send(self._actions(header, arrays, len(ids)), ids)
-            self._in_flight += len(ids)
-        elif cmd == M.CALL:
-            name, args, kwargs = self._call_name(header), header.get("args", ()), header.get("kwargs", {})
-            if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
-                raise ValueError("call: args must be a list and kwargs a dict")
-            kwargs = {check_name(k, "call kwarg"): v for k, v in kwargs.items()}
-            ids = self._env_ids(header)
-            values = portal.call(name, *args, **kwargs) if ids is None else portal.call_envs(ids, name, *args, **kwargs)
-            self._emit({"cmd": M.RESULT, "re": seq, "values": list(values)})
-        elif cmd == M.GET_ATTR:
-            name, ids = self._call_name(header), self._env_ids(header)
-            values = portal.get_attr(name) if ids is None else portal.get_attr_envs(ids, name)
-            self._emit({"cmd": M.RESULT, "re": seq, "values": list(values)})
-        elif cmd == M.SET_ATTR:
-            name, ids = self._call_name(header), self._env_ids(header)
-            if ids is None:
-                portal.set_attr(name, header["values"])
-            else:
-                portal.set_attr_envs(ids, name, header["values"])
-            self._emit({"cmd": M.RESULT, "re": seq})
-        elif cmd == M.GET_STATE:
-            ids = self._env_ids(header)
-            if ids is None:
-                raise ValueError("get_state: env_ids must name the envs")
-            allow = header.get("allow_pickle") is True and self.host.policy.pickled_states
-            self._emit({"cmd": M.RESULT, "re": seq, "values": portal.get_state(ids, allow_pickle=allow)})
-        elif cmd == M.SET_STATE:
-            ids, states = self._env_ids(header), header.get("states")
-            if ids is None or not isinstance(states, list) or not all(isinstance(x, bytes) for x in states):
-                raise ValueError("set_state: env_ids and one state (bytes) per env")
-            allow = header.get("allow_pickle") is True and self.host.policy.pickled_states
-            obs, infos = portal.set_state(states, ids, allow_pickle=allow)
-            self._emit_result(seq, obs, None, infos, self.num_envs)
-        elif cmd == M.RECORD:  # allowed to every agent: it renders frames of the agent's own envs
-            ids = self._env_ids(header)
-            if ids is None:
-                raise ValueError("record: env_ids must name the envs")
-            portal.record_frames(ids, header.get("on") is True)
-            self._emit({"cmd": M.RESULT, "re": seq, "values": [None] * len(ids)})
-        elif cmd == M.STATS:
-            window = header.get("window")
-            if not isinstance(window, (int, float)) or not 0.1 <= window <= 3600:
-                raise ValueError("stats: window must be a number of seconds in [0.1, 3600]")
-            report = portal.stats(float(window))
-            for server in report.get("servers", []):
-                server["pid"] = None  # the host's own process ids are not the agent's to know
-                if "runtime" in server:
-                    server["runtime"] = self.runtime
-            report["quota"] = self.host.quota_usage(self.user)
-            self._emit({"cmd": M.RESULT, "re": seq, "stats": report})
-        elif cmd == M.RENDER:
-            values = portal.render()
-            self._emit({"cmd": M.RESULT, "re": seq, "values": None if values is None else list(values)})
-        else:
+        handler = self._handlers.get(cmd)
+        if handler is None:
             raise ValueError(f"unknown request {cmd!r}")
+        handler(header, arrays)
+
+    def _handler_table(self) -> dict:
+        """The agent's requests (and the router's hand-over, ``FINISH``), by kind."""
+        return {
+            M.RESET: self._reset,
+            M.STEP: self._step,
+            M.FINISH: self._finish,
+            M.SEND: self._send_actions,
+            M.CALL: self._call,
+            M.GET_ATTR: self._get_attr,
+            M.SET_ATTR: self._set_attr,
+            M.GET_STATE: self._get_state,
+            M.SET_STATE: self._set_state,
+            M.RECORD: self._record,
+            M.STATS: self._stats,
+            M.RENDER: self._render,
+        }
+
+    def _whole_batch(self, cmd: str, header: dict, arrays: list) -> None:
+        portal = self.portal
+        if cmd == M.RESET:
+            obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
+            self._emit({"cmd": M.RESULT, "re": header["seq"]})
+            flags: Any = (np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool))
+        else:
+            ids = np.asarray(header["env_ids"], dtype=np.int64)
+            if ids.tolist() != list(range(self.num_envs)):
+                raise ValueError(f"env_ids {ids.tolist()} must be all {self.num_envs} envs of this host")
+            obs, *flags, infos = portal.step(self._actions(header, arrays, self.num_envs))
+        self._emit_result(None, obs, flags, infos, self.num_envs, env_ids=range(self.num_envs))
+
+    def _reset(self, header: dict, arrays: list) -> None:
+        seeds, options = header.get("seed"), header.get("options")
+        if self._batched:
+            self.portal.async_reset(seed=seeds, options=options)
+            self._in_flight = self.num_envs
+            self._emit({"cmd": M.RESULT, "re": header["seq"]})
+            return
+        obs, infos = self.portal.reset(seed=seeds, options=options)
+        self._emit_result(header["seq"], obs, None, infos, self.num_envs)
+
+    def _step(self, header: dict, arrays: list) -> None:
+        obs, reward, terminated, truncated, infos = self.portal.step(self._actions(header, arrays, self.num_envs))
+        self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
+
+    def _finish(self, header: dict, arrays: list) -> None:
+        """A step the router started (``begin_inline``) and handed over."""
+        obs, reward, terminated, truncated, infos = self.portal.step_wait()
+        self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
+
+    def _send_actions(self, header: dict, arrays: list) -> None:
+        ids = np.asarray(header["env_ids"], dtype=np.int64)
+        self.portal.send(self._actions(header, arrays, len(ids)), ids)
+        self._in_flight += len(ids)
+
+    def _call(self, header: dict, arrays: list) -> None:
+        name, args, kwargs = self._call_name(header), header.get("args", ()), header.get("kwargs", {})
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            raise ValueError("call: args must be a list and kwargs a dict")
+        kwargs = {check_name(k, "call kwarg"): v for k, v in kwargs.items()}
+        ids, portal = self._env_ids(header), self.portal
+        values = portal.call(name, *args, **kwargs) if ids is None else portal.call_envs(ids, name, *args, **kwargs)
+        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
+
+    def _get_attr(self, header: dict, arrays: list) -> None:
+        name, ids = self._call_name(header), self._env_ids(header)
+        values = self.portal.get_attr(name) if ids is None else self.portal.get_attr_envs(ids, name)
+        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
+
+    def _set_attr(self, header: dict, arrays: list) -> None:
+        name, ids = self._call_name(header), self._env_ids(header)
+        if ids is None:
+            self.portal.set_attr(name, header["values"])
+        else:
+            self.portal.set_attr_envs(ids, name, header["values"])
+        self._emit({"cmd": M.RESULT, "re": header["seq"]})
+
+    def _get_state(self, header: dict, arrays: list) -> None:
+        ids = self._env_ids(header)
+        if ids is None:
+            raise ValueError("get_state: env_ids must name the envs")
+        allow = header.get("allow_pickle") is True and self.ctx.policy.pickled_states
+        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": self.portal.get_state(ids, allow_pickle=allow)})
+
+    def _set_state(self, header: dict, arrays: list) -> None:
+        ids, states = self._env_ids(header), header.get("states")
+        if ids is None or not isinstance(states, list) or not all(isinstance(x, bytes) for x in states):
+            raise ValueError("set_state: env_ids and one state (bytes) per env")
+        allow = header.get("allow_pickle") is True and self.ctx.policy.pickled_states
+        obs, infos = self.portal.set_state(states, ids, allow_pickle=allow)
+        self._emit_result(header["seq"], obs, None, infos, self.num_envs)
+
+    def _record(self, header: dict, arrays: list) -> None:
+        """Allowed to every agent: it renders frames of the agent's own envs."""
+        ids = self._env_ids(header)
+        if ids is None:
+            raise ValueError("record: env_ids must name the envs")
+        self.portal.record_frames(ids, header.get("on") is True)
+        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": [None] * len(ids)})
+
+    def _stats(self, header: dict, arrays: list) -> None:
+        window = header.get("window")
+        if not isinstance(window, (int, float)) or isinstance(window, bool) or not 0.1 <= window <= 3600:
+            raise ValueError("stats: window must be a number of seconds in [0.1, 3600]")
+        report = self.portal.stats(float(window))
+        for server in report.get("servers", []):
+            server["pid"] = None  # the host's own process ids are not the agent's to know
+            if "runtime" in server:
+                server["runtime"] = self.runtime
+        report["quota"] = self.ctx.usage(self.user)
+        self._emit({"cmd": M.RESULT, "re": header["seq"], "stats": report})
+
+    def _render(self, header: dict, arrays: list) -> None:
+        values = self.portal.render()
+        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": None if values is None else list(values)})
 
     def _env_ids(self, header: dict) -> Optional[list]:
         """The envs a per-env call names (this session's own indices), checked; None: all of them."""
@@ -458,7 +509,7 @@ class HostSession(threading.Thread):
 
     def _call_name(self, header: dict) -> str:
         try:
-            return self.host.policy.check_call(
+            return self.ctx.policy.check_call(
                 header.get("name"), header.get("args", ()) if header["cmd"] == M.CALL else ()
             )
         except E.HostPolicyError as exc:
