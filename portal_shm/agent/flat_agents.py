@@ -15,16 +15,15 @@ exactly once); the env resets when its last agent has ended.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-if TYPE_CHECKING:
-    from .multi_agent import MultiAgentPortal, MultiAgentResult
+from .multi_agent_types import MultiAgentEnvs, MultiAgentResult
 
-OthersPolicy = Callable[["MultiAgentResult"], Mapping[str, Any]]
+OthersPolicy = Callable[[MultiAgentResult], Mapping[str, Any]]
 
 
 class FlatAgents(VectorEnv):
@@ -49,7 +48,7 @@ class FlatAgents(VectorEnv):
     portal's per-env infos (``infos["agents"]`` ...) are in ``last_result.infos``.
     """
 
-    def __init__(self, envs: MultiAgentPortal, group: Optional[str] = None, others: Optional[OthersPolicy] = None):
+    def __init__(self, envs: MultiAgentEnvs, group: Optional[str] = None, others: Optional[OthersPolicy] = None):
         if group is None:
             if len(envs.groups) != 1:
                 raise ValueError(f"the envs have groups {sorted(envs.groups)}: name the one to flatten (group=...)")

@@ -8,6 +8,7 @@ import argparse
 from rich.table import Table
 
 from .args import parse_kwargs
+from .backend_args import BACKEND_NAMES, with_image
 from .console import make_console
 
 console = make_console()
@@ -16,8 +17,6 @@ console = make_console()
 def cmd_record(args: argparse.Namespace) -> int:
     """Record ``--episodes`` episodes of env ``--env-index`` (random actions) as mp4 files."""
     import portal_shm
-
-    from .app import with_image
 
     if not 0 <= args.env_index < args.num_envs:
         raise ValueError(
@@ -57,7 +56,6 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def add_record_command(subparsers: argparse._SubParsersAction) -> None:
-    from .app import BACKEND_NAMES
 
     p = subparsers.add_parser(
         "record",

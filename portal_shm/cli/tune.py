@@ -10,6 +10,7 @@ import sys
 from rich.table import Table
 
 from .args import parse_kwargs
+from .backend_args import BACKEND_NAMES, with_image
 from .console import make_console
 from .parser import HelpFormatter
 
@@ -51,7 +52,6 @@ def _spins(text: str) -> list:
 
 def add_tune_command(subparsers: argparse._SubParsersAction) -> None:
     from ..bench.tune import TuneOptions
-    from .app import BACKEND_NAMES
 
     p = subparsers.add_parser(
         "tune",
@@ -131,7 +131,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ..bench.live import LiveProgress
     from ..bench.report import write_json
     from ..bench.tune import TuneError, TuneOptions, tune
-    from .app import with_image
 
     options = TuneOptions(
         env_id=args.id,
