@@ -469,3 +469,33 @@ class MatchingPenniesEnv(gym.Env):
         same = int(action["agent_0"]) == int(action["agent_1"])
         reward = (1.0 if same else -1.0) + float(self.np_random.uniform(0, 0.5))
         return self._obs(), reward, self.t >= self.rounds, False, {"round": self.t}
+
+
+class ClashingInfosEnv(gym.Env):
+    """Infos that clash in a batch: an env reset with an even seed says ``{"d": {"_x": {"y": 1}}}``,
+    one with an odd seed ``{"d": {"x": 1}}`` (``flip`` swaps them), at every step from step
+    ``after`` on. Batched in env order, ``_x`` is then both a sub-dict and the mask of ``x``: what a
+    hostile or careless env sends a host, whose sessions must contain it. ``step_ms`` makes a step
+    slow (a host then finishes it on the session's thread instead of its router's)."""
+
+    def __init__(self, flip: bool = False, after: int = 0, step_ms: float = 0.0):
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.flip, self.after, self.step_ms = bool(flip), int(after), float(step_ms)
+        self.variant, self.t = 0, 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.variant = (int(seed) + self.flip) % 2
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        if self.step_ms:
+            time.sleep(self.step_ms / 1000)
+        self.t += 1
+        info: dict = {}
+        if self.t > self.after:
+            info = {"d": {"_x": {"y": 1}}} if self.variant == 0 else {"d": {"x": 1}}
+        return np.full(2, self.t % 2, np.float32), float(action), False, self.t >= 100, info

@@ -745,3 +745,15 @@ def test_a_hello_acknowledged_by_a_host_that_then_lost_the_session_is_sent_again
         assert envs.reset(seed=0)[0].shape == (2, 4)
     finally:
         envs.close()
+
+
+def test_a_batch_of_all_envs_is_lockstep_on_the_host_too(host, keys):
+    """``batch_size == num_envs`` on one host: the agent steps in lockstep, and so must the host
+    (it took the agent's batch size for whole batches and answered the reset without observations)."""
+    expected = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+    envs = remote("CartPole-v1", 2, [host], keys, vector_kwargs={"batch_size": 2})
+    try:
+        assert_same(rollout(envs, 40, seed=5, mode="NextStep"), rollout(expected, 40, seed=5, mode="NextStep"))
+    finally:
+        envs.close()
+        expected.close()

@@ -144,7 +144,8 @@ class RemoteVectorPortal(PortalVectorEnv):
             "env_kwargs": env_kwargs,
             "runtime": b.runtime,
             "runtime_options": dict(b.runtime_options),
-            "vector": vector_kwargs,
+            # A batch of all envs is lockstep here, so it is lockstep on the hosts too.
+            "vector": vector_kwargs if self._batched else {k: v for k, v in vector_kwargs.items() if k != "batch_size"},
         }
         for address, problem in zip(hosts, reach.unreachable_all(hosts)):
             if problem:  # refused or unresolvable: say so now, not after heartbeat_timeout of silence

@@ -14,6 +14,7 @@ what runs is built from the operator's values (``host_policy``).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -121,6 +122,8 @@ class Host:
         self.sessions: dict[bytes, HostSession] = {}
         self._inline: dict = {}  # session -> the done fds of the lockstep step the router drives
         self._held: set = set()  # routing ids another key took over: their session's replies wait
+        self._collect_at: Optional[float] = None  # when to run the cyclic collector (sessions ended)
+        self._collected_at = 0.0
         self._stop = threading.Event()
         self._auth: Optional[ThreadAuthenticator] = None
         self.public_key: Optional[str] = None
@@ -543,6 +546,12 @@ class Host:
                 self._reap_one(identity, session, now, grace)
             except Exception as exc:
                 self._fail(session, exc, "reaping")
+        if self._collect_at is not None and now >= self._collect_at:
+            # A closed portal's parts call back into it (reference cycles): its ring mapping and that
+            # mapping's descriptor go when the cyclic collector runs. Run it once sessions have
+            # ended, at most once a second (a few ms), so that an ended session leaves nothing held.
+            self._collect_at, self._collected_at = None, now
+            gc.collect()
 
     def _reap_one(self, identity: bytes, session: HostSession, now: float, grace: float) -> None:
         if session.gone_since is not None and now - session.gone_since > grace:
@@ -562,6 +571,8 @@ class Host:
             del self.sessions[identity]
             self._held.discard(identity)
             session.close_pipes()
+            if self._collect_at is None:
+                self._collect_at = max(now, self._collected_at + 1.0)
 
     def _drop_behind(self, session: HostSession) -> None:
         """A session whose agent left more replies unacknowledged than its limit: dropped, its
@@ -636,12 +647,12 @@ HOST_MARK = "env-host"  # in a host's run directory: the run directories a host 
 
 
 def _free_dead_hosts() -> None:
-    from ...runtimes import gc
+    from ...runtimes import gc as leftovers
 
-    for leftover in gc.find_leftovers():
+    for leftover in leftovers.find_leftovers():
         if leftover.kind == "run dir" and os.path.exists(os.path.join(leftover.name, HOST_MARK)):
             try:
-                gc.remove(leftover)
+                leftovers.remove(leftover)
             except OSError:
                 pass
 

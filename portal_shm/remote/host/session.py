@@ -331,7 +331,9 @@ class HostSession(threading.Thread):
                     exc, E.PortalError
                 ):
                     log.warning("session %s: bad %s request: %s", self.client, cmd, exc)
-                self._emit({**self.error_data(exc), "re": header.get("seq")})
+                # A send is answered by batches, not by a reply: its error is one of them (no "re").
+                re = None if cmd == M.SEND else header.get("seq")
+                self._emit({**self.error_data(exc), **({} if re is None else {"re": re})})
             finally:
                 self.busy = False
 
