@@ -499,3 +499,39 @@ class ClashingInfosEnv(gym.Env):
         if self.t > self.after:
             info = {"d": {"_x": {"y": 1}}} if self.variant == 0 else {"d": {"x": 1}}
         return np.full(2, self.t % 2, np.float32), float(action), False, self.t >= 100, info
+
+
+class DoorbellStormEnv(gym.Env):
+    """A hostile env that rings every pipe its server process can write to, ``rings`` times per
+    step (its server's doorbells to the agent among them): an env runs inside its server, so it
+    can. The agent must take the rings for what they are, spurious wake-ups, and a host must not
+    let them cost its other tenants."""
+
+    def __init__(self, rings: int = 1000):
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.rings, self.t = int(rings), 0
+
+    def _ring(self) -> None:
+        import os
+        import stat
+
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                fd = int(name)
+                if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    continue
+                for _ in range(self.rings):
+                    os.write(fd, b"\1")
+            except (OSError, ValueError):
+                continue
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self._ring()
+        self.t += 1
+        return np.full(2, self.t % 2, np.float32), 1.0, False, self.t >= 50, {}

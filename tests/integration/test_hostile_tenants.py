@@ -399,6 +399,42 @@ def test_slowloris_connections_leave_the_honest_agent_stepping(start_host, keys)
         honest.finish()
 
 
+# -- a hostile env's doorbell storm -----------------------------------------------------------------------
+
+STORM = "portal_shm.server.example_envs:DoorbellStormEnv"
+
+
+@pytest.mark.parametrize("vector", [{}, {"batch_size": 1}], ids=["lockstep", "async-batches"])
+def test_an_env_ringing_every_pipe_of_its_server_costs_only_its_own_session(start_host, keys, vector):
+    """An env runs inside its server, so it can write to the server's doorbells: each storm is a
+    burst of spurious wake-ups for its own session (whose results stay its env's), and the honest
+    agent beside it keeps stepping equal to SyncVectorEnv."""
+    host = start_host()
+    with HonestAgent(host.address, keys) as honest:
+        stormy = portal_shm.make_vec(
+            STORM, 2, backend="remote", hosts=[host.address], host_key=keys.host_key, client_key=keys.tenant,
+            vector_kwargs=vector, heartbeat_timeout=5.0,
+        )  # fmt: skip
+        try:
+            ids = stormy.reset(seed=0)[1]["env_id"] if vector else None
+            for t in range(1, 31):
+                if vector:
+                    stormy.send(np.zeros(len(ids), np.int64), ids)
+                    obs, reward, terminated, truncated, infos = stormy.recv(timeout=15)
+                    ids = infos["env_id"]
+                    if t == 1:  # the other env's reset (a reset hands out the first batch only)
+                        continue
+                else:
+                    obs, reward, terminated, truncated, infos = stormy.step(np.zeros(2, np.int64))
+                    assert (obs == t % 2).all(), (t, obs)  # the storm's wake-ups never stand for results
+                assert (reward == 1.0).all()
+        finally:
+            _close_quietly(stormy)
+        report = honest.finish()
+    _host_alive(host)
+    assert report["steps"] > 20
+
+
 # -- f. id theft ------------------------------------------------------------------------------------------
 
 
