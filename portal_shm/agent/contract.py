@@ -144,3 +144,33 @@ def per_env_values(values: Any, count: int) -> list[Any]:
             f"Got `{len(values)}` values for {count} environments."
         )
     return list(values)
+
+
+def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
+    """``options["reset_mask"]`` as gymnasium's vector envs take it, with their errors."""
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+    if mask.shape != (num_envs,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not np.any(mask):
+        raise ValueError(
+            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
+        )
+    return mask
+
+
+def reset_options(options: Optional[dict[str, Any]], num_envs: int, batched: bool) -> tuple[Any, Any]:
+    """``reset``'s options without ``reset_mask``, and the mask checked as gymnasium checks it (None
+    when there is none); the caller's dict is left as it was."""
+    if options is None or "reset_mask" not in options:
+        return options, None
+    options = dict(options)
+    mask = check_reset_mask(options.pop("reset_mask"), num_envs)
+    if batched:
+        raise ValueError(
+            "options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
+            "env and recv() then hands them out batch by batch"
+        )
+    return options, mask

@@ -34,7 +34,7 @@ from ..wire.layout import ring_layout
 from . import env_fns as F
 from .batch_driver import Batch, BatchDriver
 from .batches import batch_grouping
-from .contract import PortalVectorEnv, check_env_ids, per_env_values
+from .contract import PortalVectorEnv, check_env_ids, per_env_values, reset_options
 from .health import Health
 from .lockstep import Lockstep
 from .pending import AsyncState, PendingCall
@@ -67,21 +67,6 @@ def seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | 
             f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}."
         )
     return seeds
-
-
-def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
-    """``options["reset_mask"]`` as gymnasium's vector envs take it, with their errors."""
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-    if mask.shape != (num_envs,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}")
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-    if not np.any(mask):
-        raise ValueError(
-            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
-        )
-    return mask
 
 
 class VectorPortal(PortalVectorEnv):
@@ -345,15 +330,8 @@ class VectorPortal(PortalVectorEnv):
         self._check_usable()
         seeds = seed_list(seed, self.num_envs)
         self._pending.check_idle("reset_async")
-        mask = None
-        if options is not None and "reset_mask" in options:
-            mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        options, mask = reset_options(options, self.num_envs, self._batches is not None)
         if self._batches is not None:
-            if mask is not None:
-                raise ValueError(
-                    "options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
-                    "env and recv() then hands them out batch by batch"
-                )
             self._run(self._batches.reset, seeds, options)
         else:
             self._clock.enter()

@@ -295,6 +295,36 @@ def test_per_env_calls_touch_only_the_envs_they_name(make):
             envs.get_attr_envs(bad, "marker")
 
 
+BAD_MASKS = [
+    pytest.param([True, False, True], TypeError, "must be a numpy array", id="a-list"),
+    pytest.param(np.ones(2, bool), ValueError, r"must have shape `\(3,\)`", id="wrong-shape"),
+    pytest.param(np.ones(3, np.int64), TypeError, "must have `dtype=np.bool_`", id="wrong-dtype"),
+    pytest.param(np.zeros(3, bool), ValueError, "at least one True value", id="all-false"),
+]
+
+
+@pytest.mark.parametrize("mask, error, text", BAD_MASKS)
+def test_a_bad_reset_mask_raises_gymnasiums_error_and_the_portal_goes_on(make, mask, error, text):
+    envs = make("CartPole-v1", 3, hosts=2, vector_kwargs={"autoreset_mode": "Disabled"})
+    first, _ = envs.reset(seed=0)
+    first = np.array(first)
+    options = {"reset_mask": mask}
+    with pytest.raises(error, match=text):
+        envs.reset(options=options)
+    assert options == {"reset_mask": mask}  # the caller's dict is left as it was
+    obs, _ = envs.reset(seed=0, options={"reset_mask": np.array([False, True, False])})
+    np.testing.assert_array_equal(obs, first)  # env 1 reset with its seed again, the others kept theirs
+
+
+def test_set_attr_of_the_wrong_length_raises_gymnasiums_error(make):
+    envs = make("CartPole-v1", 3, hosts=2)
+    envs.reset(seed=0)
+    with pytest.raises(ValueError, match="Got `2` values for 3 environments"):
+        envs.set_attr("marker", ["a", "b"])
+    envs.set_attr("marker", ("a", "b", "c"))
+    assert envs.get_attr("marker") == ("a", "b", "c")
+
+
 WALK = "portal_shm.server.example_envs:RandomWalkEnv"
 
 

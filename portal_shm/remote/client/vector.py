@@ -24,7 +24,7 @@ from gymnasium.vector.utils import batch_space
 
 from ... import errors as E
 from ...agent.actions import ActionLeaves
-from ...agent.contract import PortalVectorEnv, check_env_ids, per_env_values
+from ...agent.contract import PortalVectorEnv, check_env_ids, per_env_values, reset_options
 from ...agent.pending import AsyncState, PendingCall
 from ...agent.spaces import schema_to_space
 from ...agent.stats import WINDOW_S, AgentClock, ClockHistory, check_window
@@ -461,15 +461,18 @@ class RemoteVectorPortal(PortalVectorEnv):
 
     def _reset_request(self, seed: Any, options: Optional[dict]) -> dict:
         seeds = seed_list(seed, self.num_envs)
+        options, mask = reset_options(options, self.num_envs, self._batched)
+        if mask is not None:
+            options = {**options, "reset_mask": mask}
         self._recovery.note_reset(seeds, options)
         headers = []
         for link in self._links:
             part = dict(options) if options else None
-            if part and "reset_mask" in part:
-                part["reset_mask"] = np.asarray(part["reset_mask"])[link.offset : link.offset + link.num_envs]
-            if part and "reset_mask" in part and not part["reset_mask"].any():
-                headers.append(None)  # none of this host's envs: it keeps its observation, as gymnasium's do
-                continue
+            if mask is not None:
+                part = {**(part or {}), "reset_mask": mask[link.offset : link.offset + link.num_envs]}
+                if not part["reset_mask"].any():
+                    headers.append(None)  # none of this host's envs: it keeps its observation, as gymnasium's do
+                    continue
             link.stand_in = None
             headers.append({"cmd": M.RESET, "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
         return self._post_all(headers, what="reset")
@@ -721,10 +724,7 @@ class RemoteVectorPortal(PortalVectorEnv):
     def set_attr(self, name: str, values: Any) -> None:
         self._check_open()
         self._pending.check_idle(f"set_attr({name!r})")
-        if not isinstance(values, (list, tuple)):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(f"values must have length num_envs={self.num_envs}, got {len(values)}")
+        values = per_env_values(values, self.num_envs)
         headers = [
             {"cmd": M.SET_ATTR, "name": name, "values": list(values[lk.offset : lk.offset + lk.num_envs])}
             for lk in self._links
