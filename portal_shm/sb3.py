@@ -43,6 +43,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from .agent.infos import split_infos
 from .api import VectorPortal
 from .errors import EnvError
 from .multi_agent import make_vec_ma
@@ -64,21 +65,7 @@ def unbatch_infos(infos: dict, num_envs: int) -> list:
 
     Numpy scalars become Python numbers, as SB3's own VecEnvs (which never batch infos) give them.
     """
-    per_env: list = [{} for _ in range(num_envs)]
-    for key, value in infos.items():
-        if key.startswith("_") and key[1:] in infos:
-            continue  # a mask
-        mask = infos.get("_" + key)
-        present = range(num_envs) if mask is None else np.flatnonzero(mask)
-        if isinstance(value, dict):
-            nested = unbatch_infos(value, num_envs)
-            for i in present:
-                per_env[i][key] = nested[i]
-            continue
-        for i in present:
-            item = value[i]
-            per_env[i][key] = item.item() if isinstance(item, np.generic) else item
-    return per_env
+    return split_infos(infos, num_envs, plain=True, unmasked=True)
 
 
 def wrapper_names(description: str) -> list:

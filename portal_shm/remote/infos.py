@@ -10,49 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
-
-from ..agent.infos import add_info
+from ..agent.infos import add_info, split_infos
 from ..errors import ServerProtocolError
 
-# Values of these arrays cross as Python numbers: the agent's batching gives them the same dtype
-# (gymnasium picks int64, float64, bool for int, float, bool), and msgpack packs them natively,
-# where numpy scalars take a Python hook each way (for every value of every batch).
 HOST_PREFIX = "env host "  # how texts about a host's envs start on the agent (errors and env_failure)
-_NATIVE = frozenset(np.dtype(t) for t in (np.int64, np.float64, np.bool_))
-
-
-def _value(array: Any, j: int) -> Any:
-    value = array[j]
-    # a bool array was batched from Python bools (np.bool_ values go into object arrays)
-    return bool(value) if isinstance(value, np.bool_) and array.dtype == np.bool_ else value
-
-
-def _mask(infos: dict, key: str) -> Optional[np.ndarray]:
-    """The mask of ``key`` (which envs have it), or None when it has none; ValueError where the
-    mask's place holds something else: an env's own key that starts with ``_`` (gymnasium's
-    batching cannot tell the two apart, so neither can the host)."""
-    mask = infos.get("_" + key)
-    if mask is None:
-        return None
-    if not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.ndim == 1):
-        raise ValueError(
-            f"infos key {'_' + key!r} is both an env's key and the mask of {key!r} in gymnasium's batching: "
-            "these infos cannot cross to the agent (rename info keys that start with '_')"
-        )
-    return mask
-
-
-def _env_info(infos: dict, j: int) -> dict:
-    out = {}
-    for key, value in infos.items():
-        if not isinstance(key, str) or (key.startswith("_") and key[1:] in infos):
-            continue
-        mask = _mask(infos, key)
-        if mask is None or j >= len(mask) or not mask[j]:
-            continue
-        out[key] = _env_info(value, j) if isinstance(value, dict) else _value(value, j)
-    return out
 
 
 def unbatch(infos: dict, count: int, skip: tuple = ("env_id", "_env_id")) -> list:
@@ -60,24 +21,7 @@ def unbatch(infos: dict, count: int, skip: tuple = ("env_id", "_env_id")) -> lis
     infos = {key: value for key, value in infos.items() if key not in skip}
     if not infos:
         return []
-    per_env: list = [None] * count
-    for key, value in infos.items():
-        if not isinstance(key, str) or (key.startswith("_") and key[1:] in infos):
-            continue
-        mask = _mask(infos, key)
-        if mask is None:
-            continue
-        rows = np.flatnonzero(mask[:count]).tolist()
-        if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype in _NATIVE:
-            values = value[rows].tolist()
-        else:
-            values = [_env_info(value, j) if isinstance(value, dict) else _value(value, j) for j in rows]
-        for j, item in zip(rows, values):
-            env_info = per_env[j]
-            if env_info is None:
-                env_info = per_env[j] = {}
-            env_info[key] = item
-    return [[j, env_info] for j, env_info in enumerate(per_env) if env_info is not None]
+    return [[j, env_info] for j, env_info in enumerate(split_infos(infos, count)) if env_info]
 
 
 def batch(sparse: Any, positions: Any, total: int, what: str, infos: Optional[dict] = None, envs: Any = None) -> dict:
