@@ -50,3 +50,34 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.fspath.basename == "test_fuzz.py":
                 item.add_marker(pytest.mark.timeout(0))
+
+
+# -- lanes and their times -------------------------------------------------------------------------------
+# A test's lane is its first marker of LANES (docker, training, slow), else "fast"; the run ends
+# with each lane's count and time (setup, call and teardown together), so CI's log says what each
+# costs. ``-m "not docker and not training and not slow"`` runs the fast lane alone.
+LANES = ("docker", "training", "slow")
+_lane_times: dict = {}
+
+
+def _lane(item) -> str:
+    names = {mark.name for mark in item.iter_markers()}
+    return next((lane for lane in LANES if lane in names), "fast")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    started = time.monotonic()
+    yield
+    count, seconds = _lane_times.get(_lane(item), (0, 0.0))
+    _lane_times[_lane(item)] = (count + 1, seconds + time.monotonic() - started)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _lane_times:
+        return
+    terminalreporter.section("lanes")
+    for lane in ("fast",) + LANES:
+        if lane in _lane_times:
+            count, seconds = _lane_times[lane]
+            terminalreporter.write_line(f"{lane:9s} {count:5d} tests {seconds:8.1f} s")

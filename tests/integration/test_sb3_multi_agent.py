@@ -14,6 +14,7 @@ from stable_baselines3.common.vec_env import VecMonitor  # noqa: E402
 from portal_shm.sb3 import flat_agents_vec_env  # noqa: E402
 
 
+@pytest.mark.training
 def test_ppo_trains_20k_steps_on_mpe_agents_with_one_shared_policy():
     torch.set_num_threads(1)
     cycles, num_envs, agents = 25, 4, 3

@@ -26,6 +26,7 @@ TINY = [
 ]
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("script, plugin", [("ppo_atari.py", "ale_py"), ("ppo_vizdoom.py", "vizdoom")])
 def test_example_trains_and_writes_its_curve(script, plugin, tmp_path):
     pytest.importorskip("torch")
@@ -48,6 +49,7 @@ def test_example_trains_and_writes_its_curve(script, plugin, tmp_path):
     assert header == "global_step,seconds,episodic_return,episodic_length"
 
 
+@pytest.mark.training
 def test_envpool_script_logs_the_games_returns(tmp_path):
     """examples/ppo_atari_envpool.py, envpool's API through portal_shm.envpool: a few thousand steps
     of Breakout with episodic life, and the games' scores (not one life's) are logged."""
@@ -71,6 +73,7 @@ def test_envpool_script_logs_the_games_returns(tmp_path):
     assert "update 8/8 global_step=2048 SPS=" in result.stdout and "done: 2048 env steps" in result.stdout
 
 
+@pytest.mark.training
 @pytest.mark.parametrize(
     "env, extra",
     [
@@ -97,6 +100,7 @@ def test_multi_agent_example_trains_every_group(env, extra, tmp_path):
     assert "update 2/2  step 64" in result.stdout and "done: 64 env steps" in result.stdout
 
 
+@pytest.mark.training
 def test_numpy_reinforce_script_trains_and_logs_returns(tmp_path):
     """examples/reinforce_cartpole.py: the framework-free training script portal-shm agent runs."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

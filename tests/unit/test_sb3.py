@@ -183,6 +183,7 @@ def test_unbatch_infos_follows_the_masks():
     assert unbatch_infos(infos, 2) == [{"a": 1.5}, {"episode": {"r": 3.0}}]
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("vec_env", ["SB3VecEnv(make_vec(...))", "SubprocVecEnv(env_fns)"])
 def test_ppo_learns_cartpole_through_the_portal(vec_env):
     threads = torch.get_num_threads()
