@@ -145,7 +145,7 @@ class RemoteVectorPortal(PortalVectorEnv):
             "runtime": b.runtime,
             "runtime_options": dict(b.runtime_options),
             # A batch of all envs is lockstep here, so it is lockstep on the hosts too.
-            "vector": vector_kwargs if self._batched else {k: v for k, v in vector_kwargs.items() if k != "batch_size"},
+            "vector": {k: v for k, v in vector_kwargs.items() if k != "batch_size" or v != self.num_envs},
         }
         for address, problem in zip(hosts, reach.unreachable_all(hosts)):
             if problem:  # refused or unresolvable: say so now, not after heartbeat_timeout of silence
