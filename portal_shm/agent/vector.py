@@ -122,6 +122,9 @@ class VectorPortal(PortalVectorEnv):
         spin_wait: seconds the agent and each server watch the ring for the other side before they
             sleep on their doorbell pipe (the core is yielded at every turn); 0 never spins. Default:
             ``portal_shm.agent.spin.default_spin_wait()``.
+        max_ring_bytes: the largest ring the envs' spaces may ask for (None: no cap), checked once
+            their servers said their spaces and before the ring is made: an env host serving
+            untrusted envs sets it (``portal-shm host --max-ring-bytes``).
         recycle: replace servers by warm spares at episode ends, trajectories unchanged, e.g.
             ``{"episodes": 500, "rss_mb": 2048, "seconds": 3600, "slowdown": 3.0, "jitter": 0.1}``
             (any subset of the rules; also ``wait_steps`` and ``max_per_step``): see
@@ -152,6 +155,7 @@ class VectorPortal(PortalVectorEnv):
         max_restarts: int = 3,
         spin_wait: Optional[float] = None,
         recycle: Optional[Union[dict[str, Any], RecyclePolicy]] = None,
+        max_ring_bytes: Optional[int] = None,
     ) -> None:
         F.check_options(context, worker, max_concurrency)
         recycle_policy = check_recycle(recycle)
@@ -184,6 +188,7 @@ class VectorPortal(PortalVectorEnv):
             envs_per_server = batch_grouping(specs, self.batch_size, envs_per_server)
         self.copy = self._gymnasium_form if copy is None else copy
         self.ring_depth = ring_depth
+        self.max_ring_bytes = max_ring_bytes
         self.step_timeout = step_timeout
         self.spin_wait = default_spin_wait() if spin_wait is None else max(0.0, float(spin_wait))
         self.closed = False
@@ -271,11 +276,23 @@ class VectorPortal(PortalVectorEnv):
             self.closed = True
             raise
 
+    def _check_ring(self, layout: dict[str, Any]) -> None:
+        if self.max_ring_bytes is not None and int(layout["size"]) > self.max_ring_bytes:
+            raise PortalError(
+                f"the envs' spaces need a ring of {int(layout['size']):,} bytes ({self.num_envs} envs x ring_depth "
+                f"{self.ring_depth}), more than max_ring_bytes={self.max_ring_bytes:,} (on an env host: portal-shm "
+                "host --max-ring-bytes)"
+            )
+
     def _attach(self, specs: list[EnvSpec], timeout: float, info_capacity: int) -> RingViews:
         """The portal's spaces from the servers' hellos, then the ring they all attach to."""
         session = self._session
         obs_schemas = [s for server in session.servers for s in server.schemas("observation_spaces")]
         act_schemas = [s for server in session.servers for s in server.schemas("action_spaces")]
+        if self.max_ring_bytes is not None:  # before gymnasium builds the spaces (a Box's bounds are arrays)
+            self._check_ring(
+                ring_layout(obs_schemas[0], act_schemas[0], self.num_envs, self.ring_depth, 1, info_capacity)
+            )
         spaces = portal_spaces(
             obs_schemas, act_schemas, self.observation_mode, specs[0].factory if self._gymnasium_form else None
         )
@@ -296,6 +313,7 @@ class VectorPortal(PortalVectorEnv):
         layout = ring_layout(
             spaces.obs_schema, spaces.act_schema, self.num_envs, self.ring_depth, len(session.servers), info_capacity
         )
+        self._check_ring(layout)
         settings = {
             "autoreset_mode": self.autoreset_mode.value,
             "observation_schema": spaces.obs_schema,

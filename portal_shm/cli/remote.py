@@ -170,7 +170,21 @@ def host_policy(args: argparse.Namespace) -> Any:
         pickled_states=args.pickled_states,
         env_kwargs=_list(args.env_kwargs) or (),
         calls=_list(args.calls) if args.calls is not None else defaults.calls,
+        size_caps={**defaults.size_caps, **_size_caps(args.size_cap)},
+        max_ring_bytes=args.max_ring_bytes,
     )
+
+
+def _size_caps(given: Optional[list]) -> dict:
+    """``--size-cap NAME=N`` flags as {name: N}."""
+    from ..errors import PortalError
+
+    caps = {}
+    for name, value in _named(given, "--size-cap").items():
+        if not value.isdigit() or int(value) < 1:
+            raise PortalError(f"--size-cap {name}={value}: give a positive integer")
+        caps[name] = int(value)
+    return caps
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -292,6 +306,18 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
         "--env-kwargs",
         metavar="NAMES",
         help="env kwarg names allowed beside those the env's constructor declares (globs)",
+    )
+    policy.add_argument(
+        "--size-cap",
+        action="append",
+        metavar="NAME=N",
+        help="the largest value agents may give an env kwarg that sizes memory (default: stack 64, screen_size "
+        "1024, frame_skip 64, noop_max 1000, ...; see SECURITY.md); repeatable",
+    )
+    policy.add_argument(
+        "--max-ring-bytes",
+        default="1g",
+        help="the largest ring a session's envs may declare spaces for, checked before it is made (default %(default)s)",
     )
     policy.add_argument(
         "--calls",

@@ -535,3 +535,32 @@ class DoorbellStormEnv(gym.Env):
         self._ring()
         self.t += 1
         return np.full(2, self.t % 2, np.float32), 1.0, False, self.t >= 50, {}
+
+
+class _DeclaredBox:
+    """A look-alike of ``Box`` (matched by class name, as every runtime's spaces are) whose bounds
+    are broadcast views: the env pays for its shape only when they are sent."""
+
+    def __init__(self, shape: tuple) -> None:
+        self.shape, self.dtype = shape, np.dtype(np.uint8)
+        self.low = np.broadcast_to(np.uint8(0), shape)
+        self.high = np.broadcast_to(np.uint8(255), shape)
+
+
+_DeclaredBox.__name__ = "Box"
+
+
+class HugeSpaceEnv(gym.Env):
+    """Declares an observation space of ``side`` x ``side`` bytes and never makes anything that
+    large: what a hostile env declares to make the agent (or an env host) size a ring of gigabytes."""
+
+    def __init__(self, side: int = 8192):
+        self.observation_space = _DeclaredBox((int(side), int(side)))
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        return np.broadcast_to(np.zeros(1, np.uint8), self.observation_space.shape), {}
+
+    def step(self, action):
+        return np.broadcast_to(np.zeros(1, np.uint8), self.observation_space.shape), 0.0, False, False, {}

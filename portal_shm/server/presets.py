@@ -288,6 +288,22 @@ class StackFrames(gym.Wrapper):
         return np.stack(self.frames), reward, terminated, truncated, info
 
 
+def _counts(low: int = 1, **values: Any) -> None:
+    """Each of ``values`` an int of at least ``low``: checked before anything is built (a wrong
+    type or a negative stack fails here, not as an odd numpy error deep in a wrapper)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r:.40}: give an integer of at least {low}")
+
+
+def _sizes(**values: Any) -> None:
+    """Each of ``values`` a frame size: a positive int, or a pair of them (h, w)."""
+    for name, value in values.items():
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if len(items) not in (1, 2) or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in items):
+            raise ValueError(f"{name}={value!r:.40}: give a positive integer or a pair (height, width) of them")
+
+
 def atari(
     env_id: str = "ALE/Pong-v5",
     *,
@@ -313,6 +329,9 @@ def atari(
     defaults, and envpool's, are in the module docstring. ``max_episode_steps`` replaces ALE's own
     limit (v5: 108,000 frames, no-ops included) unless ``max_num_frames_per_episode`` is given too.
     """
+    _counts(stack=stack, frame_skip=frame_skip)
+    _counts(noop_max=noop_max, noop_min=noop_min, low=0)
+    _sizes(screen_size=screen_size)
     import ale_py
 
     gym.register_envs(ale_py)
@@ -373,6 +392,10 @@ def vizdoom(
     ``(stack, h, w)`` grayscale or ``(stack, 3, h, w)`` RGB, uint8. ``kwargs`` go to the
     gymnasium env (and from there into ViZDoom's config).
     """
+    _counts(stack=stack, frame_skip=frame_skip)
+    _sizes(size=size)
+    if not isinstance(size, (list, tuple)):
+        raise ValueError(f"size={size!r:.40}: give the frame's (height, width)")
     import vizdoom as vzd
     import vizdoom.gymnasium_wrapper  # noqa: F401  (registers the Vizdoom* ids)
 

@@ -43,6 +43,7 @@ CLASHING = "portal_shm.server.example_envs:ClashingInfosEnv"
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 SLOW = "portal_shm.server.example_envs:SlowEnv"
 NULL = "portal_shm.server.example_envs:NullEnv"
+HUGE = "portal_shm.server.example_envs:HugeSpaceEnv"
 MiB = 1 << 20
 
 
@@ -433,6 +434,39 @@ def test_an_env_ringing_every_pipe_of_its_server_costs_only_its_own_session(star
         report = honest.finish()
     _host_alive(host)
     assert report["steps"] > 20
+
+
+# -- cheap amplifiers: sizes an agent asks for, spaces an env declares -------------------------------------
+
+
+def test_a_preset_int_that_sizes_memory_is_refused_before_any_server_starts(start_host, keys):
+    host = start_host("--entry-points", "portal_shm.server.example_envs:*,portal_shm.presets:atari")
+    with HonestAgent(host.address, keys) as honest:
+        servers, peak = set(descendants(host.process.pid)), peak_rss_bytes(host.process.pid)
+        with pytest.raises(
+            portal_shm.HostPolicyError, match=r"stack=12000 passes this host's cap 64 .*--size-cap stack=N"
+        ):
+            remote("portal_shm.presets:atari", 1, host, keys, client_key=keys.tenant, stack=12000)
+        assert set(descendants(host.process.pid)) <= servers  # refused at hello: no server started
+        assert peak_rss_bytes(host.process.pid) - peak < 64 * MiB
+        honest.finish()
+    _host_alive(host)
+
+
+def test_spaces_that_need_a_ring_past_the_hosts_cap_are_refused_naming_the_flag(start_host, keys):
+    host = start_host("--max-ring-bytes", "64m")
+    with HonestAgent(host.address, keys) as honest:
+        servers = set(descendants(host.process.pid))
+        with pytest.raises(portal_shm.PortalError, match=r"more than max_ring_bytes=67,108,864 .*--max-ring-bytes"):
+            remote(HUGE, 2, host, keys, client_key=keys.tenant, side=4096)
+        assert eventually(lambda: set(descendants(host.process.pid)) <= servers, 15)
+        envs = remote(HUGE, 2, host, keys, client_key=keys.tenant, side=256)  # within the cap: served
+        try:
+            assert envs.reset(seed=0)[0].shape == (2, 256, 256)
+        finally:
+            envs.close()
+        honest.finish()
+    _host_alive(host)
 
 
 # -- f. id theft ------------------------------------------------------------------------------------------

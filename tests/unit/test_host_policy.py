@@ -5,6 +5,7 @@ against a real host and real containers are ``tests/integration/test_host_policy
 """
 
 import dataclasses
+import re
 import sys
 
 import pytest
@@ -80,7 +81,7 @@ def test_memory_sizes_that_are_not_are_refused(value):
 
 def test_registered_ids_and_the_presets_are_granted_by_default():
     result = grant(env_id="CartPole-v1", env_kwargs={"max_episode_steps": 5})
-    assert result == Grant("CartPole-v1", {"max_episode_steps": 5}, ProcessBackend(), {})
+    assert result == Grant("CartPole-v1", {"max_episode_steps": 5}, ProcessBackend(), {"max_ring_bytes": 1 << 30})
     for entry_point in PRESET_ENTRY_POINTS:
         assert grant(env_id=entry_point).env_id == entry_point
 
@@ -298,7 +299,7 @@ def test_runtimes_the_host_does_not_offer_are_refused():
 
 def test_vector_options_are_checked_and_an_unknown_one_is_an_error():
     vector = {"batch_size": 2, "ring_depth": 3, "step_timeout": None, "autoreset_mode": "SameStep"}
-    assert grant(num_envs=4, vector=vector).vector == vector
+    assert grant(num_envs=4, vector=vector).vector == {**vector, "max_ring_bytes": 1 << 30}
     refused("vector_kwargs key 'ring_dpeth' is not one an env host takes", vector={"ring_dpeth": 3})
 
 
@@ -379,7 +380,7 @@ def test_any_hello_is_granted_with_the_operators_runtime_or_refused(runtime, env
             "pids_limit",
         ):
             assert getattr(result.backend, f.name) == getattr(defaults, f.name), f.name
-    assert set(result.vector) <= set(VECTOR_OPTIONS)
+    assert set(result.vector) <= set(VECTOR_OPTIONS) | {"max_ring_bytes"} and result.vector["max_ring_bytes"] == 1 << 30
     if runtime == "process":
         assert result.backend.python in (None, sys.executable)
 
@@ -436,3 +437,42 @@ def test_ray_hosts_take_the_drivers_policy_with_its_one_runtime():
     assert portal_shm.RayBackend().policy() == HostPolicy(runtimes=("process",))
     with pytest.raises(PortalError, match="host_policy must be a portal_shm.HostPolicy"):
         portal_shm.RayBackend(host_policy={"entry_points": "*"}).check()
+
+
+# -- sizes an agent may ask for (issue 35) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        (
+            {"stack": 12000},
+            "stack=12000 passes this host's cap 64 (the operator raises it with portal-shm host --size-cap stack=N)",
+        ),
+        ({"screen_size": [84, 100000]}, "screen_size=[84, 100000] passes this host's cap 1024"),
+        ({"frame_skip": 10**9}, "--size-cap frame_skip=N"),
+        ({"stack": True}, "sizes memory: give a non-negative integer"),
+        ({"stack": -1}, "sizes memory: give a non-negative integer"),
+        ({"noop_max": "30"}, "sizes memory: give a non-negative integer"),
+    ],
+)
+def test_kwargs_that_size_memory_are_capped_before_anything_is_made(kwargs, text):
+    with pytest.raises(HostPolicyError, match=re.escape(text)):
+        grant(env_id="portal_shm.presets:atari", env_kwargs=kwargs)
+
+
+def test_the_operator_raises_a_size_cap_and_the_presets_within_it_pass():
+    assert grant(env_id="portal_shm.presets:atari", env_kwargs={"stack": 64, "screen_size": [84, 84]}).env_kwargs
+    args = build_parser().parse_args(["host", "--size-cap", "stack=128", "--max-ring-bytes", "2g"])
+    policy = host_policy(args)
+    assert policy.size_caps["stack"] == 128 and policy.size_caps["screen_size"] == 1024
+    assert grant(policy, env_id="portal_shm.presets:atari", env_kwargs={"stack": 100}).vector == {
+        "max_ring_bytes": 2 << 30
+    }
+    with pytest.raises(PortalError, match="--size-cap stack=x: give a positive integer"):
+        host_policy(build_parser().parse_args(["host", "--size-cap", "stack=x"]))
+
+
+def test_an_agent_cannot_set_the_ring_cap_itself():
+    with pytest.raises(HostPolicyError, match="vector_kwargs key 'max_ring_bytes' is not one an env host takes"):
+        grant(vector={"max_ring_bytes": 1 << 40})

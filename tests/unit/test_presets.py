@@ -1,5 +1,7 @@
 """Env-side training presets: exact area resizing, Atari preprocessing, ViZDoom screens, through a portal."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -254,3 +256,21 @@ def test_rgb_frames_are_channels_first():
         assert obs.shape == (2, 3, 96, 72) and env.observation_space.contains(obs)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize(
+    "preset, kwargs, text",
+    [
+        (presets.atari, {"stack": 0}, "stack=0: give an integer of at least 1"),
+        (presets.atari, {"stack": 2.5}, "stack=2.5: give an integer"),
+        (presets.atari, {"frame_skip": True}, "frame_skip=True: give an integer"),
+        (presets.atari, {"noop_max": -1}, "noop_max=-1: give an integer of at least 0"),
+        (presets.atari, {"screen_size": (84, 0)}, "screen_size=(84, 0): give a positive integer or a pair"),
+        (presets.atari, {"screen_size": (1, 2, 3)}, "give a positive integer or a pair"),
+        (presets.vizdoom, {"size": 84}, "size=84: give the frame's (height, width)"),
+        (presets.vizdoom, {"stack": -4}, "stack=-4: give an integer of at least 1"),
+    ],
+)
+def test_presets_check_their_sizes_before_building_anything(preset, kwargs, text):
+    with pytest.raises(ValueError, match=re.escape(text)):
+        preset(**kwargs)

@@ -184,3 +184,34 @@ def test_stable_baselines3_ppo_trains_on_a_portal():
         assert env.action_space.contains(int(action))
     finally:
         env.close()
+
+
+def test_spaces_that_need_a_ring_past_max_ring_bytes_are_refused_before_it_is_made():
+    """A hostile env declares a 4096x4096 frame (its bounds are broadcast views): with
+    ``max_ring_bytes`` the portal refuses before the ring (or gymnasium's spaces) are made, and
+    leaves no server behind."""
+
+    def children() -> set:
+        import os
+
+        found = set()
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as handle:
+                found |= {int(pid) for pid in handle.read().split()}
+        return found
+
+    before = children()
+    with pytest.raises(
+        portal_shm.PortalError, match=r"need a ring of 134,\d{3},\d{3} bytes .* max_ring_bytes=1,048,576"
+    ):
+        portal_shm.make_vec(
+            "portal_shm.server.example_envs:HugeSpaceEnv", 2, side=4096, vector_kwargs={"max_ring_bytes": 1 << 20}
+        )
+    assert children() <= before
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:HugeSpaceEnv", 2, side=64, vector_kwargs={"max_ring_bytes": 1 << 20}
+    )
+    try:
+        assert envs.reset(seed=0)[0].shape == (2, 64, 64)
+    finally:
+        envs.close()

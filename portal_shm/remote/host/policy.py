@@ -61,6 +61,23 @@ MIN_MEMORY = 6 << 20  # Docker refuses less; 0 would mean no limit
 MIN_CPUS = 0.01  # Docker's least; fewer nano-CPUs round to 0, no limit
 # gymnasium's accessors take the attribute's name as their first argument: checked as one.
 ACCESSORS = frozenset({"get_wrapper_attr", "set_wrapper_attr", "has_wrapper_attr"})
+# Env kwargs that size memory, and how large an agent may ask for them (``--size-cap NAME=N``): the
+# presets' and envpool's names for frame stacks, frame sizes and skips. A plain int is the cheapest
+# amplifier there is (``stack=12000`` made a server allocate ~1 GB before anything else was checked).
+DEFAULT_SIZE_CAPS = {
+    "stack": 64,
+    "stack_num": 64,
+    "frame_stack": 64,
+    "screen_size": 1024,
+    "img_height": 1024,
+    "img_width": 1024,
+    "frameskip": 64,
+    "frame_skip": 64,
+    "noop_max": 1000,
+    "noop_min": 1000,
+    "size": 1024,
+}
+DEFAULT_MAX_RING = "1g"
 _registries: dict = {}  # plugins -> the env ids registered once they are imported (one registry per process)
 _registry_lock = threading.Lock()
 
@@ -105,6 +122,11 @@ def dotted_match(name: str, pattern: str) -> bool:
     return re.fullmatch(regex, name) is not None
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _flag(patterns: Optional[tuple]) -> str:
     return ",".join(patterns) if patterns else "(none)"
 
@@ -142,6 +164,10 @@ class HostPolicy:
         calls: globs over the names of ``call``/``get_attr``/``set_attr`` (public names only).
         pickled_states: agents may save and restore env states the envs' runtime pickles
             (``--pickled-states``): unpickling runs code, so it is a right to run code in the runtime.
+        size_caps: the largest value of each env kwarg that sizes memory (``--size-cap NAME=N``;
+            an int, or each int of a list such as ``screen_size=(h, w)``).
+        max_ring_bytes: the largest ring a session's envs may declare spaces for (``--max-ring-bytes``),
+            checked once their servers said their spaces, before the ring is made.
     """
 
     runtimes: tuple = DEFAULT_RUNTIMES
@@ -159,6 +185,8 @@ class HostPolicy:
     env_kwargs: tuple = ()
     calls: tuple = ("*",)
     pickled_states: bool = False
+    size_caps: dict = field(default_factory=lambda: dict(DEFAULT_SIZE_CAPS))
+    max_ring_bytes: str = DEFAULT_MAX_RING
 
     def check(self) -> None:
         """The operator's own values, on the host that applies them (a bad flag stops the host)."""
@@ -167,8 +195,12 @@ class HostPolicy:
             raise PortalError(f"--runtimes {','.join(map(str, unknown))}: hosts run envs on {', '.join(RUNTIMES)}")
         try:
             parse_bytes(self.max_mem, "--max-mem")
+            parse_bytes(self.max_ring_bytes, "--max-ring-bytes")
         except HostPolicyError as exc:
             raise PortalError(str(exc)) from None
+        for name, cap in self.size_caps.items():
+            if not isinstance(name, str) or isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise PortalError(f"--size-cap {name}={cap}: give a name and a positive integer")
         for name, path in self.pythons.items():
             if not os.path.isfile(path) or not os.access(path, os.X_OK):
                 raise PortalError(f"--python {name}={path}: there is no executable file at {path}")
@@ -178,11 +210,14 @@ class HostPolicy:
 
     # -- the operator's view ------------------------------------------------------------------
     def describe(self) -> str:
-        """One line for the host's start-up log: what agents may run here."""
+        """One line for the host's start-up log: what agents may run here (and how large)."""
         envs = _flag(self.envs) if self.envs is not None else f"the {len(self.registry())} registered ids"
         images = _flag(self.images) if self.images is not None else f"images labelled {LABEL_ENV_IMAGE}"
-        return f"runtimes {','.join(self.runtimes)}; envs {envs}; entry points {_flag(self.entry_points)}" + (
-            f"; {images}" if "docker" in self.runtimes else ""
+        caps = ", ".join(f"{k} {v}" for k, v in sorted(self.size_caps.items()))
+        return (
+            f"runtimes {','.join(self.runtimes)}; envs {envs}; entry points {_flag(self.entry_points)}"
+            + (f"; {images}" if "docker" in self.runtimes else "")
+            + f"; rings up to {self.max_ring_bytes}; size caps {caps}"
         )
 
     def registry(self) -> frozenset:
@@ -211,7 +246,11 @@ class HostPolicy:
         self.check_env(env_id)
         backend = self.backend(hello.get("runtime"), hello.get("runtime_options"))
         env_kwargs = self.check_env_kwargs(env_id, hello.get("env_kwargs"))
-        return Grant(env_id, env_kwargs, backend, check_vector_options(hello.get("vector"), num_envs))
+        vector = check_vector_options(hello.get("vector"), num_envs)
+        vector["max_ring_bytes"] = parse_bytes(
+            self.max_ring_bytes, "--max-ring-bytes"
+        )  # (the operator's, never an agent's)
+        return Grant(env_id, env_kwargs, backend, vector)
 
     def check_env(self, env_id: Any) -> None:
         if not isinstance(env_id, str):
@@ -266,6 +305,7 @@ class HostPolicy:
         declared = None
         for key, value in kwargs.items():
             check_name(key, "env kwarg")
+            self.check_size(key, value)
             if any(fnmatch.fnmatchcase(key, p) for p in self.env_kwargs):
                 continue
             path = _host_path(value)
@@ -283,6 +323,22 @@ class HostPolicy:
                     "other names with portal-shm host --env-kwargs NAMES"
                 )
         return dict(kwargs)
+
+    def check_size(self, key: str, value: Any) -> None:
+        """An env kwarg that sizes memory (``size_caps``), within its cap."""
+        cap = self.size_caps.get(key)
+        if cap is None:
+            return
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not items or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in items):
+            raise HostPolicyError(
+                f"env kwarg {key}={_short(value)} sizes memory: give a non-negative integer (or a list of them)"
+            )
+        if max(items) > cap:
+            raise HostPolicyError(
+                f"env kwarg {key}={_short(value)} passes this host's cap {cap} (the operator raises it with portal-shm "
+                f"host --size-cap {key}=N)"
+            )
 
     def declared_kwargs(self, env_id: str, kwargs: Optional[dict] = None) -> set:
         """The keyword arguments ``env_id``'s constructor names, as far as this host can see them:
@@ -344,7 +400,7 @@ class HostPolicy:
     def _python(self, name: Any) -> Optional[str]:
         if name is None:
             return None
-        if name not in self.pythons:
+        if not isinstance(name, str) or name not in self.pythons:
             offered = ", ".join(sorted(self.pythons)) or "none"
             raise HostPolicyError(
                 f"python={str(name)[:200]!r}: agents pick an interpreter the host offers by name, never a path; "
@@ -417,7 +473,7 @@ class HostPolicy:
             if "requirements" in options:
                 raise HostPolicyError("give venv=NAME or requirements=[...], not both")
             name = options["venv"]
-            if name not in self.venvs:
+            if not isinstance(name, str) or name not in self.venvs:
                 offered = ", ".join(sorted(self.venvs)) or "none"
                 raise HostPolicyError(
                     f"venv={str(name)[:100]!r} is not one this host defines; it offers {offered} "
@@ -458,7 +514,7 @@ class HostPolicy:
 
     def _micromamba(self, options: dict) -> Backend:
         name = options.get("micromamba")
-        if name not in self.micromambas:
+        if not isinstance(name, str) or name not in self.micromambas:
             offered = ", ".join(sorted(self.micromambas)) or "none"
             raise HostPolicyError(
                 f"micromamba={str(name)[:100]!r}: agents pick a micromamba env the host defines by name; it offers "
