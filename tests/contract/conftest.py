@@ -30,9 +30,16 @@ class Factory:
     and ignore it). Every portal made is closed after its test, whatever the test did.
     """
 
-    def __init__(self, kind: str, options: Callable[[int], dict], max_hosts: int = 1) -> None:
+    def __init__(
+        self,
+        kind: str,
+        options: Callable[[int], dict],
+        max_hosts: int = 1,
+        host_pids: Callable[[Any], list] = lambda envs: [],
+    ) -> None:
         self.kind = kind
         self.hosted = kind in ("remote", "ray")
+        self.host_pids = host_pids  # a portal -> the processes of its env hosts (hosted kinds)
         self._options = options  # hosts -> make_vec's keyword arguments for this kind
         self._max_hosts = max_hosts
         self.made: list = []
@@ -94,6 +101,7 @@ def _remote(stack, tmp_path_factory) -> Factory:
         "remote",
         lambda hosts: {"backend": "remote", "hosts": [p.address for p in processes[:hosts]], **keys.options()},
         max_hosts=2,
+        host_pids=lambda envs: [p.process.pid for p in processes if p.address in {h["address"] for h in envs.hosts}],
     )
 
 
@@ -105,7 +113,12 @@ def _ray(stack, tmp_path_factory) -> Factory:
     cluster = start_cluster(workers=1)  # a head and a worker, one CPU each: one env host per node
     stack.callback(shutdown, cluster)
     policy = portal_shm.HostPolicy(entry_points=("portal_shm.server.example_envs:*",))
-    return Factory("ray", lambda hosts: {"backend": "ray", "num_hosts": hosts, "host_policy": policy}, max_hosts=2)
+    return Factory(
+        "ray",
+        lambda hosts: {"backend": "ray", "num_hosts": hosts, "host_policy": policy},
+        max_hosts=2,
+        host_pids=lambda envs: [e["pid"] for e in envs._cluster.endpoints],
+    )
 
 
 SETUP = {"process": _process, "venv": _venv, "docker": _docker, "remote": _remote, "ray": _ray}

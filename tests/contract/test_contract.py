@@ -28,10 +28,22 @@ def sync(n: int, mode: str = "NextStep") -> gym.vector.SyncVectorEnv:
     return gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **CARTPOLE)] * n, autoreset_mode=mode)
 
 
-def server_pids(envs) -> list:
-    """Each env server's process on this machine (remote and Ray hosts run here, on loopback)."""
-    found = [re.search(r"process pid (\d+)", server["runtime"]) for server in envs.servers]
-    return [server["pid"] or int(m.group(1)) for server, m in zip(envs.servers, found)]
+def server_pids(make, envs) -> list:
+    """Each env server's process on this machine (remote and Ray hosts run here, on loopback: a
+    host tells its agents no pids, so they are its processes' children, from /proc)."""
+    if make.hosted:
+        return [child for host in make.host_pids(envs) for child in children(host)]
+    return [
+        server["pid"] or int(re.search(r"process pid (\d+)", server["runtime"]).group(1)) for server in envs.servers
+    ]
+
+
+def children(pid: int) -> list:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as handle:
+            found += [int(c) for c in handle.read().split()]
+    return found
 
 
 def pid_gone(pid: int) -> bool:
@@ -237,7 +249,7 @@ def test_a_misspelt_vector_option_is_refused_at_construction(make):
 
 def test_a_wait_past_its_timeout_raises_and_close_frees_the_hung_envs(make):
     envs = make(FAULTY, 2, hosts=2, fault="hang", phase="step", after=1)
-    pids = server_pids(envs)
+    pids = server_pids(make, envs)
     closer = threading.Thread(target=envs.close, daemon=True)
     try:
         envs.reset(seed=0)
