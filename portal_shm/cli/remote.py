@@ -93,27 +93,15 @@ def _add_limits(host: argparse.ArgumentParser) -> None:
         default=None,
         help="file descriptors the host may hold (default: 3/4 of its ulimit -n)",
     )
-    limits.add_argument(
-        "--max-unacked-bytes",
-        type=_size,
-        default=d.max_unacked_bytes,
-        metavar="SIZE",
-        help="replies a session may leave unacknowledged before it is dropped (default 128m)",
+    sizes = (
+        ("--max-unacked-bytes", d.max_unacked_bytes, "replies a session may leave unacknowledged before it is dropped"),
+        ("--max-message-bytes", d.max_message_bytes, "bytes of one message from an agent"),
+        ("--max-decoded-bytes", d.max_decoded_bytes, "bytes the arrays of one message from an agent may declare"),
     )
-    limits.add_argument(
-        "--max-message-bytes",
-        type=_size,
-        default=d.max_message_bytes,
-        metavar="SIZE",
-        help="bytes of one message from an agent (default 16m)",
-    )
-    limits.add_argument(
-        "--max-decoded-bytes",
-        type=_size,
-        default=d.max_decoded_bytes,
-        metavar="SIZE",
-        help="bytes the arrays of one message from an agent may declare (default 64m)",
-    )
+    for flag, default, what in sizes:
+        limits.add_argument(
+            flag, type=_size, default=default, metavar="SIZE", help=f"{what} (default {default >> 20}m)"
+        )
 
 
 def _log_to_stdout_and_stderr() -> None:

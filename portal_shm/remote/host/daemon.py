@@ -21,7 +21,6 @@ import secrets
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import zmq
@@ -29,82 +28,23 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
-from ...agent.publish import Publisher
 from ...errors import PortalError
-from ...runtimes.resources import PortalResources
 from .. import frames, keys
 from .. import messages as M
 from ..error_data import redact, to_data
-from .policy import HostPolicy
-from .quotas import MAX_SESSIONLESS_BYTES, Limits, Quotas
+from .client_keys import ClientKeys
+from .hello import hello_problem
+from .inline_steps import InlineSteps
+from .options import DEFAULT_PORT, HostOptions
+from .quotas import MAX_SESSIONLESS_BYTES, Quotas
+from .run_dir import HostRunDir
 from .session import HostSession, SessionContext
+
+__all__ = ["DEFAULT_PORT", "ClientKeys", "Host", "HostOptions", "run_host"]
 
 log = logging.getLogger("portal_shm.host")
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-DEFAULT_PORT = 5555
-
-
-@dataclass
-class HostOptions:
-    """What ``portal-shm host`` is started with; each field is a command-line option."""
-
-    bind: str = f"tcp://127.0.0.1:{DEFAULT_PORT}"
-    keys_dir: Optional[str] = None  # the host's own key pair; default ~/.config/portal-shm/host
-    clients_dir: Optional[str] = None  # public keys of the agents it serves; default <keys_dir>/clients
-    insecure: bool = False
-    max_envs: int = Limits.max_envs
-    max_envs_per_agent: int = Limits.max_envs_per_agent
-    policy: HostPolicy = field(default_factory=HostPolicy)
-    heartbeat_timeout: float = 10.0
-    max_message_bytes: int = Limits.max_message_bytes
-    name: str = field(default_factory=lambda: os.uname().nodename)
-    max_sessions: int = Limits.max_sessions
-    max_sessions_per_agent: int = Limits.max_sessions_per_agent
-    max_fds: Optional[int] = None
-    max_unacked_bytes: int = Limits.max_unacked_bytes
-    max_decoded_bytes: int = Limits.max_decoded_bytes
-
-    def limits(self) -> Limits:
-        return Limits(**{name: getattr(self, name) for name in Limits.__dataclass_fields__})
-
-
-class ClientKeys:
-    """The ZAP check of client keys: the allowed list, reread when its directory changes, and a log
-    line for every refusal (libzmq refuses silently).
-
-    A directory where two files hold one key (or two names differ only in case) stops the host at
-    start; appearing later, those files' keys are refused and each such problem logged as an error.
-    """
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self._stamp: Any = None
-        self._keys: dict = {}
-        keys.client_keys(directory)  # raises, naming the files, when they clash
-
-    def allowed(self) -> dict:
-        try:
-            stamp = os.stat(self.directory).st_mtime_ns
-        except OSError:
-            stamp = None
-        if stamp != self._stamp:
-            self._stamp, (self._keys, problems) = stamp, keys.scan_client_keys(self.directory)
-            for problem in problems:
-                log.error("clients directory: %s; those files' keys are refused until then", problem)
-        return self._keys
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        """``key``: the client's public key in Z85, as pyzmq's authenticator passes it."""
-        if key not in self.allowed():
-            log.warning(
-                "refused a client: its key %s is not among the %d in %s",
-                key.decode("ascii", "replace"),
-                len(self._keys),
-                self.directory,
-            )
-            return False
-        return True
 
 
 class Host:
@@ -120,7 +60,6 @@ class Host:
         self.context = zmq.Context()
         self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
         self.sessions: dict[bytes, HostSession] = {}
-        self._inline: dict = {}  # session -> the done fds of the lockstep step the router drives
         self._held: set = set()  # routing ids another key took over: their session's replies wait
         self._collect_at: Optional[float] = None  # when to run the cyclic collector (sessions ended)
         self._collected_at = 0.0
@@ -134,14 +73,9 @@ class Host:
         self._session_context = SessionContext(
             self.context, self.outbox_address, self.policy, self.name, self.limits, self.quota_usage
         )
-        # A run directory of its own, where ``portal-shm top`` finds the host and its usage; those
-        # of hosts that died before (killed: nothing of theirs could remove them) go first.
-        _free_dead_hosts()
-        self._resources = PortalResources()
-        with open(os.path.join(self._resources.run_dir, HOST_MARK), "w"):
-            pass
-        self._publisher = Publisher(self._resources.run_dir, self._describe, self.usage_report)
-        self._published_at = 0.0
+        self._run_dir = HostRunDir(self._describe, self.usage_report)
+        self._poller = zmq.Poller()
+        self._inline = InlineSteps(self._poller, self._send, self._fail)
 
     # -- setup ---------------------------------------------------------------------------------
     def _bind(self) -> zmq.Socket:
@@ -192,14 +126,14 @@ class Host:
     REAP_SECONDS = 0.05  # how often the loop looks for sessions to free (not on every message)
 
     def serve(self) -> None:
-        poller = self._poller = zmq.Poller()
+        poller = self._poller
         for socket in (self.socket, self._outbox, self._monitor):
             poller.register(socket, zmq.POLLIN)
         self._reap_at = 0.0
         try:
             while not self._stop.is_set():
                 try:
-                    self._turn(dict(poller.poll(5 if self._inline else 250)))
+                    self._turn(dict(poller.poll(5 if self._inline.active else 250)))
                 except Exception:  # every session's work has its own boundary: this is the last line
                     log.exception("the host's loop met an error it survives")
                     time.sleep(0.01)
@@ -208,8 +142,8 @@ class Host:
 
     def _turn(self, events: dict) -> None:
         """One turn of the router: inline steps, replies out, messages in, lost connections, reaping."""
-        if self._inline:
-            self._inline_steps(events)
+        if self._inline.active:
+            self._inline.turn(events)
         if self._outbox in events:
             for _ in range(256):  # (readiness asked, not zmq.Again raised: an exception per step costs)
                 if not self._outbox.getsockopt(_EVENTS) & _POLLIN:
@@ -228,9 +162,7 @@ class Host:
         if now >= self._reap_at:
             self._reap_at = now + self.REAP_SECONDS
             self._reap()
-            if now >= self._published_at + 1.0:
-                self._published_at = now
-                self._publisher.tick()
+            self._run_dir.tick(now)
 
     def stop(self) -> None:
         self._stop.set()
@@ -294,7 +226,7 @@ class Host:
             if not session.seq.accept(header.get("seq")):
                 return
             if cmd == M.STEP and session.can_step_inline():
-                self._begin_step(identity, session, header, arrays)
+                self._inline.begin(session, header, arrays)
             else:
                 session.deliver(header, arrays)
 
@@ -340,13 +272,7 @@ class Host:
             exc,
             exc_info=exc,
         )
-        fds = self._inline.pop(session, None)
-        for fd in fds or ():
-            try:
-                self._poller.unregister(fd)
-            except (KeyError, ValueError):
-                pass
-        session.inline = None
+        self._inline.forget(session)
         try:
             error = PortalError(
                 f"the env host ended this session: {doing} failed ({type(exc).__name__}: {redact(str(exc))[:300]}); "
@@ -361,37 +287,6 @@ class Host:
         """A session's message from the router thread (held while another key holds its id)."""
         if not self._held or session.identity not in self._held:
             self.socket.send_multipart([session.identity] + data, copy=False)
-
-    def _begin_step(self, identity: bytes, session: HostSession, header: dict, arrays: list) -> None:
-        try:
-            fds = session.begin_inline(header, arrays)
-        except Exception as exc:
-            session.inline = None
-            self._send(session, session.numbered_frames({**session.error_data(exc), "re": header["seq"]}))
-            return
-        for fd in fds:
-            self._poller.register(fd, zmq.POLLIN)
-        self._inline[session] = fds
-
-    def _inline_steps(self, events: dict) -> None:
-        """Finish the router-driven steps whose servers are all done; hand slow ones to their thread."""
-        now = time.monotonic()
-        for session, fds in list(self._inline.items()):
-            try:
-                finished = session.inline_done(events) if any(fd in events for fd in fds) else False
-                if finished:
-                    self._end_inline(session, fds)
-                    self._send(session, session.finish_inline())
-                elif finished is None or now - session.inline["since"] > session.HANDOVER_SECONDS:
-                    self._end_inline(session, fds)
-                    session.hand_over()
-            except Exception as exc:
-                self._fail(session, exc, "a lockstep step", (session.inline or {}).get("seq"))
-
-    def _end_inline(self, session: HostSession, fds: list) -> None:
-        for fd in fds:
-            self._poller.unregister(fd)
-        del self._inline[session]
 
     def _pong(self, identity: bytes, session: Optional[HostSession], header: dict) -> None:
         if session is None:
@@ -409,7 +304,7 @@ class Host:
     def _hello(self, identity: bytes, header: dict, frame: Any, data: list) -> None:
         client = self._who(frame)
         user = self._user(frame)
-        problem = self._hello_problem(header, data) or self.quotas.hello_problem(
+        problem = hello_problem(header, data) or self.quotas.hello_problem(
             self.sessions.values(), user, header["num_envs"], header.get("vector")
         )
         if problem:
@@ -453,32 +348,6 @@ class Host:
                     "re": 1,
                 },
             )
-
-    def _hello_problem(self, header: dict, data: list) -> Optional[str]:
-        if header.get("protocol") != frames.PROTOCOL:
-            return (
-                f"agent speaks host protocol {header.get('protocol')!r}, this host {frames.PROTOCOL}: "
-                "use one portal-shm version"
-            )
-        if (
-            header.get("seq") != 1
-            or not isinstance(header.get("env_id"), str)
-            or not isinstance(header.get("runtime"), str)
-            or header.get("arrays")
-            or len(data) != 1
-        ):
-            return "malformed hello"
-        count = header.get("num_envs")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            return f"invalid num_envs {count!r:.40}"
-        offer = header.get("codecs", [])
-        if not isinstance(offer, list) or len(offer) > 16 or not all(isinstance(c, str) for c in offer):
-            return "malformed hello: codecs must be a list of codec names"
-        if not isinstance(header.get("compression", "auto"), str):
-            return "malformed hello: compression must be a codec name"
-        if header.get("factory"):
-            return "hosts never run code an agent ships: name an env id or an entry point that exists on the host"
-        return None
 
     def _describe(self) -> dict:
         return {"kind": "host", "name": self.name, "address": self.address}
@@ -640,21 +509,7 @@ class Host:
         for socket in (self._monitor, self._outbox, self.socket):
             socket.close(0)
         self.context.term()
-        self._resources.release()
-
-
-HOST_MARK = "env-host"  # in a host's run directory: the run directories a host frees at start
-
-
-def _free_dead_hosts() -> None:
-    from ...runtimes import gc as leftovers
-
-    for leftover in leftovers.find_leftovers():
-        if leftover.kind == "run dir" and os.path.exists(os.path.join(leftover.name, HOST_MARK)):
-            try:
-                leftovers.remove(leftover)
-            except OSError:
-                pass
+        self._run_dir.release()
 
 
 def _server_count(session: HostSession) -> int:

@@ -1,0 +1,36 @@
+"""What ``portal-shm host`` is started with: the operator's flags as one object."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .policy import HostPolicy
+from .quotas import Limits
+
+DEFAULT_PORT = 5555
+
+
+@dataclass
+class HostOptions:
+    """What ``portal-shm host`` is started with; each field is a command-line option."""
+
+    bind: str = f"tcp://127.0.0.1:{DEFAULT_PORT}"
+    keys_dir: Optional[str] = None  # the host's own key pair; default ~/.config/portal-shm/host
+    clients_dir: Optional[str] = None  # public keys of the agents it serves; default <keys_dir>/clients
+    insecure: bool = False
+    max_envs: int = Limits.max_envs
+    max_envs_per_agent: int = Limits.max_envs_per_agent
+    policy: HostPolicy = field(default_factory=HostPolicy)
+    heartbeat_timeout: float = 10.0
+    max_message_bytes: int = Limits.max_message_bytes
+    name: str = field(default_factory=lambda: os.uname().nodename)
+    max_sessions: int = Limits.max_sessions
+    max_sessions_per_agent: int = Limits.max_sessions_per_agent
+    max_fds: Optional[int] = None
+    max_unacked_bytes: int = Limits.max_unacked_bytes
+    max_decoded_bytes: int = Limits.max_decoded_bytes
+
+    def limits(self) -> Limits:
+        return Limits(**{name: getattr(self, name) for name in Limits.__dataclass_fields__})
