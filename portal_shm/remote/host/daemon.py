@@ -146,18 +146,18 @@ class Host:
             self._inline.turn(events)
         if self._outbox in events:
             for _ in range(256):  # (readiness asked, not zmq.Again raised: an exception per step costs)
-                if not self._outbox.getsockopt(_EVENTS) & _POLLIN:
+                if not int(self._outbox.getsockopt(_EVENTS)) & _POLLIN:
                     break
                 message = self._outbox.recv_multipart(copy=False)
                 if not self._held or message[0].bytes not in self._held:
                     self.socket.send_multipart(message, copy=False)
         if self.socket in events:
             for _ in range(256):
-                if not self.socket.getsockopt(_EVENTS) & _POLLIN:
+                if not int(self.socket.getsockopt(_EVENTS)) & _POLLIN:
                     break
                 self._route(self.socket.recv_multipart(copy=False))
         if self._monitor in events:
-            self._disconnected(parse_monitor_message(self._monitor.recv_multipart()))
+            self._disconnected(dict(parse_monitor_message(self._monitor.recv_multipart())))
         now = time.monotonic()
         if now >= self._reap_at:
             self._reap_at = now + self.REAP_SECONDS
@@ -298,7 +298,7 @@ class Host:
         if seq.behind and ack == session.last_ping_ack:  # the agent made no progress since its last ping
             for data in seq.unacknowledged():
                 self._send(session, data)
-        session.last_ping_ack = ack
+        session.last_ping_ack = ack if isinstance(ack, int) else -1
         self._reply(identity, {"cmd": M.PONG, "ack": seq.received, "sent": seq.sent})
 
     def _hello(self, identity: bytes, header: dict, frame: Any, data: list) -> None:

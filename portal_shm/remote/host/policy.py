@@ -242,19 +242,22 @@ class HostPolicy:
     # -- a hello --------------------------------------------------------------------------------
     def grant(self, hello: dict, num_envs: int) -> Grant:
         """The hello's env, runtime and options, checked; raises ``HostPolicyError`` naming the flag."""
-        env_id = hello.get("env_id")
-        self.check_env(env_id)
+        env_id = self.check_env(hello.get("env_id"))
         backend = self.backend(hello.get("runtime"), hello.get("runtime_options"))
         env_kwargs = self.check_env_kwargs(env_id, hello.get("env_kwargs"))
         vector = check_vector_options(hello.get("vector"), num_envs)
         vector["max_ring_bytes"] = parse_bytes(
             self.max_ring_bytes, "--max-ring-bytes"
-        )  # (the operator's, never an agent's)
+        )  # the operator's, never an agent's
         return Grant(env_id, env_kwargs, backend, vector)
 
-    def check_env(self, env_id: Any) -> None:
+    def check_env(self, env_id: Any) -> str:
         if not isinstance(env_id, str):
             raise HostPolicyError(f"env id {env_id!r} is not a string")
+        self._check_env(env_id)
+        return str(env_id)
+
+    def _check_env(self, env_id: str) -> None:
         if ":" in env_id:
             if len(env_id) > 200 or not _ENTRY_POINT.fullmatch(env_id):
                 raise HostPolicyError(f"entry point {env_id[:200]!r} is not of the form package.module:callable")
@@ -438,7 +441,7 @@ class HostPolicy:
             raise HostPolicyError(f"cpus={cpus!r}: give a number from {MIN_CPUS} to {top_cpus:g} (--max-cpus)")
         pids = options.get("pids_limit")
         if pids is None:
-            pids = min(DockerBackend.pids_limit, self.max_pids)
+            pids = min(DockerBackend.pids_limit or self.max_pids, self.max_pids)
         elif isinstance(pids, bool) or not isinstance(pids, int) or not 0 < pids <= self.max_pids:
             raise HostPolicyError(f"pids_limit={pids!r}: give an integer from 1 to {self.max_pids} (--max-pids)")
         return memory, cpus, pids

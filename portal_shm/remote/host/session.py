@@ -138,6 +138,14 @@ class HostSession(threading.Thread):
         """Whether the agent left more replies unacknowledged than the host's limit."""
         return self.seq.unacked_bytes > self.ctx.limits.max_unacked_bytes
 
+    @property
+    def envs(self) -> VectorPortal:
+        """The session's local portal, once started (every request comes after its start)."""
+        portal = self.portal
+        if portal is None:
+            raise E.PortalError("this session's envs are not started")
+        return portal
+
     def error_data(self, exc: BaseException) -> dict:
         """``exc`` as an error message naming this session's runtime kind, nothing of the host's."""
         return to_data(exc, self.runtime)
@@ -161,32 +169,37 @@ class HostSession(threading.Thread):
     def can_step_inline(self) -> bool:
         if not self.started or self.busy or self._batched or self._whole or self.inline is not None:
             return False
-        return not self.portal.recovering
+        return not self.envs.recovering
 
     def begin_inline(self, header: dict, arrays: list) -> list:
         """Start the step (actions into the ring, servers rung); the done fds the router polls."""
-        self.portal.step_async(self._actions(header, arrays, self.num_envs))
+        self.envs.step_async(self._actions(header, arrays, self.num_envs))
         self.inline = {"seq": header["seq"], "since": time.monotonic()}
-        return [done.fd for done in self.portal.doorbells()]
+        return [done.fd for done in self.envs.doorbells()]
 
     def inline_done(self, readable: Any) -> Optional[bool]:
         """Whether every server finished the router's step (None: a server's pipe closed, its
         thread must see to it)."""
-        return self.portal.step_finished(readable)
+        return self.envs.step_finished(readable)
 
     def finish_inline(self) -> list:
         """The reply's frames, once every server is done (the router saw all done fds readable)."""
-        seq, self.inline = self.inline["seq"], None
+        seq, self.inline = self._inline_seq(), None
         try:
-            obs, reward, terminated, truncated, infos = self.portal.step_wait()
+            obs, reward, terminated, truncated, infos = self.envs.step_wait()
             return self._result_frames(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
         except Exception as exc:
             return self.numbered_frames({**self.error_data(exc), "re": seq})
 
+    def _inline_seq(self) -> int:
+        if self.inline is None:
+            raise E.PortalError("no lockstep step of the router's is running")
+        return int(self.inline["seq"])
+
     def hand_over(self) -> None:
         """The step is taking long: this thread waits for it instead of the router."""
         self.busy = True
-        self.inbox.put(({"cmd": M.FINISH, "seq": self.inline["seq"]}, []))
+        self.inbox.put(({"cmd": M.FINISH, "seq": self._inline_seq()}, []))
         self.inline = None
 
     def close_pipes(self) -> None:
@@ -345,9 +358,9 @@ class HostSession(threading.Thread):
 
     def _next(self) -> Any:
         """The agent's next request; while envs of async batches step, finished batches first."""
-        if not (self._batched and self._in_flight >= self.portal.batch_size):
+        if not (self._batched and self._in_flight >= self.envs.batch_size):
             return self.inbox.get()
-        portal = self.portal
+        portal = self.envs
         deadline = time.monotonic() + self.STALL_SECONDS
         while True:
             if portal.batch_ready():
@@ -399,7 +412,7 @@ class HostSession(threading.Thread):
         }
 
     def _whole_batch(self, cmd: str, header: dict, arrays: list) -> None:
-        portal = self.portal
+        portal = self.envs
         if cmd == M.RESET:
             obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
             self._emit({"cmd": M.RESULT, "re": header["seq"]})
@@ -414,25 +427,25 @@ class HostSession(threading.Thread):
     def _reset(self, header: dict, arrays: list) -> None:
         seeds, options = header.get("seed"), header.get("options")
         if self._batched:
-            self.portal.async_reset(seed=seeds, options=options)
+            self.envs.async_reset(seed=seeds, options=options)
             self._in_flight = self.num_envs
             self._emit({"cmd": M.RESULT, "re": header["seq"]})
             return
-        obs, infos = self.portal.reset(seed=seeds, options=options)
+        obs, infos = self.envs.reset(seed=seeds, options=options)
         self._emit_result(header["seq"], obs, None, infos, self.num_envs)
 
     def _step(self, header: dict, arrays: list) -> None:
-        obs, reward, terminated, truncated, infos = self.portal.step(self._actions(header, arrays, self.num_envs))
+        obs, reward, terminated, truncated, infos = self.envs.step(self._actions(header, arrays, self.num_envs))
         self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
 
     def _finish(self, header: dict, arrays: list) -> None:
         """A step the router started (``begin_inline``) and handed over."""
-        obs, reward, terminated, truncated, infos = self.portal.step_wait()
+        obs, reward, terminated, truncated, infos = self.envs.step_wait()
         self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
 
     def _send_actions(self, header: dict, arrays: list) -> None:
         ids = np.asarray(header["env_ids"], dtype=np.int64)
-        self.portal.send(self._actions(header, arrays, len(ids)), ids)
+        self.envs.send(self._actions(header, arrays, len(ids)), ids)
         self._in_flight += len(ids)
 
     def _call(self, header: dict, arrays: list) -> None:
@@ -440,21 +453,21 @@ class HostSession(threading.Thread):
         if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
             raise ValueError("call: args must be a list and kwargs a dict")
         kwargs = {check_name(k, "call kwarg"): v for k, v in kwargs.items()}
-        ids, portal = self._env_ids(header), self.portal
+        ids, portal = self._env_ids(header), self.envs
         values = portal.call(name, *args, **kwargs) if ids is None else portal.call_envs(ids, name, *args, **kwargs)
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
 
     def _get_attr(self, header: dict, arrays: list) -> None:
         name, ids = self._call_name(header), self._env_ids(header)
-        values = self.portal.get_attr(name) if ids is None else self.portal.get_attr_envs(ids, name)
+        values = self.envs.get_attr(name) if ids is None else self.envs.get_attr_envs(ids, name)
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
 
     def _set_attr(self, header: dict, arrays: list) -> None:
         name, ids = self._call_name(header), self._env_ids(header)
         if ids is None:
-            self.portal.set_attr(name, header["values"])
+            self.envs.set_attr(name, header["values"])
         else:
-            self.portal.set_attr_envs(ids, name, header["values"])
+            self.envs.set_attr_envs(ids, name, header["values"])
         self._emit({"cmd": M.RESULT, "re": header["seq"]})
 
     def _get_state(self, header: dict, arrays: list) -> None:
@@ -462,14 +475,14 @@ class HostSession(threading.Thread):
         if ids is None:
             raise ValueError("get_state: env_ids must name the envs")
         allow = header.get("allow_pickle") is True and self.ctx.policy.pickled_states
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": self.portal.get_state(ids, allow_pickle=allow)})
+        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": self.envs.get_state(ids, allow_pickle=allow)})
 
     def _set_state(self, header: dict, arrays: list) -> None:
         ids, states = self._env_ids(header), header.get("states")
         if ids is None or not isinstance(states, list) or not all(isinstance(x, bytes) for x in states):
             raise ValueError("set_state: env_ids and one state (bytes) per env")
         allow = header.get("allow_pickle") is True and self.ctx.policy.pickled_states
-        obs, infos = self.portal.set_state(states, ids, allow_pickle=allow)
+        obs, infos = self.envs.set_state(states, ids, allow_pickle=allow)
         self._emit_result(header["seq"], obs, None, infos, self.num_envs)
 
     def _record(self, header: dict, arrays: list) -> None:
@@ -477,14 +490,14 @@ class HostSession(threading.Thread):
         ids = self._env_ids(header)
         if ids is None:
             raise ValueError("record: env_ids must name the envs")
-        self.portal.record_frames(ids, header.get("on") is True)
+        self.envs.record_frames(ids, header.get("on") is True)
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": [None] * len(ids)})
 
     def _stats(self, header: dict, arrays: list) -> None:
         window = header.get("window")
         if not isinstance(window, (int, float)) or isinstance(window, bool) or not 0.1 <= window <= 3600:
             raise ValueError("stats: window must be a number of seconds in [0.1, 3600]")
-        report = self.portal.stats(float(window))
+        report = self.envs.stats(float(window))
         for server in report.get("servers", []):
             server["pid"] = None  # the host's own process ids are not the agent's to know
             if "runtime" in server:
@@ -493,7 +506,7 @@ class HostSession(threading.Thread):
         self._emit({"cmd": M.RESULT, "re": header["seq"], "stats": report})
 
     def _render(self, header: dict, arrays: list) -> None:
-        values = self.portal.render()
+        values = self.envs.render()
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": None if values is None else list(values)})
 
     def _env_ids(self, header: dict) -> Optional[list]:
@@ -528,7 +541,7 @@ class HostSession(threading.Thread):
         return trees.unflatten(checked, self._act_schema)
 
     def _ship_batch(self) -> None:
-        portal = self.portal
+        portal = self.envs
         try:
             obs, reward, terminated, truncated, infos = portal.recv()
         except Exception as exc:
@@ -579,4 +592,7 @@ class HostSession(threading.Thread):
 
     def _send(self, data: list) -> None:
         """To the agent through the router (only the router thread may use the host's socket)."""
-        self._out.send_multipart([self.identity] + data, copy=False)
+        out = self._out
+        if out is None:
+            raise E.PortalError("the session's thread has no socket to the router")
+        out.send_multipart([self.identity] + data, copy=False)

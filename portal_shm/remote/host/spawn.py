@@ -84,7 +84,7 @@ class HostProcess:
         ready = threading.Event()
 
         def read() -> None:
-            for line in self.process.stdout:
+            for line in self.process.stdout or ():
                 self.lines.append(line)
                 found = re.search(r" at (tcp://127\.0\.0\.1:\d+)", line)
                 if found and not self.address:
