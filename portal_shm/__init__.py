@@ -14,14 +14,14 @@ _LAZY = {
     "make_vec": "api",
     "make": "api",
     "make_vec_ma": "multi_agent",
-    "MultiAgentPortal": "agent.multi_agent",
-    "AgentBatch": "agent.multi_agent",
+    "MultiAgentPortal": "agent.multi_agent.portal",
+    "AgentBatch": "agent.multi_agent.portal",
     "load_tuning": "tuning",
     "VectorPortal": "agent.vector",
-    "PortalVectorEnv": "agent.contract",
+    "PortalVectorEnv": "agent.contract.base",
     "Portal": "agent.portal_env",
-    "RecordVideo": "agent.record_video",
-    "EnvSpec": "agent.spec",
+    "RecordVideo": "agent.video.record_video",
+    "EnvSpec": "agent.local.spec",
     "ProcessBackend": "runtimes.process",
     "Backend": "runtimes.backend",
     "DockerBackend": "runtimes.docker",
@@ -43,7 +43,7 @@ _LAZY = {
     "RayVectorPortal": "cluster.vector",
     "RemoteBackend": "remote.client.backend",
     "RemoteVectorPortal": "remote.client.vector",
-    "restart_seed": "agent.recovery",
+    "restart_seed": "agent.contract.restarts",
 }
 
 __all__ = sorted(_LAZY) + ["serve", "__version__"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Union
 
-from .agent.contract import PortalVectorEnv
+from .agent.contract.base import PortalVectorEnv
+from .agent.local.spec import EnvSpec
 from .agent.portal_env import Portal
-from .agent.spec import EnvSpec
 from .agent.vector import VectorPortal
 from .cluster.backend import RayBackend
 from .cluster.backend import option_names as ray_option_names
@@ -77,7 +77,7 @@ def make_vec(
 ) -> PortalVectorEnv:
     """Create ``num_envs`` copies of env ``id`` in isolated runtimes, batched as one ``PortalVectorEnv``
     (a ``VectorPortal`` for the local backends, a ``RemoteVectorPortal`` or ``RayVectorPortal`` for
-    envs on hosts: the same contract, ``portal_shm.agent.contract``).
+    envs on hosts: the same contract, ``portal_shm.agent.contract.base``).
 
     ``id`` is a registered id (``"CartPole-v1"``, ``"ALE/Pong-v5"``: plugins are imported inside
     the runtime) or an entry point ``"package.module:callable"``. Keyword arguments named like an

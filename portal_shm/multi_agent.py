@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Union
 
-from .agent.flat_agents import FlatAgents
-from .agent.multi_agent import AgentBatch, AgentGroup, MultiAgentPortal, MultiAgentResult
+from .agent.multi_agent.flat import FlatAgents
+from .agent.multi_agent.portal import AgentBatch, AgentGroup, MultiAgentPortal, MultiAgentResult
 from .api import make_vec
 from .runtimes.backend import Backend
 

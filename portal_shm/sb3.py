@@ -11,7 +11,7 @@ model = PPO("MlpPolicy", make_vec_env("CartPole-v1", 8, vec_env_cls=SubprocVecEn
 ``SubprocVecEnv`` takes SB3's arguments and builds its own portal; ``SB3VecEnv`` puts an SB3
 ``VecEnv`` over a portal (or any gymnasium vector env) the caller made, e.g. one with envs in
 containers; ``flat_agents_vec_env`` puts one over a group of PettingZoo agents (parameter
-sharing, ``portal_shm.agent.flat_agents``). SB3 resets an env in the same ``step`` that ended its
+sharing, ``portal_shm.agent.multi_agent.flat``). SB3 resets an env in the same ``step`` that ended its
 episode and hands the episode's last observation over as ``infos[i]["terminal_observation"]``:
 that is gymnasium's SAME_STEP autoreset. ``SubprocVecEnv`` makes its portal in that mode; ``SB3VecEnv`` uses a SAME_STEP portal as
 it is and resets the ended envs of a NEXT_STEP or DISABLED one itself, in the step that ended them
@@ -43,7 +43,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .agent.infos import split_infos
+from .agent.contract.infos import split_infos
 from .api import VectorPortal
 from .errors import EnvError
 from .multi_agent import make_vec_ma

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ..wire.trees import copy_tree
-from .spec import EnvSpec
+from .local.spec import EnvSpec
 from .vector import VectorPortal
 
 

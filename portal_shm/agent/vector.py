@@ -19,7 +19,6 @@ import secrets
 import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
-import numpy as np
 from gymnasium import logger
 from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode
@@ -31,49 +30,33 @@ from ..wire import protocol as P
 from ..wire.doorbell import Waiter
 from ..wire.frames import FrameRing
 from ..wire.layout import ring_layout
-from . import env_fns as F
-from .batch_driver import Batch, BatchDriver
-from .batches import batch_grouping
-from .contract import PortalVectorEnv, check_env_ids, per_env_values, reset_options
-from .health import Health
-from .lockstep import Lockstep
-from .pending import AsyncState, PendingCall
-from .portal_spaces import ObservationMode, check_observation_mode, portal_spaces
-from .publish import Publisher
-from .recovery import Recovery, check_policy
-from .recycle_policy import RecyclePolicy, check_recycle
-from .recycler import Recycler
-from .replies import ControlCalls
-from .ring_views import RingViews
-from .session import PortalSession
-from .spec import EnvSpec
-from .spin import default_spin_wait, server_spin
-from .stats import WINDOW_S, AgentClock, StatsReader
-
-DEFAULT_RING_DEPTH = 4  # batches the ring holds (remote lockstep replies reuse as many arrays)
-
-
-def seed_list(seed: int | list[int | None] | None, num_envs: int) -> list[int | None]:
-    """One seed per env as gymnasium's vector envs take them: None, ``seed + i``, or a list of N."""
-    seeds: list[int | None]
-    if seed is None:
-        seeds = [None] * num_envs
-    elif isinstance(seed, (int, np.integer)):
-        seeds = [int(seed) + i for i in range(num_envs)]
-    else:
-        seeds = list(seed)
-    if len(seeds) != num_envs:
-        raise ValueError(
-            f"If seeds are passed as a list the length must match num_envs={num_envs} but got length={len(seeds)}."
-        )
-    return seeds
+from .contract.base import PortalVectorEnv
+from .contract.checks import check_env_ids, per_env_values, reset_options, seed_list
+from .contract.options import DEFAULT_RING_DEPTH, RecyclePolicy, check_policy, check_recycle
+from .contract.pending import AsyncState, PendingCall
+from .local import env_fns as F
+from .local.batch_driver import Batch, BatchDriver
+from .local.batches import batch_grouping
+from .local.health import Health
+from .local.lockstep import Lockstep
+from .local.portal_spaces import ObservationMode, check_observation_mode, portal_spaces
+from .local.recovery import Recovery
+from .local.replies import ControlCalls
+from .local.ring_views import RingViews
+from .local.session import PortalSession
+from .local.spec import EnvSpec
+from .local.spin import default_spin_wait, server_spin
+from .local.stats_reader import StatsReader
+from .recycle.recycler import Recycler
+from .stats.clock import WINDOW_S, AgentClock
+from .stats.publish import Publisher
 
 
 class VectorPortal(PortalVectorEnv):
     """Steps envs that live in other runtimes as one batched gymnasium ``VectorEnv``.
 
     A drop-in for ``gymnasium.vector.AsyncVectorEnv``: ``VectorPortal(env_fns, ...)`` takes the same
-    arguments (see ``portal_shm.agent.env_fns`` for how the factories reach the env runtimes).
+    arguments (see ``portal_shm.agent.local.env_fns`` for how the factories reach the env runtimes).
 
     Args:
         env_fns: one entry per env: a callable that makes it (a lambda, closure, ``functools.partial``
@@ -116,19 +99,19 @@ class VectorPortal(PortalVectorEnv):
             fresh one and end its envs' episodes as truncated with ``info["env_restarted"]``, in
             lockstep and in async batches alike (there in the batch that hands the failed server
             out, the other batches in flight undisturbed); the rules, and the seeds restarted envs
-            get, are in ``portal_shm.agent.recovery``.
+            get, are in ``portal_shm.agent.local.recovery``.
         max_restarts: restarts allowed per env over the portal's life with ``"restart"``; the
             next failure raises ``RestartLimitError``.
         spin_wait: seconds the agent and each server watch the ring for the other side before they
             sleep on their doorbell pipe (the core is yielded at every turn); 0 never spins. Default:
-            ``portal_shm.agent.spin.default_spin_wait()``.
+            ``portal_shm.agent.local.spin.default_spin_wait()``.
         max_ring_bytes: the largest ring the envs' spaces may ask for (None: no cap), checked once
             their servers said their spaces and before the ring is made: an env host serving
             untrusted envs sets it (``portal-shm host --max-ring-bytes``).
         recycle: replace servers by warm spares at episode ends, trajectories unchanged, e.g.
             ``{"episodes": 500, "rss_mb": 2048, "seconds": 3600, "slowdown": 3.0, "jitter": 0.1}``
             (any subset of the rules; also ``wait_steps`` and ``max_per_step``): see
-            ``portal_shm.agent.recycle_policy`` for the rules and ``portal_shm.agent.recycler`` for
+            ``portal_shm.agent.recycle.wear`` for the rules and ``portal_shm.agent.recycle.recycler`` for
             the swap. Lockstep portals only.
     """
 
@@ -500,6 +483,8 @@ class VectorPortal(PortalVectorEnv):
         messages = [{"cmd": P.RECORD, "envs": envs, "on": bool(on)} for envs in chosen.values()]
         self._control(messages, "record_frames", chosen)
 
+    maps_agent_memory = True
+
     def record_frames_shared(
         self, env_ids: Sequence[int], rings: Sequence[FrameRing], next_frames: Sequence[int]
     ) -> None:
@@ -673,7 +658,7 @@ class VectorPortal(PortalVectorEnv):
         per env its server-measured step latency (p50/p90/p99 µs, sampled), episodes, resets and
         restarts; per server its rate, busy share, CPU share and RSS; the agent's share of time
         inside portal calls and away from them; ring bytes/s; and the bottleneck verdict
-        (``bound``: see ``portal_shm.agent.bound`` for its rules). Reading costs the servers nothing."""
+        (``bound``: see ``portal_shm.agent.stats.bound`` for its rules). Reading costs the servers nothing."""
         self._check_usable()
         return self._stats.report(window)
 

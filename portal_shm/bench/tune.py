@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..agent.vector import DEFAULT_RING_DEPTH
+from ..agent.contract.options import DEFAULT_RING_DEPTH
 from ..runtimes.registry import backend_option_names
 from ..server.envs import make_env
 from . import measure

@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..agent.batches import server_sizes_error
-from ..agent.spin import default_spin_wait
-from ..agent.vector import DEFAULT_RING_DEPTH
+from ..agent.contract.options import DEFAULT_RING_DEPTH
+from ..agent.local.batches import server_sizes_error
+from ..agent.local.spin import default_spin_wait
 
 SERVERS_PER_CORE = 2  # most servers a default space holds per core
 MAX_BATCHES_IN_FLIGHT = 4  # smallest default batch: num_envs / this

@@ -3,7 +3,7 @@
 A portal is live while its owner pid exists and it holds the record lock on its ``agent.lock``
 (the test ``portal-shm gc`` makes, the other way round); only run directories of this user are
 looked at. Watching a portal costs it one ``stat`` a second and, while it steps, one report a
-second (``portal_shm.agent.publish``): ``top`` touches the watch file and reads the JSON, nothing
+second (``portal_shm.agent.stats.publish``): ``top`` touches the watch file and reads the JSON, nothing
 else. A portal whose report is missing or older than ``FRESH_S`` is idle (it is not stepping),
 not broken. Reports are the user's own processes' output, but they are read defensively: a field
 that is missing or not a number shows as unknown instead of stopping the view.
@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..agent.publish import OUT, WATCH
+from ..agent.stats.publish import OUT, WATCH
 from ..runtimes.resources import PREFIX, pid_alive, run_base_dir
 
 FRESH_S = 3.0  # a portal writes once a second while it steps: older than this, it is idle

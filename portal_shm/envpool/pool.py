@@ -9,7 +9,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
-from ..agent.contract import PortalVectorEnv
+from ..agent.contract.base import PortalVectorEnv
 from .tasks import ATARI_INFO_DTYPES, Task
 
 

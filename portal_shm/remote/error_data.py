@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from .. import errors as E
-from ..agent.validate import MAX_TEXT  # the clip of an env server's texts: a host's get the same
+from ..agent.contract.validate import MAX_TEXT
 from . import messages as M
 
 _PLAIN = {

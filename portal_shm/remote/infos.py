@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..agent.infos import add_info, split_infos
+from ..agent.contract.infos import add_info, split_infos
 from ..errors import ServerProtocolError
 
 HOST_PREFIX = "env host "  # how texts about a host's envs start on the agent (errors and env_failure)

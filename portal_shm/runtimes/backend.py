@@ -72,7 +72,7 @@ class Backend(ABC):
 
     def forks_servers(self) -> bool:
         """Whether its servers are processes of this machine that a zygote of the same runtime may
-        fork (recycling's spares, ``agent/zygotes.py``); containers and actors start fresh."""
+        fork (recycling's spares, ``agent/local/zygotes.py``); containers and actors start fresh."""
         return False
 
     def max_envs_per_server(self) -> Optional[int]:

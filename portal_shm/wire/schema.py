@@ -2,7 +2,7 @@
 
 ``space_to_schema`` runs in the env runtime and must not import gymnasium: it recognises spaces of
 gymnasium, legacy ``gym`` and look-alikes by class name and attributes. The agent rebuilds spaces
-from schemas in ``portal_shm.agent.spaces``, treating them as untrusted input.
+from schemas in ``portal_shm.agent.contract.spaces``, treating them as untrusted input.
 """
 
 from __future__ import annotations

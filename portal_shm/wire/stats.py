@@ -6,7 +6,7 @@ Steps are the one count the agent keeps itself (the step commands it posted to e
 ``ServerLink.seq`` less its control commands): a server's step loop does no counting at all.
 Step latency is sampled (every ``SAMPLE_EVERY``-th server step times each of its envs) into
 histograms with four buckets per octave: quantiles good to about 20 %, at no cost on the other
-steps. What a server writes is untrusted: the agent clamps what it reads (``agent/stats.py``).
+steps. What a server writes is untrusted: the agent clamps what it reads (``agent/local/stats_reader.py``).
 """
 
 from __future__ import annotations

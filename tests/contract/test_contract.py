@@ -1,4 +1,4 @@
-"""The contract every portal kind keeps (``portal_shm.agent.contract.PortalVectorEnv``), one test body
+"""The contract every portal kind keeps (``portal_shm.agent.contract.base.PortalVectorEnv``), one test body
 run over every kind (``conftest.py``): a kind that drifts shows up as a failing parameter.
 
 Results are compared with gymnasium's SyncVectorEnv (lockstep) and with each env's own gymnasium

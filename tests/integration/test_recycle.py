@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm.agent.recycler import recycle_seed
+from portal_shm.agent.recycle.recycler import recycle_seed
 from tests.compare import assert_same, snapshot
 
 LEAKY = "portal_shm.server.example_envs:LeakyEnv"

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from portal_shm.agent.spaces import schema_to_space
+from portal_shm.agent.contract.spaces import schema_to_space
 from portal_shm.runtimes.cache import server_modules
 from portal_shm.wire import protocol as P
 from portal_shm.wire.layout import ALIGN, field_views, ring_layout
@@ -110,7 +110,7 @@ class MissionSpace(gym.Space):
 
 
 def test_spaces_without_a_portable_description_become_remote_spaces():
-    from portal_shm.agent.spaces import RemoteSpace
+    from portal_shm.agent.contract.spaces import RemoteSpace
 
     space = schema_to_space(space_to_schema(MissionSpace()))
     assert isinstance(space, RemoteSpace) and "MissionSpace" in space.name

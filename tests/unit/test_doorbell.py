@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from portal_shm.agent.spin import default_spin_wait, server_spin
+from portal_shm.agent.local.spin import default_spin_wait, server_spin
 from portal_shm.bench.cpu import CpuMeter, descendants
 from portal_shm.server.loop import EnvServer
 from portal_shm.wire.doorbell import _CHUNK, Bell, Waiter, bell_pipe, spin_until
@@ -87,7 +87,7 @@ def test_an_agent_that_does_not_number_its_commands_still_drives_a_server():
 
 
 def test_post_writes_the_command_then_its_number_then_rings():
-    from portal_shm.agent.session import ServerLink
+    from portal_shm.agent.local.session import ServerLink
 
     link = ServerLink(0, [0], None)
     box = np.zeros(len(MAILBOX_FIELDS), np.int64)

@@ -15,7 +15,7 @@ import zmq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from portal_shm.agent import validate as V
+from portal_shm.agent.contract import validate as V
 from portal_shm.errors import ServerProtocolError
 from portal_shm.wire import protocol as P
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm.agent.record_video import FRAME_KEY
+from portal_shm.agent.video.record_video import FRAME_KEY
 
 imageio = pytest.importorskip("imageio.v2", reason="RecordVideo needs the video extra (imageio, imageio-ffmpeg)")
 
@@ -114,7 +114,7 @@ def ffmpeg_priorities(expected: list, timeout: float = 5.0) -> list:
 def idle_ffmpeg() -> tuple:
     """(policy, nice) of an ffmpeg that has not had to compete: SCHED_IDLE where this process may
     take it out of SCHED_IDLE again, else SCHED_OTHER (its nice is the one it competes at, either way)."""
-    from portal_shm.agent.video_encoder import ENCODER_NICE, _may_leave_idle
+    from portal_shm.agent.video.encoder import ENCODER_NICE, _may_leave_idle
 
     return (os.SCHED_IDLE if _may_leave_idle() else os.SCHED_OTHER, ENCODER_NICE)
 
@@ -309,7 +309,7 @@ def test_the_frames_are_the_renders_of_an_in_process_replay(tmp_path, monkeypatc
     ale_py = pytest.importorskip("ale_py")
     import gymnasium as gym
 
-    from portal_shm.agent import video_encoder
+    from portal_shm.agent.video import encoder as video_encoder
 
     handed: dict = {}
     write = video_encoder.Video.write
@@ -358,7 +358,8 @@ def test_a_lagging_encoder_makes_the_steps_wait_and_drops_no_frame(tmp_path, mon
     """A frame ring of 4 frames and an encoder that needs 20 ms per frame: the steps of the
     recorded env wait for free slots (counted in ``stalls``, warned once), every frame is written,
     and ffmpeg, which ran on idle cores only, competes for cores from then on."""
-    from portal_shm.agent import record_video, video_encoder
+    from portal_shm.agent.video import encoder as video_encoder
+    from portal_shm.agent.video import record_video
 
     write = video_encoder.Video.write
 
@@ -383,7 +384,7 @@ def test_a_lagging_encoder_makes_the_steps_wait_and_drops_no_frame(tmp_path, mon
 def test_without_the_right_to_leave_sched_idle_ffmpeg_competes_from_the_start(tmp_path, monkeypatch):
     """An idle ffmpeg that could never compete (no CAP_SYS_NICE, e.g. root in a Docker container)
     might starve: such a process niced ffmpeg from its start, as the wrapper did before."""
-    from portal_shm.agent import video_encoder
+    from portal_shm.agent.video import encoder as video_encoder
 
     monkeypatch.setattr(video_encoder, "_may_leave_idle", lambda: False)
     envs = portal_shm.make_vec(NULL_ENV, 2, shape=(6, 8, 3), episode_length=50, render_mode="rgb_array")

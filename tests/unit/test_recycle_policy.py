@@ -3,16 +3,9 @@
 import numpy as np
 import pytest
 
-from portal_shm.agent.recycle_policy import (
-    DEFAULT_MAX_PER_STEP,
-    DEFAULT_WAIT_STEPS,
-    EARLY_SAMPLES,
-    ROLL_SAMPLES,
-    RecyclePolicy,
-    Wear,
-    check_recycle,
-)
-from portal_shm.agent.recycler import recycle_seed
+from portal_shm.agent.contract.options import DEFAULT_MAX_PER_STEP, DEFAULT_WAIT_STEPS, RecyclePolicy, check_recycle
+from portal_shm.agent.recycle.recycler import recycle_seed
+from portal_shm.agent.recycle.wear import EARLY_SAMPLES, ROLL_SAMPLES, Wear
 from portal_shm.errors import HostPolicyError
 from portal_shm.remote.host.request_values import check_vector_options
 

@@ -117,7 +117,7 @@ def test_lying_inline_arrays_are_refused(spec):
 
 
 def test_infos_cross_hosts_as_one_process_batches_them():
-    from portal_shm.agent.infos import add_info
+    from portal_shm.agent.contract.infos import add_info
 
     per_env = [{"a": 1, "flag": True}, {}, {"a": 2.5, "nested": {"x": np.float32(3)}}, {"obj": [1, 2]}]
     total: dict = {}
@@ -167,7 +167,7 @@ def env_infos(draw):
 @settings(max_examples=300, deadline=None)
 @given(per_env=env_infos(), split=st.integers(0, 5))
 def test_infos_cross_hosts_with_the_values_and_dtypes_of_one_process(per_env, split):
-    from portal_shm.agent.infos import add_info
+    from portal_shm.agent.contract.infos import add_info
     from tests.compare import assert_same
 
     n = len(per_env)
@@ -289,7 +289,7 @@ def test_the_resend_window_counts_its_bytes():
 
 
 def test_infos_that_gymnasium_cannot_tell_apart_are_an_error_not_a_crash():
-    from portal_shm.agent.infos import add_info
+    from portal_shm.agent.contract.infos import add_info
 
     infos = add_info({}, {"d": {"_x": {"y": 1}}}, 0, 2)
     infos = add_info(infos, {"d": {"x": 1}}, 1, 2)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm.agent import bound
+from portal_shm.agent.stats import bound
 from portal_shm.cli.top_model import TopModel, sparkline
 from portal_shm.runtimes.resources import RUN_DIR_ENV_VAR
 

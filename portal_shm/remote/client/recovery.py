@@ -22,8 +22,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ... import errors as E
-from ...agent.infos import add_info
-from ...agent.recovery import check_policy, restart_infos, restart_seed
+from ...agent.contract.infos import add_info
+from ...agent.contract.options import check_policy
+from ...agent.contract.restarts import restart_infos, restart_seed
 from ...wire import trees
 from .. import messages as M
 from ..infos import HOST_PREFIX

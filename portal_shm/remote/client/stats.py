@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from ...agent.bound import verdict
+from ...agent.stats.bound import verdict
 from ...errors import ServerProtocolError
 
 _ENV_INTS = ("steps", "episodes", "resets", "restarts", "recycles")

@@ -23,13 +23,14 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ... import errors as E
-from ...agent.actions import ActionLeaves
-from ...agent.contract import PortalVectorEnv, check_env_ids, per_env_values, reset_options
-from ...agent.pending import AsyncState, PendingCall
-from ...agent.spaces import schema_to_space
-from ...agent.stats import WINDOW_S, AgentClock, ClockHistory, check_window
-from ...agent.validate import check_schema
-from ...agent.vector import DEFAULT_RING_DEPTH, seed_list
+from ...agent.contract.actions import ActionLeaves
+from ...agent.contract.base import PortalVectorEnv
+from ...agent.contract.checks import check_env_ids, per_env_values, reset_options, seed_list
+from ...agent.contract.options import DEFAULT_RING_DEPTH
+from ...agent.contract.pending import AsyncState, PendingCall
+from ...agent.contract.spaces import schema_to_space
+from ...agent.contract.validate import check_schema
+from ...agent.stats.clock import WINDOW_S, AgentClock, ClockHistory, check_window
 from ...wire import protocol as P
 from ...wire import trees
 from ...wire.schema import is_fixed

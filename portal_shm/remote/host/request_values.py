@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ...agent.recycle_policy import check_recycle
+from ...agent.contract.options import check_recycle
 from ...errors import HostPolicyError
 from ...wire import protocol as P
 from ...wire.dtypes import MESSAGE_KINDS, allowed

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from ...agent.publish import Publisher
+from ...agent.stats.publish import Publisher
 from ...runtimes.resources import PortalResources
 
 HOST_MARK = "env-host"  # in a host's run directory: the run directories a host frees at start

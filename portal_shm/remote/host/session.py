@@ -21,7 +21,7 @@ import numpy as np
 import zmq
 
 from ... import errors as E
-from ...agent.spec import EnvSpec
+from ...agent.local.spec import EnvSpec
 from ...agent.vector import VectorPortal
 from ...wire import protocol as P
 from ...wire import trees

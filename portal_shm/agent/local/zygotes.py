@@ -22,12 +22,12 @@ import time
 import warnings
 from typing import Any, Callable, Optional
 
-from ..errors import PortalError
-from ..runtimes.backend import ServerHandle, ServerLaunch
-from ..runtimes.resources import PortalResources
-from ..wire import protocol as P
-from ..wire.launch import read_tail
-from ..wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
+from ...errors import PortalError
+from ...runtimes.backend import ServerHandle, ServerLaunch
+from ...runtimes.resources import PortalResources
+from ...wire import protocol as P
+from ...wire.launch import read_tail
+from ...wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
 from .spec import EnvSpec
 
 STARTING, READY_STATE, UNFORKABLE, GONE = "starting", "ready", "unforkable", "gone"

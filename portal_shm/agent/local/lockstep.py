@@ -12,27 +12,48 @@ With ``on_env_failure="restart"`` the step's rows of a failed server are made by
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional, Protocol
 
 import numpy as np
 from gymnasium.spaces import Space
 from gymnasium.vector.utils import iterate
 
-from ..errors import EnvError, PortalTimeoutError, ServerProtocolError
-from ..wire import protocol as P
-from ..wire.doorbell import spin_until
-from ..wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING
+from ...errors import EnvError, PortalTimeoutError, ServerProtocolError
+from ...wire import protocol as P
+from ...wire.doorbell import spin_until
+from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING
+from ..contract.infos import add_info
+from ..contract.validate import check_blobs
 from .control import POLL_SLICE
 from .health import Health
-from .infos import add_info
 from .recovery import RESTARTABLE, Recovery
-from .recycler import Recycler
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import ServerLink
-from .validate import check_blobs
 
 Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+
+
+class SwapPlan(NamedTuple):
+    """What a recycler plans for the next step: the servers it swaps before they step (the others
+    step meanwhile) and the servers that step with ``CMD_RETIRE`` (their states come back at their
+    envs' episode end)."""
+
+    swapping: frozenset[int]
+    retiring: frozenset[int]
+
+
+class StepRecycler(Protocol):
+    """What the step asks of a recycler (``agent/recycle``): its plan, the swap, and what to do
+    with a retired server's states and with the step's infos."""
+
+    def plan(self) -> Optional[SwapPlan]: ...
+
+    def swap_ready(self, k: int, prev: int) -> None: ...
+
+    def retired(self, server: ServerLink, message: dict[str, Any]) -> None: ...
+
+    def after_step(self, k: int, infos: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class Lockstep:
@@ -50,11 +71,11 @@ class Lockstep:
         copy: bool,
         spin_wait: float,
         loose_actions: bool,
-        recycler: Optional[Recycler] = None,
+        recycler: Optional[StepRecycler] = None,
     ) -> None:
         """``loose_actions``: a batch of actions that does not fit the ring's layout travels as a
         message instead of raising (AsyncVectorEnv hands each env its element, whatever its shape).
-        ``recycler``: the recycle policy, swapping due servers between steps (``recycler.py``)."""
+        ``recycler``: asked for its plan before each step (``agent/recycle``)."""
         self.servers = servers
         self.ring = ring
         self.recovery = recovery
@@ -144,24 +165,23 @@ class Lockstep:
         prev, self.slot = self.slot, k
         if messages is not None:
             cmd = P.CMD_STEP_ACTIONS
-        recycler = self.recycler
-        swapping = set(recycler.ready) if recycler is not None and recycler.ready else None
-        retiring = recycler.retiring if recycler is not None and recycler.retiring else None
+        plan = self.recycler.plan() if self.recycler is not None else None
         owing: list[ServerLink] = []
         for server in self.servers:
             if server.owed is not None:  # a fresh server restoring states: posted once it answered
                 owing.append(server)
-            elif swapping is None or server.index not in swapping:
-                flag = P.CMD_RETIRE if retiring is not None and server.index in retiring else 0
+            elif plan is None or server.index not in plan.swapping:
+                flag = P.CMD_RETIRE if plan is not None and server.index in plan.retiring else 0
                 self._post_step(server, cmd | flag, k, messages)
         for server in owing:
             self._post_step(server, cmd, k, messages)
-        if swapping is not None:
+        if plan is not None and plan.swapping:
             # The others step while due servers are swapped (their round trips hidden behind those
             # steps); the fresh servers then step the same slot.
-            self.recycler.swap_ready(k, prev)  # type: ignore[union-attr]
+            assert self.recycler is not None
+            self.recycler.swap_ready(k, prev)
             for server in self.servers:
-                if server.index in swapping:
+                if server.index in plan.swapping:
                     self._post_step(server, cmd, k, messages)
 
     def _post_step(self, server: ServerLink, cmd: int, k: int, messages: Optional[list[dict[str, Any]]]) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from ..errors import EnvError, ServerProtocolError
-from ..wire import protocol as P
+from ...errors import EnvError, ServerProtocolError
+from ...wire import protocol as P
+from ..contract.validate import check_reply
 from .health import Health
 from .recovery import RESTARTABLE, Recovery
 from .session import ServerLink
-from .validate import check_reply
 
 #: Servers that failed during a control exchange, with what they failed of.
 Failed = dict[ServerLink, BaseException]

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import zmq
 
-from ..errors import (
+from ...errors import (
     EnvError,
     EnvNotFoundError,
     ProtocolMismatchError,
@@ -23,17 +23,17 @@ from ..errors import (
     ServerProtocolError,
     env_error_class,
 )
-from ..runtimes.backend import ServerHandle, ServerLaunch
-from ..runtimes.resources import PortalResources
-from ..wire import protocol as P
-from ..wire.doorbell import Bell, Waiter, bell_pipe, close_all
-from ..wire.handoff import SegmentOffer
-from ..wire.layout import CMD, SEQ, SLOT, STATUS, STATUS_PENDING
-from ..wire.protocol import CMD_CONTROL
-from ..wire.ring import Ring
+from ...runtimes.backend import ServerHandle, ServerLaunch
+from ...runtimes.resources import PortalResources
+from ...wire import protocol as P
+from ...wire.doorbell import Bell, Waiter, bell_pipe, close_all
+from ...wire.handoff import SegmentOffer
+from ...wire.layout import CMD, SEQ, SLOT, STATUS, STATUS_PENDING
+from ...wire.protocol import CMD_CONTROL
+from ...wire.ring import Ring
+from ..contract.validate import check_error, check_hello
 from .control import ControlChannel
 from .spec import EnvSpec
-from .validate import check_error, check_hello
 from .zygotes import Zygotes
 
 

@@ -38,11 +38,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from ..errors import EnvError, PortalError, ServerProtocolError
-from ..wire.frames import FrameRing
-from .contract import PortalVectorEnv, check_env_ids
-from .vector import VectorPortal
-from .video_encoder import END, Encoder, SharedFrames, Slot, frame_shape
+from ...errors import EnvError, PortalError, ServerProtocolError
+from ...wire.frames import FrameRing
+from ..contract.base import PortalVectorEnv
+from ..contract.checks import check_env_ids
+from .encoder import END, Encoder, SharedFrames, Slot, frame_shape
 
 FRAME_KEY = "_portal_frame"  # what env servers put frames under (portal_shm/server/recording.py)
 FRAME_MASK = "_" + FRAME_KEY
@@ -173,7 +173,7 @@ class RecordVideo(VectorWrapper):
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self._next_step = AutoresetMode(mode) is AutoresetMode.NEXT_STEP
         # Frame rings need servers that can map the agent's memory: a local portal's, any backend.
-        self._local: Optional[VectorPortal] = portal if frame_rings and isinstance(portal, VectorPortal) else None
+        self._local: Optional[PortalVectorEnv] = portal if frame_rings and portal.maps_agent_memory else None
         self._rings: list[FrameRing] = []
         self._refused: set[int] = set()  # envs whose servers could not map a frame ring
         self._encoder = Encoder(self.fps)

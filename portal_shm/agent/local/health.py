@@ -12,7 +12,7 @@ from typing import NoReturn, Optional
 
 from gymnasium.error import ClosedEnvironmentError
 
-from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
+from ...errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
 from . import env_fns as F
 from .session import PortalSession
 

@@ -12,7 +12,7 @@ here; each kind implements the pairs. ``tests/contract`` runs one suite over eve
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from gymnasium.vector import VectorEnv
@@ -114,63 +114,17 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         """Where the time goes over the last ``window`` seconds: rates, per-env step latency, per
         server load, the agent's time inside and away from the portal, and the verdict ``bound``."""
 
+    #: Whether the envs' servers map this agent's memory (a local ring portal): then
+    #: ``record_frames_shared`` hands each env a frame ring of its own.
+    maps_agent_memory = False
+
+    def record_frames_shared(self, env_ids: Sequence[int], rings: Sequence[Any], next_frames: Sequence[int]) -> None:
+        """``record_frames(env_ids, True)`` with frames written into shared frame rings; only for
+        portals whose servers map the agent's memory (``maps_agent_memory``)."""
+        raise NotImplementedError(f"{type(self).__name__}'s servers do not map this agent's memory: use record_frames")
+
     @property
     @abstractmethod
     def servers(self) -> list[dict[str, Any]]:
         """Where each env lives: one dict per env server with ``server`` (its index), ``envs`` (the
         env indices it hosts), ``runtime`` (a description) and ``pid`` (on its host, where known)."""
-
-
-def check_env_ids(env_ids: Any, num_envs: int) -> list[int]:
-    """The env indices a per-env call names, checked as every portal kind checks them."""
-    try:
-        ids = [int(i) for i in np.asarray(env_ids).reshape(-1)]
-    except (TypeError, ValueError):
-        raise TypeError(f"env_ids must be env indices (ints), got {env_ids!r:.80}") from None
-    if not ids:
-        raise ValueError("env_ids names no env: give at least one index")
-    if min(ids) < 0 or max(ids) >= num_envs or len(set(ids)) != len(ids):
-        raise ValueError(f"env_ids must be distinct env indices in [0, {num_envs}), got {ids}")
-    return ids
-
-
-def per_env_values(values: Any, count: int) -> list[Any]:
-    """``set_attr``'s values: one for all envs, or a list or tuple of one per env."""
-    if not isinstance(values, (list, tuple)):
-        return [values] * count
-    if len(values) != count:
-        raise ValueError(
-            "Values must be a list or tuple with length equal to the number of environments. "
-            f"Got `{len(values)}` values for {count} environments."
-        )
-    return list(values)
-
-
-def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
-    """``options["reset_mask"]`` as gymnasium's vector envs take it, with their errors."""
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
-    if mask.shape != (num_envs,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({num_envs},)`, got {mask.shape}")
-    if mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-    if not np.any(mask):
-        raise ValueError(
-            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={mask}"
-        )
-    return mask
-
-
-def reset_options(options: Optional[dict[str, Any]], num_envs: int, batched: bool) -> tuple[Any, Any]:
-    """``reset``'s options without ``reset_mask``, and the mask checked as gymnasium checks it (None
-    when there is none); the caller's dict is left as it was."""
-    if options is None or "reset_mask" not in options:
-        return options, None
-    options = dict(options)
-    mask = check_reset_mask(options.pop("reset_mask"), num_envs)
-    if batched:
-        raise ValueError(
-            "options['reset_mask'] is not supported with batch_size: reset(seed=...) resets every "
-            "env and recv() then hands them out batch by batch"
-        )
-    return options, mask

@@ -11,11 +11,11 @@ from typing import Any, NamedTuple, Optional, Union
 from gymnasium.spaces import Space
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from ..wire import protocol as P
-from ..wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, space_to_schema
+from ...wire import protocol as P
+from ...wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, space_to_schema
+from ..contract.spaces import schema_to_space
+from ..contract.validate import space_from_schema
 from . import env_fns as F
-from .spaces import schema_to_space
-from .validate import space_from_schema
 
 ObservationMode = Union[str, tuple[Space[Any], Space[Any]]]
 

@@ -44,14 +44,16 @@ from typing import Any, Optional
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from ..errors import EnvError, PortalError, ServerProtocolError
-from ..wire import protocol as P
-from ..wire import stats as S
-from .recovery import RESTARTABLE, Recovery
-from .recycle_policy import SPARE_AT, RecyclePolicy, Wear
-from .ring_views import RingViews
-from .session import PortalSession, ServerLink
-from .stats import process_cpu
+from ...errors import EnvError, PortalError, ServerProtocolError
+from ...wire import protocol as P
+from ...wire import stats as S
+from ..contract.options import RecyclePolicy
+from ..local.lockstep import SwapPlan
+from ..local.recovery import RESTARTABLE, Recovery
+from ..local.ring_views import RingViews
+from ..local.session import PortalSession, ServerLink
+from ..local.stats_reader import process_cpu
+from .wear import SPARE_AT, Wear
 
 OBSERVE_EVERY_S = 0.25  # how often memory and step times are read (every step counts episodes)
 MAX_SPARE_FAILURES = 3
@@ -285,6 +287,12 @@ class Recycler:
         self.ready = [j for _, j in sorted(chosen)[: max(most, 0)]]
 
     # -- before a step: the swaps ---------------------------------------------------------------
+    def plan(self) -> Optional[SwapPlan]:
+        """This step's plan: the servers swapped before they step and those that retire (None: neither)."""
+        if not self.ready and not self.retiring:
+            return None
+        return SwapPlan(frozenset(self.ready), frozenset(self.retiring))
+
     def swap_ready(self, k: int, prev: int) -> None:
         """Swap the servers picked after the last step (slot ``prev``); step ``k`` goes to the fresh ones."""
         ready, self.ready = self.ready, []

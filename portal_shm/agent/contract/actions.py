@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
-from ..wire import trees
-from ..wire.schema import leaves
+from ...wire import trees
+from ...wire.schema import leaves
 
 
 class ActionLeaves:

@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from .multi_agent_types import MultiAgentEnvs, MultiAgentResult
+from .types import MultiAgentEnvs, MultiAgentResult
 
 OthersPolicy = Callable[[MultiAgentResult], Mapping[str, Any]]
 

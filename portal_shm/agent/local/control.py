@@ -12,8 +12,8 @@ from typing import Any, Callable, Optional
 
 import zmq
 
-from ..errors import PortalTimeoutError, ServerProtocolError
-from ..wire import protocol as P
+from ...errors import PortalTimeoutError, ServerProtocolError
+from ...wire import protocol as P
 
 POLL_SLICE = 0.05
 

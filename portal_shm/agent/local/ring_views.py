@@ -13,13 +13,13 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from gymnasium.spaces import Space
 
-from ..errors import ServerProtocolError
-from ..wire import stats as S
-from ..wire import trees
-from ..wire.schema import is_fixed, leaves, revive
-from .actions import ActionLeaves
-from .infos import add_info
-from .validate import decode_infos
+from ...errors import ServerProtocolError
+from ...wire import stats as S
+from ...wire import trees
+from ...wire.schema import is_fixed, leaves, revive
+from ..contract.actions import ActionLeaves
+from ..contract.infos import add_info
+from ..contract.validate import decode_infos
 
 #: ``pick(leaf index, ring array of that leaf)``: the part of a fixed leaf a batch returns.
 Pick = Callable[[int, np.ndarray], Any]
@@ -50,7 +50,7 @@ class RingViews:
         info_capacity: int,
     ) -> None:
         self.mailbox = views["mailbox"]
-        #: The servers' counters (``wire/stats.py``), read by ``agent/stats.py``.
+        #: The servers' counters (``wire/stats.py``), read by ``agent/local/stats_reader.py``.
         self.stats_views = {name: views[name] for name in ("env_stats", "env_hist", "server_stats")}
         #: Ring bytes one env step writes and reads: its observation, action, reward, flags, infos length.
         self.env_step_bytes = sum(

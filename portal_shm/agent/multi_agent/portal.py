@@ -21,10 +21,11 @@ from gymnasium.spaces import Space
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from .contract import PortalVectorEnv, check_env_ids
-from .flat_agents import FlatAgents, OthersPolicy
-from .multi_agent_types import AgentBatch, AgentGroup, MultiAgentResult
-from .spaces import schema_to_space
+from ..contract.base import PortalVectorEnv
+from ..contract.checks import check_env_ids
+from ..contract.spaces import schema_to_space
+from .flat import FlatAgents, OthersPolicy
+from .types import AgentBatch, AgentGroup, MultiAgentResult
 
 FIELDS = ("obs", "reward", "terminated", "truncated", "mask")
 
@@ -122,7 +123,7 @@ class MultiAgentPortal:
 
     def flat(self, group: Optional[str] = None, others: Optional[OthersPolicy] = None) -> FlatAgents:
         """``group``'s agents as the envs of a gymnasium ``VectorEnv`` (``num_envs * k`` of them), for
-        parameter-shared training (``portal_shm.agent.flat_agents``); the view owns these envs."""
+        parameter-shared training (``portal_shm.agent.multi_agent.flat``); the view owns these envs."""
         return FlatAgents(self, group, others)
 
     # -- calls ----------------------------------------------------------------------------------

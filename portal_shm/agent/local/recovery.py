@@ -45,26 +45,18 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from ..errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
-from ..wire import protocol as P
-from .infos import add_info
+from ...errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
+from ...wire import protocol as P
+from ..contract.infos import add_info
+from ..contract.options import check_policy
+from ..contract.restarts import restart_infos, restart_seed
+from ..contract.validate import check_reply
 from .ring_views import RingViews, SavedRows
 from .session import PortalSession, ServerLink
-from .validate import check_reply
 
-POLICIES = ("raise", "restart")
 RESTARTABLE = (ServerDiedError, PortalTimeoutError, ServerProtocolError, EnvError)
-
-
-def check_policy(policy: str, max_restarts: int) -> None:
-    """``on_env_failure`` and ``max_restarts`` as a portal, local or remote, accepts them."""
-    if policy not in POLICIES:
-        raise ValueError(f"on_env_failure must be one of {POLICIES}, got {policy!r}")
-    if max_restarts < 0:
-        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
 
 
 class StandIn(NamedTuple):
@@ -72,13 +64,6 @@ class StandIn(NamedTuple):
 
     extras: dict[int, bytes]  # infos blobs of the slot's rows that spilled (env index -> blob)
     infos: dict[int, dict[str, Any]]  # env index -> infos to add to what its row decodes to
-
-
-def restart_seed(seed: Optional[int], restarts: int) -> Optional[int]:
-    """The seed a restarted env is reset with: derived from its last seed and its restart count."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([int(seed) % 2**64, restarts]).generate_state(1)[0])
 
 
 class Recovery:
@@ -289,15 +274,3 @@ class Recovery:
                 return self.finish_reset(server, self.step_timeout)
             except RESTARTABLE as exc:
                 cause = exc
-
-
-def restart_infos(envs: list[int], cause: Optional[BaseException], final: dict[int, Any]) -> dict[int, dict[str, Any]]:
-    """Each env's infos of the step that ended its episode by a restart (``final``: SAME_STEP's
-    last observations), the same on every portal kind: ``env_restarted`` and ``env_failure``."""
-    first_line = str(cause).splitlines()[0][:500] if cause is not None else ""
-    out: dict[int, dict[str, Any]] = {}
-    for i in envs:
-        out[i] = {"env_restarted": True, "env_failure": first_line}
-        if i in final:
-            out[i].update({"final_obs": final[i], "final_info": {}})
-    return out

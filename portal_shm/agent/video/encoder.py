@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from ..errors import ServerProtocolError
-from ..wire.frames import FrameRing
+from ...errors import ServerProtocolError
+from ...wire.frames import FrameRing
 
 END = object()  # an episode's last frame was queued: close its file
 

@@ -22,8 +22,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..wire.doorbell import AnyDone, spin_until
-from ..wire.layout import STATUS, STATUS_PENDING
+from ...wire.doorbell import AnyDone, spin_until
+from ...wire.layout import STATUS, STATUS_PENDING
 from .session import group_envs
 from .spec import EnvSpec
 

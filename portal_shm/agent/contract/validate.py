@@ -15,10 +15,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..errors import ServerProtocolError
-from ..wire import protocol as P
-from ..wire.dtypes import RING_KINDS, allowed, safe_dtype
-from ..wire.schema import CONTAINER_KINDS, MAX_SCHEMA_DEPTH
+from ...errors import ServerProtocolError
+from ...wire import protocol as P
+from ...wire.dtypes import RING_KINDS, allowed, safe_dtype
+from ...wire.schema import CONTAINER_KINDS, MAX_SCHEMA_DEPTH
 
 MAX_LEAF_BYTES = 1 << 30  # one env's observation leaf: a 1 GiB frame is already absurd
 MAX_LEAVES = 4096

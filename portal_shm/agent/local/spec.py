@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..runtimes.backend import Backend
-from ..runtimes.process import ProcessBackend
+from ...runtimes.backend import Backend
+from ...runtimes.process import ProcessBackend
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class EnvSpec:
     callable inside the env's runtime. ``legacy`` forces (True) or forbids (False) the pre-0.26
     gym adapter; None detects it. ``factory``, when given, is a callable of the agent that makes
     the env (as in gymnasium's ``AsyncVectorEnv(env_fns)``): it is shipped to the runtime with
-    cloudpickle and ``id`` only names it in messages (see ``portal_shm.agent.env_fns``).
+    cloudpickle and ``id`` only names it in messages (see ``portal_shm.agent.local.env_fns``).
     """
 
     id: str

@@ -29,10 +29,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 from gymnasium import logger
 from gymnasium.error import CustomSpaceError
 
-from ..errors import EnvError, PortalError
-from ..runtimes.backend import Backend
-from ..runtimes.process import ProcessBackend
-from ..runtimes.venv import VenvBackend
+from ...errors import EnvError, PortalError
+from ...runtimes.backend import Backend
+from ...runtimes.process import ProcessBackend
+from ...runtimes.venv import VenvBackend
 from .spec import EnvSpec
 
 EnvFactory = Callable[[], Any]
@@ -58,7 +58,7 @@ def to_specs(env_fns: Sequence[Union[EnvSpec, EnvFactory]], backend: Union[str, 
             specs.append(item)
         elif callable(item):
             if resolved is None:
-                from ..runtimes.registry import resolve_backend
+                from ...runtimes.registry import resolve_backend
 
                 resolved = resolve_backend(backend)
                 check_backend(resolved)
@@ -86,7 +86,7 @@ def check_backend(backend: Backend) -> None:
         )
     if python == sys.executable:
         return
-    from ..runtimes.cache import python_version
+    from ...runtimes.cache import python_version
 
     theirs = python_version(python).split()[0].split(".")[:2]
     ours = sys.version.split()[0].split(".")[:2]

@@ -18,20 +18,20 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from ..errors import EnvError, PortalTimeoutError, ServerProtocolError
-from ..wire import protocol as P
-from ..wire import trees
-from ..wire.doorbell import AnyDone
-from ..wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_OK
+from ...errors import EnvError, PortalTimeoutError, ServerProtocolError
+from ...wire import protocol as P
+from ...wire import trees
+from ...wire.doorbell import AnyDone
+from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_OK
+from ..contract.infos import add_info
+from ..contract.pending import AsyncState
+from ..contract.validate import check_blobs
 from .batches import ServerQueue
 from .health import Health
-from .infos import add_info
-from .pending import AsyncState
 from .recovery import RESTARTABLE, Recovery, StandIn
 from .replies import collect, send_all
 from .ring_views import RingViews
 from .session import ServerLink
-from .validate import check_blobs
 
 _MAX_PLANS = 4096  # batch plans kept: one per set of servers seen together, few in practice
 

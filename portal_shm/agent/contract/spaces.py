@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.spaces import Space
 
-from ..wire.schema import MAX_SCHEMA_DEPTH
+from ...wire.schema import MAX_SCHEMA_DEPTH
 
 
 class RemoteSpace(Space[Any]):

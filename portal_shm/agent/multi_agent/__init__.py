@@ -1,0 +1,1 @@
+"""Multi-agent envs (PettingZoo) over a vector portal: agent groups, batches and the flat view."""
