@@ -19,21 +19,21 @@ import secrets
 import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
+import numpy as np
 from gymnasium import logger
-from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from ..errors import PortalError, ServerProtocolError
+from ..errors import PortalError
 from ..runtimes.backend import Backend
 from ..wire import protocol as P
 from ..wire.doorbell import Waiter
 from ..wire.frames import FrameRing
 from ..wire.layout import ring_layout
-from .contract.base import PortalVectorEnv
-from .contract.checks import check_env_ids, per_env_values, reset_options, seed_list
-from .contract.options import DEFAULT_RING_DEPTH, RecyclePolicy, check_policy, check_recycle
-from .contract.pending import AsyncState, PendingCall
+from .contract.base import PortalVectorEnv, Request
+from .contract.checks import check_env_ids
+from .contract.options import DEFAULT_RING_DEPTH, RecyclePolicy, VectorOptions
+from .contract.pending import PendingCall
 from .local import env_fns as F
 from .local.batch_driver import Batch, BatchDriver
 from .local.batches import batch_grouping
@@ -50,6 +50,16 @@ from .local.stats_reader import StatsReader
 from .recycle.recycler import Recycler
 from .stats.clock import WINDOW_S, AgentClock
 from .stats.publish import Publisher
+
+#: The contract's per-env requests as the ring protocol names them (a server's CALL reads what is not callable).
+_COMMANDS = {
+    "call": P.CALL,
+    "get_attr": P.CALL,
+    "set_attr": P.SET_ATTR,
+    "get_state": P.GET_STATE,
+    "record": P.RECORD,
+    "render": P.RENDER,
+}
 
 
 class VectorPortal(PortalVectorEnv):
@@ -141,23 +151,34 @@ class VectorPortal(PortalVectorEnv):
         max_ring_bytes: Optional[int] = None,
     ) -> None:
         F.check_options(context, worker, max_concurrency)
-        recycle_policy = check_recycle(recycle)
         specs, self._gymnasium_form = F.to_specs(env_fns, backend)
         check_observation_mode(observation_mode)
-        check_policy(on_env_failure, max_restarts)
-        if ring_depth < 2:
-            raise ValueError(f"ring_depth must be at least 2, got {ring_depth}")
+        self.options = VectorOptions.of(
+            len(specs),
+            {
+                "autoreset_mode": autoreset_mode,
+                "batch_size": batch_size,
+                "envs_per_server": envs_per_server,
+                "ring_depth": ring_depth,
+                "info_capacity": info_capacity,
+                "startup_timeout": startup_timeout,
+                "step_timeout": step_timeout,
+                "on_env_failure": on_env_failure,
+                "max_restarts": max_restarts,
+                "recycle": recycle,
+                "spin_wait": spin_wait,
+                "max_ring_bytes": max_ring_bytes,
+            },
+        )
+        recycle_policy = self.options.recycle
         self.observation_mode = observation_mode
         self.env_fns = list(env_fns)
         self.shared_memory, self.context, self.daemon, self.worker = shared_memory, context, daemon, worker
         self.max_concurrency = max_concurrency
         self.num_envs = len(specs)
-        self.autoreset_mode = (
-            autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
-        )
+        self.autoreset_mode = self.options.autoreset_mode
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
-        self._async = self.batch_size != self.num_envs
-        if self._async:
+        if self.batched:
             if self.autoreset_mode is AutoresetMode.DISABLED:
                 raise ValueError(
                     "batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
@@ -239,7 +260,7 @@ class VectorPortal(PortalVectorEnv):
             )
             self._clock.on_tick = self._tick
             self._batches: Optional[BatchDriver] = None
-            if self._async:
+            if self.batched:
                 if self._ring.actions is None:
                     raise ValueError(
                         f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
@@ -286,7 +307,7 @@ class VectorPortal(PortalVectorEnv):
         if self._gymnasium_form and self.shared_memory:
             F.check_shared_memory(self.single_observation_space)
         self.observation_space, self.action_space = spaces.observation_space, spaces.action_space
-        if self._async:
+        if self.batched:
             self.observation_space = batch_space(self.single_observation_space, self.batch_size)
             self.action_space = batch_space(self.single_action_space, self.batch_size)
         first = session.servers[0].hello
@@ -314,7 +335,7 @@ class VectorPortal(PortalVectorEnv):
             info_capacity,
         )
 
-    # -- the gymnasium API ---------------------------------------------------------------
+    # -- the contract's primitives (``contract/base.py``) ----------------------------------------
     def _check_usable(self) -> None:
         self._health.check_usable(self.closed)
 
@@ -326,162 +347,74 @@ class VectorPortal(PortalVectorEnv):
             self._health.fail(exc)
             raise
 
-    def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
-        """Send the reset to every server and return at once; ``reset_wait`` collects the results."""
-        self._check_usable()
-        seeds = seed_list(seed, self.num_envs)
-        self._pending.check_idle("reset_async")
-        options, mask = reset_options(options, self.num_envs, self._batches is not None)
-        if self._batches is not None:
-            self._run(self._batches.reset, seeds, options)
-        else:
-            self._clock.enter()
-            self._run(self._lockstep.reset_async, seeds, options, mask)
-        self._pending.begin(AsyncState.WAITING_RESET)
+    def _owners(self) -> list[list[int]]:
+        return [server.env_indices for server in self._session.servers]
 
-    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
-        """Results of ``reset_async``; ``timeout`` (seconds) raises ``PortalTimeoutError``, also a
-        ``multiprocessing.TimeoutError`` as with AsyncVectorEnv (the portal cannot continue then)."""
-        self._check_usable()
-        self._pending.check_waiting(AsyncState.WAITING_RESET)
-        self._pending.end()
+    def _post(self, requests: dict[int, Request], what: str) -> None:
+        messages = []
+        for request in requests.values():
+            message = {"cmd": _COMMANDS[request.op], **request.fields}
+            if request.op == "get_attr":  # a server's CALL reads what is not callable
+                message.update(args=[], kwargs={})
+            if request.op == "record" and "values" in message:
+                message["frames"] = message.pop("values")
+            if request.envs is not None:
+                message["envs"] = request.envs
+            messages.append(message)
+        for message in messages:
+            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
+        every = all(request.envs is None for request in requests.values())
+        chosen = (
+            None
+            if every
+            else {j: self._session.servers[j].env_indices if r.envs is None else r.envs for j, r in requests.items()}
+        )
         if self._batches is not None:
-            obs, _, _, _, infos = self.recv(timeout)
-            return obs, infos
+            self._run(self._batches.settle)
+        self._run(self._calls.send, messages, chosen)
+
+    def _collect(self, what: str, timeout: Optional[float]) -> list[Any]:
+        results: list[Any] = self._run(self._calls.wait, what, timeout)
+        return results
+
+    def _reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]) -> None:
+        self._clock.enter()
+        self._run(self._lockstep.reset_async, seeds, options, mask)
+
+    def _reset_result(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
         result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, timeout)
         self._clock.leave()
         return result
 
-    def step_async(self, actions: Any) -> None:
-        """Write the actions into the ring and wake every server; returns at once."""
-        self._check_usable()
-        self._pending.check_idle("step_async")
-        if self._batches is not None:
-            self.send(actions)
-        else:
-            self._clock.enter()
-            self._run(self._lockstep.step_async, actions)
-        self._pending.begin(AsyncState.WAITING_STEP)
+    def _step(self, actions: Any) -> None:
+        self._clock.enter()
+        self._run(self._lockstep.step_async, actions)
 
-    def step_wait(self, timeout: float | None = None) -> Batch:
-        """Wait for the step started by ``step_async``; see the module docstring for view validity.
-
-        ``timeout`` (seconds) raises ``PortalTimeoutError``, also a ``multiprocessing.TimeoutError``
-        as with AsyncVectorEnv; the portal cannot continue after it.
-        """
-        if self.closed:
-            raise ClosedEnvironmentError("this VectorPortal is closed")
-        self._pending.check_waiting(AsyncState.WAITING_STEP)
-        self._pending.end()
-        if self._batches is not None:
-            return self.recv(timeout)
+    def _step_result(self, timeout: Optional[float]) -> Batch:
         result: Batch = self._run(self._lockstep.step_wait, timeout)
         self._clock.leave()
         return result
 
-    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
-        """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
-        if self._gymnasium_form and name in ("reset", "step", "close"):  # as AsyncVectorEnv refuses them
-            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
-        message = {"cmd": P.CALL, "name": name, "args": list(args), "kwargs": kwargs}
-        self._send_control([message] * len(self._session.servers), "call_async")
+    def _send(self, actions: Any, env_ids: Any) -> None:
+        assert self._batches is not None
+        self._clock.enter()
+        self._run(self._batches.send, actions, env_ids)
 
-    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """Results of ``call_async``, one per env; ``timeout`` as for ``step_wait``."""
-        self._check_usable()
-        self._pending.check_waiting(AsyncState.WAITING_CALL)
-        return tuple(self._control_wait("call", timeout))
-
-    def _send_control(
-        self, messages: list[dict[str, Any]], what: str, chosen: Optional[dict[int, list[int]]] = None
-    ) -> None:
-        self._check_usable()
-        self._pending.check_idle(what)
-        for message in messages:
-            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
-        if self._batches is not None:
-            self._run(self._batches.settle)
-        self._run(self._calls.send, messages, chosen)
-        self._pending.begin(AsyncState.WAITING_CALL)
-
-    def _control_wait(self, what: str, timeout: Optional[float]) -> list[Any]:
-        self._pending.end()
-        results: list[Any] = self._run(self._calls.wait, what, timeout)
-        return results
-
-    def _control(
-        self, messages: list[dict[str, Any]], what: str, chosen: Optional[dict[int, list[int]]] = None
-    ) -> list[Any]:
-        self._send_control(messages, what, chosen)
-        return self._control_wait(what, None)
-
-    def _chosen(self, env_ids: Any) -> tuple[list[int], dict[int, list[int]]]:
-        """(the env ids, checked; server index -> the ids it hosts, in their order), servers ascending."""
-        ids = check_env_ids(env_ids, self.num_envs)
-        server_of = {i: server.index for server in self._session.servers for i in server.env_indices}
-        chosen: dict[int, list[int]] = {}
-        for i in ids:
-            chosen.setdefault(server_of[i], []).append(i)
-        return ids, dict(sorted(chosen.items()))
-
-    def call_envs(self, env_ids: Any, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """``call(name, ...)`` in the envs ``env_ids`` only (SB3's ``env_method(..., indices=)``): their
-        results in the order of ``env_ids``; the other envs' servers are not even woken."""
-        if self._gymnasium_form and name in ("reset", "step", "close"):
-            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
-        ids, chosen = self._chosen(env_ids)
-        messages = [
-            {"cmd": P.CALL, "name": name, "args": list(args), "kwargs": kwargs, "envs": envs}
-            for envs in chosen.values()
-        ]
-        results = self._control(messages, f"call({name!r})", chosen)
-        if not results:
-            return tuple(None for _ in ids)
-        by_env = dict(zip((i for envs in chosen.values() for i in envs), results))
-        return tuple(by_env[i] for i in ids)
-
-    def get_state(self, env_ids: Any, allow_pickle: bool = False) -> list[bytes]:
-        """The state of each env of ``env_ids``, as opaque bytes (``portal_shm.server.state``): a
-        versioned msgpack blob made in the env's runtime, restorable into any env of the same id
-        and versions (another server, container or host). ``allow_pickle``: envs with no state
-        adapter are pickled inside their runtime (the agent never unpickles anything)."""
-        ids, chosen = self._chosen(env_ids)
-        messages = [{"cmd": P.GET_STATE, "envs": envs, "allow_pickle": bool(allow_pickle)} for envs in chosen.values()]
-        results = self._control(messages, "get_state", chosen)
-        by_env = dict(zip((i for envs in chosen.values() for i in envs), results))
-        states = [by_env.get(i) for i in ids]
-        if not all(isinstance(state, bytes) for state in states):
-            raise ServerProtocolError("an env server answered get_state with something that is not bytes")
-        return states  # type: ignore[return-value]
-
-    def set_state(
-        self, states: Sequence[bytes], env_ids: Any, allow_pickle: bool = False
-    ) -> tuple[Any, dict[str, Any]]:
-        """Restore ``states`` (from ``get_state``) into the envs ``env_ids``, one each (a state may go
-        to several envs: a fork); returns every env's observation, as a masked reset does (the
-        others' unchanged), and the restored envs' infos. Their episodes go on from the state.
-        ``allow_pickle``: accept states the env's runtime pickled (unpickling there runs code)."""
-        ids = check_env_ids(env_ids, self.num_envs)
-        states = list(states)
-        if len(states) != len(ids) or not all(isinstance(state, bytes) for state in states):
-            raise ValueError(f"set_state takes one state (bytes, from get_state) per env: {len(states)} for {len(ids)}")
-        if self._batches is not None:
-            raise PortalError(
-                "set_state is for lockstep portals: with batch_size the envs are in different slots of "
-                "the ring; make the portal without batch_size to restore states"
-            )
-        self._check_usable()
-        self._pending.check_idle("set_state")
-        self._run(self._lockstep.set_state_async, dict(zip(ids, states)), bool(allow_pickle))
-        result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, None, "set_state")
+    def _recv(self, timeout: Optional[float]) -> Batch:
+        assert self._batches is not None
+        self._clock.enter()
+        result: Batch = self._run(self._batches.recv, timeout)
+        self._clock.leave()
         return result
 
-    def record_frames(self, env_ids: Any, on: bool = True) -> None:
-        """Frame capture on (or off) in the envs ``env_ids``, from their next step on; only their
-        servers are told, and an env that cannot render ``rgb_array`` frames fails with the fix."""
-        _, chosen = self._chosen(env_ids)
-        messages = [{"cmd": P.RECORD, "envs": envs, "on": bool(on)} for envs in chosen.values()]
-        self._control(messages, "record_frames", chosen)
+    def _async_reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]]) -> None:
+        assert self._batches is not None
+        self._run(self._batches.reset, seeds, options)
+
+    def _restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict[str, Any]]:
+        self._run(self._lockstep.set_state_async, states, allow_pickle)
+        result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, None, "set_state")
+        return result
 
     maps_agent_memory = True
 
@@ -493,122 +426,36 @@ class VectorPortal(PortalVectorEnv):
         ``next_frames[k]``) instead of its info. The rings' descriptors reach the servers as the
         main ring's did, whatever their backend (processes, venvs, containers); a server too old
         to know frame rings ignores them and sends its frames in the infos as before."""
-        ids, chosen = self._chosen(env_ids)
+        ids = check_env_ids(env_ids, self.num_envs)
         if len(rings) != len(ids) or len(next_frames) != len(ids):
             raise ValueError(f"record_frames_shared takes one ring and one frame number per env, for {len(ids)} envs")
         offer = self._session.offer()
-        path, tokens, entries = offer.path, [], {}
+        tokens, entries = [], []
         try:
-            for i, ring, next_frame in zip(ids, rings, next_frames):
+            for ring, next_frame in zip(rings, next_frames):
                 assert ring.fd is not None, "a frame ring the agent made holds its descriptor"
                 token = secrets.token_hex(16)
                 offer.expect(token, [os.dup(ring.fd)])
                 tokens.append(token)
-                entries[i] = {
-                    "path": path,
-                    "token": token,
-                    "shape": list(ring.shape),
-                    "depth": ring.depth,
-                    "next": int(next_frame),
-                }
-            messages = [
-                {"cmd": P.RECORD, "envs": envs, "on": True, "frames": [entries[i] for i in envs]}
-                for envs in chosen.values()
-            ]
-            self._control(messages, "record_frames", chosen)
+                entries.append(
+                    {
+                        "path": offer.path,
+                        "token": token,
+                        "shape": list(ring.shape),
+                        "depth": ring.depth,
+                        "next": int(next_frame),
+                    }
+                )
+            self._ask_and_wait("record", {"on": True}, ids, "record_frames", entries)
         finally:
             for token in tokens:  # a server that did not fetch its ring (refused, or too old): closed here
                 offer.forget(token)
 
-    def get_attr_envs(self, env_ids: Any, name: str) -> tuple[Any, ...]:
-        return self.call_envs(env_ids, name)
-
-    def set_attr_envs(self, env_ids: Any, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        ids, chosen = self._chosen(env_ids)
-        value_of = dict(zip(ids, per_env_values(values, len(ids))))
-        messages = [
-            {"cmd": P.SET_ATTR, "name": name, "values": [value_of[i] for i in envs], "envs": envs}
-            for envs in chosen.values()
-        ]
-        self._control(messages, f"set_attr({name!r})", chosen)
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        return self.call(name)
-
-    # AsyncVectorEnv's properties, not VectorEnv's (one seed and Generator of the vector env, which
-    # can also be set): their signatures cannot match the base class's.
-    @property
-    def np_random_seed(self) -> tuple[Any, ...]:  # type: ignore[override]
-        """Each env's ``np_random_seed``, as AsyncVectorEnv returns it."""
-        return self.get_attr("np_random_seed")
-
-    @property  # type: ignore[misc]
-    def np_random(self) -> tuple[Any, ...]:  # type: ignore[override]
-        """Each env's ``np_random`` as AsyncVectorEnv returns it, where the values can be sent (they
-        cannot: a Generator is not data, so this raises an ``EnvError`` saying so)."""
-        return self.get_attr("np_random")
-
-    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        values = per_env_values(values, self.num_envs)
-        messages = [
-            {"cmd": P.SET_ATTR, "name": name, "values": [values[i] for i in server.env_indices]}
-            for server in self._session.servers
-        ]
-        self._control(messages, f"set_attr({name!r})")
-
-    def render(self) -> tuple[Any, ...]:
-        """Each env's ``render()`` result, as SyncVectorEnv returns them."""
-        return tuple(self._control([{"cmd": P.RENDER}] * len(self._session.servers), "render"))
-
-    # -- async batches (envpool's API) -------------------------------------------------------
-    def _require_batches(self, what: str) -> BatchDriver:
-        self._check_usable()
-        if self._batches is None:
-            raise PortalError(
-                f"{what}() is for async batches: create the VectorPortal with batch_size < num_envs "
-                f"(vector_kwargs={{'batch_size': B}}); use step() for lockstep stepping"
-            )
-        return self._batches
-
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Step the envs ``env_ids`` (default: those the last ``recv`` returned) with ``actions``.
-
-        ``actions`` is batched along ``env_ids``; the envs must form whole servers that are not
-        already stepping (the envs ``recv`` hands out always do). Returns at once.
-        """
-        batches = self._require_batches("send")
-        self._clock.enter()
-        self._run(batches.send, actions, env_ids)
-
-    def recv(self, timeout: float | None = None) -> Batch:
-        """The first ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``.
-
-        ``infos["env_id"]`` says which envs they are (ascending, read-only). When the finished servers hold
-        consecutive envs in the same ring slot (always the case with one server per batch), the
-        arrays are views of the ring, as in lockstep; otherwise they are gathered into arrays
-        owned by the portal, reused after ``ring_depth`` batches: the same validity rule either
-        way (see the module docstring).
-        """
-        batches = self._require_batches("recv")
-        if self._pending.state is AsyncState.WAITING_STEP:
-            self._pending.end()
-        self._clock.enter()
-        result: Batch = self._run(batches.recv, timeout)
-        self._clock.leave()
-        return result
-
-    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
-        """Reset every env (after any steps in flight); ``recv()`` then hands out the reset batches.
-
-        envpool's ``async_reset``: ``reset()`` with async batches is this followed by ``recv()``.
-        """
-        batches = self._require_batches("async_reset")
-        self._pending.check_idle("async_reset")
-        self._run(batches.reset, seed_list(seed, self.num_envs), options)
-
     def batch_ready(self) -> bool:
         """Whether ``recv`` would return at once: enough servers finished for a batch."""
-        return self._require_batches("batch_ready").ready()
+        self._require_batches("batch_ready")
+        assert self._batches is not None
+        return self._batches.ready()
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False, **kwargs: Any) -> None:
         """Stop the servers and remove the ring, sockets and run directory.

@@ -307,6 +307,35 @@ def test_per_env_calls_touch_only_the_envs_they_name(make):
             envs.get_attr_envs(bad, "marker")
 
 
+def test_call_refuses_what_has_a_method_of_its_own_as_async_vector_env_does(make):
+    envs = make("CartPole-v1", 2)
+    envs.reset(seed=0)
+    for name in ("reset", "step", "close"):
+        with pytest.raises(ValueError, match=f"use `{name}` directly"):
+            envs.call(name)
+        with pytest.raises(ValueError, match=f"use `{name}` directly"):
+            envs.call_envs([1], name)
+    assert envs.call("get_wrapper_attr", "render_mode") == (None, None)  # and the portal goes on
+
+
+def test_render_and_seeds_give_one_value_per_env_as_sync_vector_env_does(make):
+    envs = make("CartPole-v1", 3, hosts=2)
+    reference = sync(3)
+    envs.reset(seed=5)
+    reference.reset(seed=5)
+    assert envs.render() == reference.render() == (None, None, None)  # no render_mode: each env's None
+    assert envs.np_random_seed == tuple(env.np_random_seed for env in reference.envs) == (5, 6, 7)
+
+
+def test_lockstep_portals_refuse_the_async_batch_calls_by_name(make):
+    envs = make("CartPole-v1", 2)
+    envs.reset(seed=0)
+    for call in (lambda: envs.send(np.zeros(2, np.int64)), envs.recv, envs.async_reset):
+        with pytest.raises(portal_shm.PortalError, match=r"is for async batches: create the portal with batch_size"):
+            call()
+    envs.step(np.zeros(2, np.int64))  # the portal goes on
+
+
 BAD_MASKS = [
     pytest.param([True, False, True], TypeError, "must be a numpy array", id="a-list"),
     pytest.param(np.ones(2, bool), ValueError, r"must have shape `\(3,\)`", id="wrong-shape"),

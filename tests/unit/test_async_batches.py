@@ -134,7 +134,7 @@ def test_step_async_and_step_wait_answer_the_last_batch():
 def test_bad_batches_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="multiple of the envs per server"):
         portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 3, "envs_per_server": 2})
-    with pytest.raises(ValueError, match="between 1 and num_envs"):
+    with pytest.raises(ValueError, match="batch_size=0: give an integer from 1 to 4"):
         portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 0})
     with pytest.raises(ValueError, match="DISABLED"):
         portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "autoreset_mode": "Disabled"})

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import portal_shm
+from portal_shm.agent.contract.options import HOSTED as VECTOR_OPTIONS
 from portal_shm.cli.app import build_parser
 from portal_shm.cli.remote import host_policy
 from portal_shm.errors import HostPolicyError, PortalError
@@ -24,7 +25,6 @@ from portal_shm.remote.host.policy import (
     dotted_match,
     parse_bytes,
 )
-from portal_shm.remote.host.request_values import VECTOR_OPTIONS
 from portal_shm.runtimes.docker import DockerBackend
 from portal_shm.runtimes.process import ProcessBackend
 from portal_shm.runtimes.registry import BACKENDS

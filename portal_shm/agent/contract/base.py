@@ -5,24 +5,161 @@ A local ``VectorPortal``, a ``RemoteVectorPortal`` (hosts elsewhere) and a ``Ray
 (``reset_async``/``reset_wait``, ``step_async``/``step_wait``, ``call_async``/``call_wait``, each
 wait with a ``timeout``, gymnasium's errors for calls out of order), envpool's async batches
 (``send``/``recv``/``async_reset``), ``call``/``get_attr``/``set_attr``/``render``, ``servers``
-(where each env lives) and SyncVectorEnv's results. The blocking calls are their async pair, once,
-here; each kind implements the pairs. ``tests/contract`` runs one suite over every kind.
+(where each env lives) and SyncVectorEnv's results.
+
+The contract is implemented here, once: every check of a call's arguments, the async protocol,
+and every per-env call (``call``/``get_attr``/``set_attr`` with or without indices, states,
+frame capture, ``render``). A kind provides two primitives for the per-env calls: which owner
+(an env server, an env host, a Ray-placed host) holds each env (``_owners``), and how requests
+reach their owners and the replies come back (``_post``/``_collect``, in the kinds' common
+vocabulary: ``Request``). Stepping, resetting and restoring states are the kind's own
+(``_reset``, ``_step``, ``_send``, ``_recv``, ...), called after the checks. ``tests/contract``
+runs one suite over every kind.
 """
 
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import numpy as np
+from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import VectorEnv
 
+from ...errors import PortalError, ServerProtocolError
+from .checks import check_env_ids, per_env_values, reset_options, seed_list
+from .pending import AsyncState, PendingCall
+
 StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+
+#: The per-env requests of the contract, in the kinds' common vocabulary (each kind's message names
+#: differ: the ring protocol's commands locally, the host protocol's remotely).
+OPS = ("call", "get_attr", "set_attr", "get_state", "record", "render")
+#: Requests whose replies carry no values.
+SILENT = ("set_attr", "record")
+#: Names ``call`` refuses, as AsyncVectorEnv does: they have methods of their own.
+NOT_CALLABLE = ("reset", "step", "close")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One owner's share of a per-env call: the op, the envs it names (the portal's indices, in the
+    order their values come back; None: all of the owner's envs) and its fields (``name``, ``args``,
+    ``kwargs``, ``values``: one per env named, ``allow_pickle``, ``on``)."""
+
+    op: str
+    envs: Optional[list[int]]
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A per-env call in flight: the envs in the caller's order and each owner's envs asked."""
+
+    op: str
+    what: str
+    ids: list[int]
+    chosen: dict[int, list[int]]
 
 
 class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     """A gymnasium ``VectorEnv`` whose envs live in isolated runtimes (see the module docstring)."""
 
+    num_envs: int
+    batch_size: int
+    closed: bool
+    _pending: PendingCall
+    _asked: Optional[Asked] = None
+
+    #: Whether the envs' servers map this agent's memory (a local ring portal): then
+    #: ``record_frames_shared`` hands each env a frame ring of its own.
+    maps_agent_memory = False
+
+    # -- what each kind provides ---------------------------------------------------------------
+    @abstractmethod
+    def _check_usable(self) -> None:
+        """Raise when the portal is closed or cannot go on after an earlier failure."""
+
+    @abstractmethod
+    def _owners(self) -> list[list[int]]:
+        """Each owner's envs (ascending env indices), owners in env order."""
+
+    @abstractmethod
+    def _post(self, requests: dict[int, Request], what: str) -> None:
+        """Send each owner named its request (owner index -> request) and return at once; raises
+        ``TypeError`` naming an unsendable value before any owner is told."""
+
+    @abstractmethod
+    def _collect(self, what: str, timeout: Optional[float]) -> list[Any]:
+        """The values of the posted requests, one per env each named, owners ascending (nothing
+        for ``SILENT`` ops); an owner's error raised as the agent's own exception."""
+
+    @abstractmethod
+    def _reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]) -> None:
+        """Start the reset of every env (of ``mask``'s envs only, when given); lockstep."""
+
+    @abstractmethod
+    def _reset_result(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
+        """The observations and infos of the reset ``_reset`` started."""
+
+    @abstractmethod
+    def _step(self, actions: Any) -> None:
+        """Start a lockstep step of every env."""
+
+    @abstractmethod
+    def _step_result(self, timeout: Optional[float]) -> StepResult:
+        """The results of the step ``_step`` started."""
+
+    @abstractmethod
+    def _send(self, actions: Any, env_ids: Any) -> None:
+        """Step ``env_ids`` (None: the last ``recv``'s) and return at once (async batches)."""
+
+    @abstractmethod
+    def _recv(self, timeout: Optional[float]) -> StepResult:
+        """The next batch to finish (async batches)."""
+
+    @abstractmethod
+    def _async_reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]]) -> None:
+        """Reset every env; ``recv`` hands out the batches (async batches)."""
+
+    @abstractmethod
+    def _restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict[str, Any]]:
+        """Restore each env's state (env index -> state); every env's observation, the restored
+        envs' infos (lockstep)."""
+
+    @abstractmethod
+    def stats(self, window: float = 10.0) -> dict[str, Any]:
+        """Where the time goes over the last ``window`` seconds: rates, per-env step latency, per
+        server load, the agent's time inside and away from the portal, and the verdict ``bound``."""
+
+    @property
+    @abstractmethod
+    def servers(self) -> list[dict[str, Any]]:
+        """Where each env lives: one dict per env server with ``server`` (its index), ``envs`` (the
+        env indices it hosts), ``runtime`` (a description) and ``pid`` (on its host, where known)."""
+
+    # -- the kind of stepping ----------------------------------------------------------------
+    @property
+    def batched(self) -> bool:
+        """Whether the portal steps in async batches (``batch_size < num_envs``)."""
+        return self.batch_size < self.num_envs
+
+    def _require_batches(self, what: str) -> None:
+        self._check_usable()
+        if not self.batched:
+            raise PortalError(
+                f"{what}() is for async batches: create the portal with batch_size < num_envs "
+                f"(vector_kwargs={{'batch_size': B}}); use step() for lockstep stepping"
+            )
+
+    def _check_waitable(self) -> None:
+        """What a ``*_wait`` checks before it takes its results: the portal is not closed (a
+        failure of the call in flight is the wait's to report)."""
+        if self.closed:
+            raise ClosedEnvironmentError(f"this {type(self).__name__} is closed")
+
+    # -- reset and step ----------------------------------------------------------------------
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
@@ -31,100 +168,230 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 
+    def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Start the reset and return at once; ``reset_wait`` collects the results. ``seed``: None,
+        an int (env ``i`` gets ``seed + i``) or one per env; ``options["reset_mask"]`` as gymnasium's."""
+        self._check_usable()
+        seeds = seed_list(seed, self.num_envs)
+        self._pending.check_idle("reset_async")
+        options, mask = reset_options(options, self.num_envs, self.batched)
+        if self.batched:
+            self._async_reset(seeds, options)
+        else:
+            self._reset(seeds, options, mask)
+        self._pending.begin(AsyncState.WAITING_RESET)
+
+    def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict[str, Any]]:
+        """Results of ``reset_async``: every env's (lockstep) or the first batch (async batches).
+        ``timeout`` (seconds) raises ``PortalTimeoutError``, also a ``multiprocessing.TimeoutError``
+        as with AsyncVectorEnv (the portal cannot continue then)."""
+        self._check_usable()
+        self._pending.check_waiting(AsyncState.WAITING_RESET)
+        self._pending.end()
+        if self.batched:
+            obs, _, _, _, infos = self._recv(timeout)
+            return obs, infos
+        return self._reset_result(timeout)
+
     def step(self, actions: Any) -> StepResult:
         """Step every env once (lockstep), or ``send`` the last batch's envs and ``recv`` the next."""
         self.step_async(actions)
         return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Start the step and return at once (async batches: ``send`` the last batch's envs)."""
+        self._check_usable()
+        self._pending.check_idle("step_async")
+        if self.batched:
+            self._send(actions, None)
+        else:
+            self._step(actions)
+        self._pending.begin(AsyncState.WAITING_STEP)
+
+    def step_wait(self, timeout: Optional[float] = None) -> StepResult:
+        """Results of ``step_async`` (async batches: the next ``recv``). ``timeout`` (seconds) raises
+        ``PortalTimeoutError``, also a ``multiprocessing.TimeoutError`` as with AsyncVectorEnv; the
+        portal cannot continue after it."""
+        self._check_waitable()
+        self._pending.check_waiting(AsyncState.WAITING_STEP)
+        self._pending.end()
+        if self.batched:
+            return self._recv(timeout)
+        return self._step_result(timeout)
+
+    # -- async batches (envpool's API) ---------------------------------------------------------
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step ``env_ids`` (default: the last ``recv``'s) with ``actions``, batched along ``env_ids``,
+        and return at once (async batches)."""
+        self._require_batches("send")
+        self._send(actions, env_ids)
+
+    def recv(self, timeout: Optional[float] = None) -> StepResult:
+        """The next ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``,
+        ``infos["env_id"]`` says which (async batches)."""
+        self._require_batches("recv")
+        if self._pending.state is AsyncState.WAITING_STEP:
+            self._pending.end()
+        return self._recv(timeout)
+
+    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Reset every env; ``recv()`` then hands out the reset batches (envpool's ``async_reset``:
+        ``reset()`` with async batches is this followed by ``recv()``)."""
+        self._require_batches("async_reset")
+        self._pending.check_idle("async_reset")
+        options, _ = reset_options(options, self.num_envs, True)
+        self._async_reset(seed_list(seed, self.num_envs), options)
+
+    # -- per-env calls, on the two primitives ----------------------------------------------------
+    def _route(self, env_ids: Any) -> tuple[list[int], dict[int, list[int]]]:
+        """(the env ids, checked; owner index -> the ids it holds, in their order), owners ascending."""
+        owners = self._owners()
+        if env_ids is None:
+            return [i for envs in owners for i in envs], {j: list(envs) for j, envs in enumerate(owners)}
+        ids = check_env_ids(env_ids, self.num_envs)
+        owner_of = {i: j for j, envs in enumerate(owners) for i in envs}
+        chosen: dict[int, list[int]] = {}
+        for i in ids:
+            chosen.setdefault(owner_of[i], []).append(i)
+        return ids, dict(sorted(chosen.items()))
+
+    def _ask(
+        self, op: str, fields: dict[str, Any], env_ids: Any, what: str, values: Optional[list[Any]] = None
+    ) -> None:
+        """Post ``op`` to the owners of ``env_ids`` (None: every env, each owner's whole share)."""
+        self._check_usable()
+        self._pending.check_idle(what)
+        ids, chosen = self._route(env_ids)
+        value_of = dict(zip(ids, values)) if values is not None else {}
+        requests = {}
+        for j, envs in chosen.items():
+            part = dict(fields)
+            if values is not None:
+                part["values"] = [value_of[i] for i in envs]
+            requests[j] = Request(op, None if env_ids is None else envs, part)
+        self._post(requests, what)
+        self._asked = Asked(op, what, ids, chosen)
+        self._pending.begin(AsyncState.WAITING_CALL)
+
+    def _answers(self, timeout: Optional[float]) -> tuple[Any, ...]:
+        """The values of the call ``_ask`` posted, in the caller's order of envs."""
+        asked, self._asked = self._asked, None
+        self._pending.end()
+        assert asked is not None
+        values = self._collect(asked.what, timeout)
+        if asked.op in SILENT:
+            return ()
+        order = [i for envs in asked.chosen.values() for i in envs]
+        if len(values) != len(order):
+            raise ServerProtocolError(f"{asked.what} got {len(values)} values for {len(order)} envs")
+        by_env = dict(zip(order, values))
+        return tuple(by_env[i] for i in asked.ids)
+
+    def _ask_and_wait(
+        self, op: str, fields: dict[str, Any], env_ids: Any, what: str, values: Optional[list[Any]] = None
+    ) -> tuple[Any, ...]:
+        self._ask(op, fields, env_ids, what, values)
+        return self._answers(None)
+
+    @staticmethod
+    def _callable(name: str) -> str:
+        if name in NOT_CALLABLE:  # as AsyncVectorEnv refuses them
+            raise ValueError(f"Trying to call function `{name}` with `call`, use `{name}` directly instead.")
+        return name
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name`` on every env (or read it, when it is not callable); one result per env."""
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
-    @abstractmethod
-    def reset_async(
-        self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
-    ) -> None: ...
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
+        fields = {"name": self._callable(name), "args": list(args), "kwargs": kwargs}
+        self._ask("call", fields, None, f"call({name!r})")
 
-    @abstractmethod
-    def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict[str, Any]]: ...
+    def call_wait(self, timeout: Optional[float] = None) -> tuple[Any, ...]:
+        """Results of ``call_async``, one per env; ``timeout`` as for ``step_wait``."""
+        self._check_usable()
+        self._pending.check_waiting(AsyncState.WAITING_CALL)
+        return self._answers(timeout)
 
-    @abstractmethod
-    def step_async(self, actions: Any) -> None: ...
-
-    @abstractmethod
-    def step_wait(self, timeout: Optional[float] = None) -> StepResult: ...
-
-    @abstractmethod
-    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None: ...
-
-    @abstractmethod
-    def call_wait(self, timeout: Optional[float] = None) -> tuple[Any, ...]: ...
-
-    @abstractmethod
-    def get_attr(self, name: str) -> tuple[Any, ...]: ...
-
-    @abstractmethod
-    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None: ...
-
-    @abstractmethod
-    def render(self) -> tuple[Any, ...] | None: ...
-
-    @abstractmethod
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Step ``env_ids`` (default: the last ``recv``'s) and return at once (async batches)."""
-
-    @abstractmethod
-    def recv(self, timeout: Optional[float] = None) -> StepResult:
-        """The next ``batch_size`` envs to finish; ``infos["env_id"]`` says which (async batches)."""
-
-    @abstractmethod
-    def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
-        """Reset every env; ``recv()`` then hands out the reset batches (async batches)."""
-
-    @abstractmethod
     def call_envs(self, env_ids: Any, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``call`` in the envs ``env_ids`` only (SB3's ``env_method(..., indices=)``): their results,
-        in the order of ``env_ids``; the other envs are not touched."""
+        in the order of ``env_ids``; the other envs' owners are not even woken."""
+        fields = {"name": self._callable(name), "args": list(args), "kwargs": kwargs}
+        return self._ask_and_wait("call", fields, env_ids, f"call({name!r})")
 
-    @abstractmethod
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Each env's attribute ``name``."""
+        return self._ask_and_wait("get_attr", {"name": name}, None, f"get_attr({name!r})")
+
     def get_attr_envs(self, env_ids: Any, name: str) -> tuple[Any, ...]:
         """``get_attr`` of the envs ``env_ids`` only, in their order."""
+        return self._ask_and_wait("get_attr", {"name": name}, env_ids, f"get_attr({name!r})")
 
-    @abstractmethod
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set ``name`` in every env: one value for all, or a list or tuple of one per env."""
+        values = per_env_values(values, self.num_envs)
+        self._ask_and_wait("set_attr", {"name": name}, None, f"set_attr({name!r})", values)
+
     def set_attr_envs(self, env_ids: Any, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """``set_attr`` in the envs ``env_ids`` only: one value for all, or one per env named."""
+        count = len(check_env_ids(env_ids, self.num_envs))
+        self._ask_and_wait("set_attr", {"name": name}, env_ids, f"set_attr({name!r})", per_env_values(values, count))
 
-    @abstractmethod
-    def get_state(self, env_ids: Any, allow_pickle: bool = False) -> list[bytes]:
-        """Each env's state (opaque bytes, made in its runtime), restorable by ``set_state``."""
+    def render(self) -> tuple[Any, ...]:
+        """Each env's ``render()`` result, as SyncVectorEnv returns them."""
+        return self._ask_and_wait("render", {}, None, "render")
 
-    @abstractmethod
-    def set_state(self, states: Any, env_ids: Any, allow_pickle: bool = False) -> tuple[Any, dict[str, Any]]:
-        """Restore states into envs (one each; one state into several: a fork): every env's observation."""
-
-    @abstractmethod
     def record_frames(self, env_ids: Any, on: bool = True) -> None:
         """Turn frame capture on (or off) in the envs ``env_ids``: while on, each of their steps renders
         on its own server after the step and the frame rides in the env's info (``RecordVideo``
         takes it out again); the other envs never render. Needs ``render_mode="rgb_array"``."""
-
-    @abstractmethod
-    def stats(self, window: float = 10.0) -> dict[str, Any]:
-        """Where the time goes over the last ``window`` seconds: rates, per-env step latency, per
-        server load, the agent's time inside and away from the portal, and the verdict ``bound``."""
-
-    #: Whether the envs' servers map this agent's memory (a local ring portal): then
-    #: ``record_frames_shared`` hands each env a frame ring of its own.
-    maps_agent_memory = False
+        self._ask_and_wait("record", {"on": bool(on)}, env_ids, "record_frames")
 
     def record_frames_shared(self, env_ids: Sequence[int], rings: Sequence[Any], next_frames: Sequence[int]) -> None:
         """``record_frames(env_ids, True)`` with frames written into shared frame rings; only for
         portals whose servers map the agent's memory (``maps_agent_memory``)."""
         raise NotImplementedError(f"{type(self).__name__}'s servers do not map this agent's memory: use record_frames")
 
+    def get_state(self, env_ids: Any, allow_pickle: bool = False) -> list[bytes]:
+        """The state of each env of ``env_ids``, as opaque bytes (``portal_shm.server.state``): a
+        versioned msgpack blob made in the env's runtime, restorable into any env of the same id
+        and versions (another server, container or host). ``allow_pickle``: envs with no state
+        adapter are pickled inside their runtime (the agent never unpickles anything; an env host
+        allows it only with ``portal-shm host --pickled-states``)."""
+        states = list(self._ask_and_wait("get_state", {"allow_pickle": bool(allow_pickle)}, env_ids, "get_state"))
+        if not all(isinstance(state, bytes) for state in states):
+            raise ServerProtocolError("an env's owner answered get_state with something that is not bytes")
+        return states
+
+    def set_state(self, states: Any, env_ids: Any, allow_pickle: bool = False) -> tuple[Any, dict[str, Any]]:
+        """Restore ``states`` (from ``get_state``) into the envs ``env_ids``, one each (a state may go
+        to several envs: a fork); returns every env's observation, as a masked reset does (the
+        others' unchanged), and the restored envs' infos. Their episodes go on from the state.
+        ``allow_pickle``: accept states the env's runtime pickled (unpickling there runs code)."""
+        ids = check_env_ids(env_ids, self.num_envs)
+        states = list(states)
+        if len(states) != len(ids) or not all(isinstance(state, bytes) for state in states):
+            raise ValueError(f"set_state takes one state (bytes, from get_state) per env: {len(states)} for {len(ids)}")
+        if self.batched:
+            raise PortalError(
+                "set_state is for lockstep portals: with batch_size the envs are in different slots of "
+                "the ring; make the portal without batch_size to restore states"
+            )
+        self._check_usable()
+        self._pending.check_idle("set_state")
+        return self._restore(dict(zip(ids, states)), bool(allow_pickle))
+
+    # AsyncVectorEnv's properties, not VectorEnv's (one seed and Generator of the vector env, which
+    # can also be set): their signatures cannot match the base class's.
     @property
-    @abstractmethod
-    def servers(self) -> list[dict[str, Any]]:
-        """Where each env lives: one dict per env server with ``server`` (its index), ``envs`` (the
-        env indices it hosts), ``runtime`` (a description) and ``pid`` (on its host, where known)."""
+    def np_random_seed(self) -> tuple[Any, ...]:  # type: ignore[override]
+        """Each env's ``np_random_seed``, as AsyncVectorEnv returns it."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[Any, ...]:  # type: ignore[override]
+        """Each env's ``np_random`` as AsyncVectorEnv returns it, where the values can be sent (they
+        cannot: a Generator is not data, so this raises an ``EnvError`` saying so)."""
+        return self.get_attr("np_random")

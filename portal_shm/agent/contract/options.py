@@ -1,17 +1,29 @@
-"""The options of a vector portal, validated once for every kind (local, remote, Ray) and on the env host."""
+"""The options of a vector portal, validated once for every kind: ``VectorOptions``.
+
+A local ``VectorPortal`` takes them as keyword arguments (AsyncVectorEnv's signature, and ours); a
+remote or Ray portal as ``vector_kwargs``, which its hosts' local portals apply; an env host checks
+what an agent sends it with the same rules under its own bounds (``HOST_BOUNDS``: what would make
+it allocate). One table of checks (``CHECKS``) says what each option takes and the error names the
+option and what a valid value is.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Optional
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 DEFAULT_RING_DEPTH = 4  # batches the ring holds (remote lockstep replies reuse as many arrays)
-
-
+DEFAULT_INFO_CAPACITY = 4096
 POLICIES = ("raise", "restart")
+DEFAULT_WAIT_STEPS = 100
+DEFAULT_MAX_PER_STEP = 2
+KEYS = ("episodes", "rss_mb", "seconds", "slowdown", "jitter", "wait_steps", "max_per_step", "spare")
+SPARES = ("fork", "start")
+RULES = ("episodes", "rss_mb", "seconds", "slowdown")
 
 
 def check_policy(policy: str, max_restarts: int) -> None:
@@ -20,21 +32,6 @@ def check_policy(policy: str, max_restarts: int) -> None:
         raise ValueError(f"on_env_failure must be one of {POLICIES}, got {policy!r}")
     if max_restarts < 0:
         raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
-
-
-DEFAULT_WAIT_STEPS = 100
-
-
-DEFAULT_MAX_PER_STEP = 2
-
-
-KEYS = ("episodes", "rss_mb", "seconds", "slowdown", "jitter", "wait_steps", "max_per_step", "spare")
-
-
-SPARES = ("fork", "start")
-
-
-RULES = ("episodes", "rss_mb", "seconds", "slowdown")
 
 
 @dataclass(frozen=True)
@@ -107,3 +104,177 @@ def check_recycle(value: Any) -> Optional[RecyclePolicy]:
             )
         out["spare"] = value["spare"]
     return RecyclePolicy(**out)
+
+
+# -- the options of a portal ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The largest values of the options that make a portal allocate or wait (None: unbounded)."""
+
+    ring_depth: Optional[int] = None
+    info_capacity: Optional[int] = None
+    startup_timeout: Optional[float] = None
+    step_timeout: Optional[float] = None
+    max_restarts: Optional[int] = None
+
+
+UNBOUNDED = Bounds()
+#: What an env host lets an agent ask of its local portal.
+HOST_BOUNDS = Bounds(
+    ring_depth=16, info_capacity=1 << 16, startup_timeout=3600, step_timeout=24 * 3600, max_restarts=1000
+)
+
+Check = Callable[[Any, int, Bounds], Optional[str]]
+
+
+def _integer(low: int, high: Callable[[int, Bounds], Optional[float]], none: bool = False) -> Check:
+    def check(value: Any, num_envs: int, bounds: Bounds) -> Optional[str]:
+        if value is None and none:
+            return None
+        top = high(num_envs, bounds)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+            or value < low
+            or (top is not None and value > top)
+        ):
+            wanted = f"an integer from {low} to {top}" if top is not None else f"an integer of at least {low}"
+            return wanted + (", or None" if none else "")
+        return None
+
+    return check
+
+
+def _seconds(high: Callable[[Bounds], Optional[float]], none: bool, zero: bool = False) -> Check:
+    def check(value: Any, num_envs: int, bounds: Bounds) -> Optional[str]:
+        if value is None and none:
+            return None
+        top = high(bounds)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (value >= 0 if zero else value > 0)
+            or (top is not None and value > top)
+            or math.isnan(value)
+        ):
+            wanted = "seconds " + ("of at least 0" if zero else "above 0") + (f" and at most {top:g}" if top else "")
+            return wanted + (", or None" if none else "")
+        return None
+
+    return check
+
+
+def _choice(*names: Any) -> Check:
+    def check(value: Any, num_envs: int, bounds: Bounds) -> Optional[str]:
+        return None if value in names else "one of " + ", ".join(repr(n) for n in names)
+
+    return check
+
+
+def _recycle(value: Any, num_envs: int, bounds: Bounds) -> Optional[str]:
+    try:
+        check_recycle(value)
+    except (TypeError, ValueError) as exc:
+        return f"a recycle policy ({exc})"
+    return None
+
+
+def _autoreset(value: Any, num_envs: int, bounds: Bounds) -> Optional[str]:
+    if isinstance(value, AutoresetMode) or value in [mode.value for mode in AutoresetMode]:
+        return None
+    return "one of " + ", ".join(repr(mode.value) for mode in AutoresetMode) + " (or a gymnasium AutoresetMode)"
+
+
+#: Option -> check(value, num_envs, bounds): None when valid, else what a valid value is.
+CHECKS: dict[str, Check] = {
+    "autoreset_mode": _autoreset,
+    "batch_size": _integer(1, lambda n, b: n, none=True),
+    "envs_per_server": _integer(1, lambda n, b: n, none=True),
+    "ring_depth": _integer(2, lambda n, b: b.ring_depth),
+    "info_capacity": _integer(16, lambda n, b: b.info_capacity),
+    "startup_timeout": _seconds(lambda b: b.startup_timeout, none=False),
+    "step_timeout": _seconds(lambda b: b.step_timeout, none=True),
+    "on_env_failure": _choice(*POLICIES),
+    "max_restarts": _integer(0, lambda n, b: b.max_restarts),
+    "recycle": _recycle,
+    "spin_wait": _seconds(lambda b: None, none=True, zero=True),
+    "max_ring_bytes": _integer(1, lambda n, b: None, none=True),
+}
+#: The options an agent's hosts apply (the others are the agent's own, or the host operator's).
+HOSTED = (
+    "autoreset_mode",
+    "batch_size",
+    "envs_per_server",
+    "step_timeout",
+    "startup_timeout",
+    "info_capacity",
+    "ring_depth",
+    "on_env_failure",
+    "max_restarts",
+    "recycle",
+)
+
+
+@dataclass(frozen=True)
+class VectorOptions:
+    """A portal's options, checked (``of``): the same rules for every kind and on env hosts."""
+
+    autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP
+    batch_size: Optional[int] = None
+    envs_per_server: Optional[int] = None
+    ring_depth: int = DEFAULT_RING_DEPTH
+    info_capacity: int = DEFAULT_INFO_CAPACITY
+    startup_timeout: float = 120.0
+    step_timeout: Optional[float] = None
+    on_env_failure: str = "raise"
+    max_restarts: int = 3
+    recycle: Optional[RecyclePolicy] = None
+    spin_wait: Optional[float] = None
+    max_ring_bytes: Optional[int] = None
+
+    @classmethod
+    def of(
+        cls, num_envs: int, values: Any, bounds: Bounds = UNBOUNDED, allowed: tuple[str, ...] = tuple(CHECKS)
+    ) -> VectorOptions:
+        """``values`` (a dict of some options) checked: ``TypeError`` for a name not in ``allowed``,
+        ``ValueError`` naming the option and what a valid value is."""
+        if not isinstance(values, dict):
+            raise TypeError(f"vector_kwargs must be a dict, got {type(values).__name__}")
+        for key, value in values.items():
+            if not isinstance(key, str) or key not in allowed:
+                where = "an env host takes" if allowed == HOSTED else "a portal takes"
+                raise TypeError(
+                    f"vector_kwargs key {str(key)[:100]!r} is not one {where}; it takes {', '.join(allowed)}"
+                    + (" (and copy, which the agent applies itself)" if allowed == HOSTED else "")
+                )
+            wanted = CHECKS[key](value, num_envs, bounds)
+            if wanted is not None:
+                text = repr(value)
+                raise ValueError(f"vector_kwargs {key}={text if len(text) <= 60 else text[:57] + '...'}: give {wanted}")
+        out = dict(values)
+        if "autoreset_mode" in out:
+            out["autoreset_mode"] = AutoresetMode(out["autoreset_mode"])
+        if "recycle" in out:
+            out["recycle"] = check_recycle(out["recycle"])
+        return cls(**out)
+
+    def hosted(self, num_envs: int) -> dict[str, Any]:
+        """What an agent sends its hosts: the hosted options that differ from the defaults, as plain
+        data (a batch of every env is lockstep, so it is not sent)."""
+        out: dict[str, Any] = {}
+        for option in fields(self):
+            value = getattr(self, option.name)
+            if option.name not in HOSTED or value == option.default:
+                continue
+            if option.name == "batch_size" and value == num_envs:
+                continue
+            out[option.name] = (
+                value.value
+                if isinstance(value, AutoresetMode)
+                else value.as_dict()
+                if isinstance(value, RecyclePolicy)
+                else value
+            )
+        return out

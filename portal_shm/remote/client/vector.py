@@ -19,15 +19,13 @@ from typing import Any, Optional
 
 import numpy as np
 import zmq
-from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ... import errors as E
 from ...agent.contract.actions import ActionLeaves
-from ...agent.contract.base import PortalVectorEnv
-from ...agent.contract.checks import check_env_ids, per_env_values, reset_options, seed_list
-from ...agent.contract.options import DEFAULT_RING_DEPTH
-from ...agent.contract.pending import AsyncState, PendingCall
+from ...agent.contract.base import PortalVectorEnv, Request
+from ...agent.contract.options import HOSTED, VectorOptions
+from ...agent.contract.pending import PendingCall
 from ...agent.contract.spaces import schema_to_space
 from ...agent.contract.validate import check_schema
 from ...agent.stats.clock import WINDOW_S, AgentClock, ClockHistory, check_window
@@ -43,6 +41,16 @@ from .backend import RemoteBackend, is_loopback
 from .link import HostLink, poller_of, wait
 from .recovery import HostRecovery
 from .stats import host_part, merge
+
+#: The contract's per-env requests as the host protocol names them.
+_COMMANDS = {
+    "call": M.CALL,
+    "get_attr": M.GET_ATTR,
+    "set_attr": M.SET_ATTR,
+    "get_state": M.GET_STATE,
+    "record": M.RECORD,
+    "render": M.RENDER,
+}
 
 
 def _error(link: HostLink, header: dict) -> Exception:
@@ -76,15 +84,17 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._broken: Optional[BaseException] = None  # a failure after which only close() is left
         self._closed_servers: list = []  # what ``servers`` says once closed
         self._links: list[HostLink] = []
-        self.autoreset_mode = AutoresetMode(vector_kwargs.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-        vector_kwargs["autoreset_mode"] = self.autoreset_mode.value
-        self.batch_size = vector_kwargs.get("batch_size") or num_envs
-        self._batched = self.batch_size < num_envs
-        self.step_timeout = vector_kwargs.get("step_timeout")
-        startup = float(vector_kwargs.get("startup_timeout", 120.0))
+        self.options = options = self._checked_options(num_envs, vector_kwargs)
+        self.autoreset_mode = options.autoreset_mode
+        self.batch_size = options.batch_size or num_envs
+        self.step_timeout = options.step_timeout
+        startup = float(options.startup_timeout)
         self._context = zmq.Context()
         try:
-            self._connect(env_id, env_kwargs or {}, vector_kwargs, startup)
+            vector = {k: v for k, v in vector_kwargs.items() if k != "batch_size" or v != num_envs}  # (lockstep)
+            if "autoreset_mode" in vector:
+                vector["autoreset_mode"] = self.autoreset_mode.value
+            self._connect(env_id, env_kwargs or {}, vector, startup)
         except BaseException:
             self.close()
             raise
@@ -95,8 +105,8 @@ class RemoteVectorPortal(PortalVectorEnv):
             self._checked_obs,
             self._obs_schema,
             self.autoreset_mode,
-            vector_kwargs.get("on_env_failure", "raise"),
-            int(vector_kwargs.get("max_restarts", 3)),
+            options.on_env_failure,
+            options.max_restarts,
             startup,
             backend.heartbeat_timeout,
         )
@@ -105,6 +115,11 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._clock_history = ClockHistory(self._clock)
 
     # -- start-up --------------------------------------------------------------------------------
+    def _checked_options(self, num_envs: int, vector_kwargs: dict) -> VectorOptions:
+        """The options checked here, before any host is asked (each host checks them again, under
+        its own bounds: an agent that skips this is refused there)."""
+        return VectorOptions.of(num_envs, vector_kwargs, allowed=HOSTED)
+
     def _curve(self, index: int) -> Optional[tuple]:
         b = self.backend
         if b.insecure:
@@ -145,8 +160,7 @@ class RemoteVectorPortal(PortalVectorEnv):
             "env_kwargs": env_kwargs,
             "runtime": b.runtime,
             "runtime_options": dict(b.runtime_options),
-            # A batch of all envs is lockstep here, so it is lockstep on the hosts too.
-            "vector": {k: v for k, v in vector_kwargs.items() if k != "batch_size" or v != self.num_envs},
+            "vector": vector_kwargs,
         }
         for address, problem in zip(hosts, reach.unreachable_all(hosts)):
             if problem:  # refused or unresolvable: say so now, not after heartbeat_timeout of silence
@@ -186,14 +200,14 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._obs_schema, self._act_schema = schemas
         self.single_observation_space = schema_to_space(self._obs_schema)
         self.single_action_space = schema_to_space(self._act_schema)
-        size = self.batch_size if self._batched else self.num_envs  # async batches: spaces of one batch
+        size = self.batch_size if self.batched else self.num_envs  # async batches: spaces of one batch
         self.observation_space = batch_space(self.single_observation_space, size)
         self.action_space = batch_space(self.single_action_space, size)
         self._obs_fixed, self._act_fixed = is_fixed(self._obs_schema), is_fixed(self._act_schema)
         self._obs_specs = trees.leaf_specs(self._obs_schema) if self._obs_fixed else []
         self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
         self._actions = ActionLeaves(self._act_schema, self.single_action_space) if self._act_fixed else None
-        if self._batched and not self._obs_fixed:
+        if self.batched and not self._obs_fixed:
             raise E.PortalError("async batches over hosts need an observation space with a fixed layout")
 
     def _poller(self) -> zmq.Poller:
@@ -270,13 +284,16 @@ class RemoteVectorPortal(PortalVectorEnv):
         return link.results
 
     # -- requests ----------------------------------------------------------------------------------
-    def _check_open(self) -> None:
+    def _check_usable(self) -> None:
         if self.closed:
             from gymnasium.error import ClosedEnvironmentError
 
             raise ClosedEnvironmentError("this RemoteVectorPortal is closed")
         if self._broken is not None:
             raise E.PortalError(f"this RemoteVectorPortal cannot continue after an earlier failure: {self._broken}")
+
+    def _check_waitable(self) -> None:
+        self._check_usable()
 
     def _wait(self, ready: Any, deadline: Optional[float], what: str) -> None:
         """``wait`` on the links; a timeout leaves the hosts mid-request, so the portal cannot go on
@@ -296,11 +313,10 @@ class RemoteVectorPortal(PortalVectorEnv):
         """Send one request per host (a host whose header is None is not asked); returns at once with
         what ``_collect_all`` needs to wait for the replies."""
         arrays = arrays or [()] * len(self._links)
-        if not self._batched and self._obs_fixed:
+        if not self.batched and self._obs_fixed:
             for link in self._links:
                 if not link.outputs:  # a new link (a reconnect, too)
-                    depth = self._hello["vector"].get("ring_depth", DEFAULT_RING_DEPTH)
-                    link.use_outputs(self._obs_specs, int(depth))
+                    link.use_outputs(self._obs_specs, self.options.ring_depth)
         pending = {
             i: link.send(header, arrays[i])
             for i, (link, header) in enumerate(zip(self._links, headers))
@@ -308,13 +324,14 @@ class RemoteVectorPortal(PortalVectorEnv):
         }
         return {"pending": pending, "headers": headers, "arrays": arrays, "what": what}
 
-    def _collect_all(self, request: dict, timeout: Optional[float] = None) -> list:
+    def _collect_all(self, request: dict, timeout: Optional[float] = None, others: bool = True) -> list:
         """The replies of ``_post_all``'s requests, in host order: [(link, header, arrays)].
 
         A host that was not asked answers with its stand-in (a restarted host's reset in NextStep
         mode), or for a masked reset its last observation. With the restart policy a lost host is
         reconnected (``recovery.py``) while the others' replies are kept. ``timeout`` (seconds, or
-        ``step_timeout`` and 5 s for the link) raises ``PortalTimeoutError``.
+        ``step_timeout`` and 5 s for the link) raises ``PortalTimeoutError``. ``others=False``: the
+        replies of the hosts asked only (a per-env call).
         """
         pending, headers, arrays, what = request["pending"], request["headers"], request["arrays"], request["what"]
         lost: dict = {}
@@ -330,13 +347,15 @@ class RemoteVectorPortal(PortalVectorEnv):
                 self._wait(waiting, deadline, what)
                 break
             except E.HostLostError as exc:
-                if not self._recovery.enabled or self._batched:
+                if not self._recovery.enabled or self.batched:
                     raise
                 lost[next(i for i, link in enumerate(self._links) if link.offset == exc.env_indices[0])] = exc
         out = []
         for i, link in enumerate(self._links):
             if i in lost:
                 out.append(self._recover(i, lost[i], headers[i], arrays[i], what))
+            elif i not in pending and not others:
+                continue
             elif i not in pending:
                 stand_in, link.stand_in = link.stand_in, None
                 if stand_in is not None and what == "step":
@@ -424,47 +443,59 @@ class RemoteVectorPortal(PortalVectorEnv):
             )
         return infos
 
-    # -- the gymnasium API --------------------------------------------------------------------------
-    def async_reset(self, seed: Any = None, options: Optional[dict] = None) -> None:
-        """Reset every env; ``recv()`` then hands out the reset batches (envpool's ``async_reset``)."""
-        self._check_open()
-        if not self._batched:
-            raise E.PortalError("async_reset() is for async batches: pass vector_kwargs={'batch_size': B}")
-        self._pending.check_idle("async_reset")
-        request = self._reset_request(seed, options)
-        self._collect_all(request)
-        self._mark_batched_reset(request)
+    # -- the contract's primitives (``agent/contract/base.py``) ------------------------------------
+    def _owners(self) -> list[list[int]]:
+        return [link.env_indices for link in self._links]
 
-    def reset_async(self, seed: Any = None, options: Optional[dict] = None) -> None:
-        """Send the reset to every host and return at once; ``reset_wait`` collects the results."""
-        self._check_open()
-        self._pending.check_idle("reset_async")
-        self._request = self._reset_request(seed, options)
-        self._pending.begin(AsyncState.WAITING_RESET)
+    def _post(self, requests: dict[int, Request], what: str) -> None:
+        headers: list[Optional[dict]] = [None] * len(self._links)
+        for j, request in requests.items():
+            link = self._links[j]
+            header = {"cmd": _COMMANDS[request.op], **request.fields}
+            if request.envs is not None:
+                header["env_ids"] = [i - link.offset for i in request.envs]
+            headers[j] = header
+        for header in headers:
+            if header is not None:
+                P.packb(header)  # raises TypeError naming an unsendable value before any host is told
+        self._request = self._post_all(headers, what=what)
 
-    def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict]:
-        """Results of ``reset_async``: all envs (lockstep), or the first batch (async batches)."""
-        self._check_open()
-        self._pending.check_waiting(AsyncState.WAITING_RESET)
+    def _collect(self, what: str, timeout: Optional[float]) -> list:
         request, self._request = self._request, None
-        try:
-            replies = self._collect_all(request, timeout)
-        finally:
-            self._pending.end()
-        if self._batched:
-            self._mark_batched_reset(request)
-            obs, _, _, _, infos = self._recv_batch(timeout)
-            return obs, infos
+        replies = self._collect_all(request, timeout, others=False)
+        values: list = []
+        asked = [header for header in request["headers"] if header is not None]
+        for (link, reply, _), header in zip(replies, asked):
+            if header["cmd"] in (M.SET_ATTR, M.RECORD):
+                continue
+            part = reply.get("values")
+            expected = len(header["env_ids"]) if "env_ids" in header else link.num_envs
+            if not isinstance(part, list) or len(part) != expected:
+                raise E.ServerProtocolError(f"host {link.address} sent {what} values for another number of envs")
+            values.extend(part)
+        return values
+
+    def _reset(self, seeds: list, options: Optional[dict], mask: Optional[np.ndarray]) -> None:
+        self._request = self._reset_request(seeds, options, mask)
+
+    def _reset_result(self, timeout: Optional[float]) -> tuple[Any, dict]:
+        request, self._request = self._request, None
+        replies = self._collect_all(request, timeout)
         counts = [link.num_envs for link in self._links]
         return self._observations(replies, counts), self._infos(
             replies, [lk.offset for lk in self._links], self.num_envs
         )
 
-    def _reset_request(self, seed: Any, options: Optional[dict]) -> dict:
-        seeds = seed_list(seed, self.num_envs)
-        options, mask = reset_options(options, self.num_envs, self._batched)
+    def _async_reset(self, seeds: list, options: Optional[dict]) -> None:
+        request = self._reset_request(seeds, options, None)
+        self._collect_all(request)
+        for link, header in zip(self._links, request["headers"]):
+            if header is not None:  # the hosts that reset now step every env, in batches ``recv`` hands out
+                link.in_flight = link.num_envs
+
+    def _reset_request(self, seeds: list, options: Optional[dict], mask: Optional[np.ndarray]) -> dict:
         if mask is not None:
-            options = {**options, "reset_mask": mask}
+            options = {**(options or {}), "reset_mask": mask}
         self._recovery.note_reset(seeds, options)
         headers = []
         for link in self._links:
@@ -478,44 +509,22 @@ class RemoteVectorPortal(PortalVectorEnv):
             headers.append({"cmd": M.RESET, "seed": seeds[link.offset : link.offset + link.num_envs], "options": part})
         return self._post_all(headers, what="reset")
 
-    def _mark_batched_reset(self, request: dict) -> None:
-        """The hosts that reset now step every env, batches of which ``recv`` hands out."""
-        for link, header in zip(self._links, request["headers"]):
-            if header is not None:
-                link.in_flight = link.num_envs
+    def _step(self, actions: Any) -> None:
+        self._clock.enter()
+        parts = self._split_actions(
+            actions,
+            self.num_envs,
+            lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
+        )
+        headers = [
+            None if link.stand_in is not None else {"cmd": M.STEP, **fields}
+            for link, (fields, _) in zip(self._links, parts)
+        ]
+        self._request = self._post_all(headers, [a for _, a in parts], "step")
 
-    def step_async(self, actions: Any) -> None:
-        """Send each host its envs' actions and return at once (with async batches: ``send``)."""
-        self._check_open()
-        self._pending.check_idle("step_async")
-        if self._batched:
-            self.send(actions)
-        else:
-            self._clock.enter()
-            parts = self._split_actions(
-                actions,
-                self.num_envs,
-                lambda i: slice(self._links[i].offset, self._links[i].offset + self._links[i].num_envs),
-            )
-            headers = [
-                None if link.stand_in is not None else {"cmd": M.STEP, **fields}
-                for link, (fields, _) in zip(self._links, parts)
-            ]
-            self._request = self._post_all(headers, [a for _, a in parts], "step")
-        self._pending.begin(AsyncState.WAITING_STEP)
-
-    def step_wait(self, timeout: Optional[float] = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """Results of ``step_async`` (with async batches: the next ``recv``)."""
-        self._check_open()
-        self._pending.check_waiting(AsyncState.WAITING_STEP)
-        if self._batched:
-            self._pending.end()
-            return self._recv_batch(timeout)
+    def _step_result(self, timeout: Optional[float]) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         request, self._request = self._request, None
-        try:
-            replies = self._collect_all(request, timeout)
-        finally:
-            self._pending.end()
+        replies = self._collect_all(request, timeout)
         counts = [link.num_envs for link in self._links]
         obs = self._observations(replies, counts)
         reward, terminated, truncated = self._flags(replies, counts)
@@ -523,12 +532,33 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._clock.leave()
         return obs, reward, terminated, truncated, infos
 
+    def _restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict]:
+        """Each host that serves some of the envs restores its own; every env's observation comes
+        back (the others' as they were)."""
+        headers: list = []
+        for link in self._links:
+            local = [i for i in states if link.offset <= i < link.offset + link.num_envs]
+            headers.append(
+                None
+                if not local
+                else {
+                    "cmd": M.SET_STATE,
+                    "env_ids": [i - link.offset for i in local],
+                    "states": [states[i] for i in local],
+                    "allow_pickle": allow_pickle,
+                }
+            )
+            if local:
+                link.stand_in = None
+        replies = self._collect_all(self._post_all(headers, what="set_state"))
+        counts = [link.num_envs for link in self._links]
+        return self._observations(replies, counts), self._infos(
+            replies, [lk.offset for lk in self._links], self.num_envs
+        )
+
     # -- async batches ------------------------------------------------------------------------------
-    def send(self, actions: Any, env_ids: Any = None) -> None:
+    def _send(self, actions: Any, env_ids: Any) -> None:
         """Step ``env_ids`` (default: the last ``recv``'s) with ``actions``; they live on one host."""
-        self._check_open()
-        if not self._batched:
-            raise E.PortalError("send()/recv() are for async batches: pass vector_kwargs={'batch_size': B}")
         ids = self._last_ids if env_ids is None else np.asarray(env_ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             raise ValueError("send() got no env_ids, and there is no batch from recv() to answer")
@@ -545,14 +575,7 @@ class RemoteVectorPortal(PortalVectorEnv):
                 return link
         raise ValueError(f"env_ids {ids.tolist()} span several hosts; send each host's envs on their own")
 
-    def recv(self, timeout: Optional[float] = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
-        """The next sub-batch any host finished: ``infos["env_id"]`` says which envs it holds."""
-        self._check_open()
-        if not self._batched:
-            raise E.PortalError("send()/recv() are for async batches: pass vector_kwargs={'batch_size': B}")
-        return self._recv_batch(timeout)
-
-    def _recv_batch(self, timeout: Optional[float] = None) -> tuple:
+    def _recv(self, timeout: Optional[float] = None) -> tuple:
         self._clock.enter()
         batch = self._next_batch(timeout)
         self._clock.leave()
@@ -593,156 +616,11 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._last_ids = global_ids
         return obs, reward, terminated, truncated, infos
 
-    # -- calls --------------------------------------------------------------------------------------
-    def _values(self, replies: list, what: str) -> tuple:
-        values: list = []
-        for link, reply, _ in replies:
-            part = reply.get("values")
-            if not isinstance(part, list) or len(part) != link.num_envs:
-                raise E.ServerProtocolError(f"host {link.address} sent {what} values for another number of envs")
-            values.extend(part)
-        return tuple(values)
-
-    def _ask_all(self, header: dict, what: str) -> tuple:
-        """One request to every host, waited for: the hosts' values in env order."""
-        self._check_open()
-        self._pending.check_idle(what)
-        return self._values(self._request_all([dict(header) for _ in self._links], what=what), what)
-
-    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
-        """Start ``call(name, ...)`` on every env and return at once; ``call_wait`` collects the results."""
-        self._check_open()
-        self._pending.check_idle("call_async")
-        header = {"cmd": M.CALL, "name": name, "args": list(args), "kwargs": kwargs}
-        self._request = self._post_all([dict(header) for _ in self._links], what=f"call({name!r})")
-        self._pending.begin(AsyncState.WAITING_CALL)
-
-    def call_wait(self, timeout: Optional[float] = None) -> tuple:
-        """Results of ``call_async``, one per env."""
-        self._check_open()
-        self._pending.check_waiting(AsyncState.WAITING_CALL)
-        request, self._request = self._request, None
-        try:
-            return self._values(self._collect_all(request, timeout), request["what"])
-        finally:
-            self._pending.end()
-
-    def _ask_some(self, env_ids: Any, header: dict, what: str, values: Optional[list] = None) -> tuple:
-        """One request to each host that serves some of ``env_ids`` (``env_ids`` there: its own
-        indices); the hosts' values in the order of ``env_ids``."""
-        self._check_open()
-        self._pending.check_idle(what)
-        ids = check_env_ids(env_ids, self.num_envs)
-        value_of = dict(zip(ids, values)) if values is not None else {}
-        chosen: dict[int, list[int]] = {}
-        for i in ids:
-            index = next(j for j, link in enumerate(self._links) if link.offset <= i < link.offset + link.num_envs)
-            chosen.setdefault(index, []).append(i)
-        seqs = {}
-        for index, envs in sorted(chosen.items()):
-            link = self._links[index]
-            fields = {"env_ids": [i - link.offset for i in envs]}
-            if values is not None:
-                fields["values"] = [value_of[i] for i in envs]
-            seqs[index] = link.send({**header, **fields})
-        self._wait(lambda: [self._links[j] for j, seq in seqs.items() if seq not in self._links[j].results], None, what)
-        by_env: dict = {}
-        for index, seq in seqs.items():
-            link = self._links[index]
-            reply, _ = link.results.pop(seq)
-            if reply["cmd"] == M.ERROR:
-                raise _error(link, reply)
-            if values is not None:
-                continue
-            part = reply.get("values")
-            if not isinstance(part, list) or len(part) != len(chosen[index]):
-                raise E.ServerProtocolError(f"host {link.address} sent {what} values for another number of envs")
-            by_env.update(zip(chosen[index], part))
-        return tuple(by_env.get(i) for i in ids)
-
-    def call_envs(self, env_ids: Any, name: str, *args: Any, **kwargs: Any) -> tuple:
-        header = {"cmd": M.CALL, "name": name, "args": list(args), "kwargs": kwargs}
-        return self._ask_some(env_ids, header, f"call({name!r})")
-
-    def record_frames(self, env_ids: Any, on: bool = True) -> None:
-        """``VectorPortal.record_frames`` on the hosts that serve ``env_ids``: their frames come back
-        in the envs' infos as every info does. A host restarted or reached again records nothing
-        until the next call."""
-        self._ask_some(env_ids, {"cmd": M.RECORD, "on": bool(on)}, "record_frames")
-
-    def get_attr_envs(self, env_ids: Any, name: str) -> tuple:
-        return self._ask_some(env_ids, {"cmd": M.GET_ATTR, "name": name}, f"get_attr({name!r})")
-
-    def set_attr_envs(self, env_ids: Any, name: str, values: Any) -> None:
-        count = len(check_env_ids(env_ids, self.num_envs))
-        self._ask_some(env_ids, {"cmd": M.SET_ATTR, "name": name}, f"set_attr({name!r})", per_env_values(values, count))
-
-    def get_state(self, env_ids: Any, allow_pickle: bool = False) -> list[bytes]:
-        """``VectorPortal.get_state`` on the hosts that serve ``env_ids`` (a pickled state only
-        where the host allows it: ``portal-shm host --pickled-states``)."""
-        header = {"cmd": M.GET_STATE, "allow_pickle": bool(allow_pickle)}
-        states = list(self._ask_some(env_ids, header, "get_state"))
-        if not all(isinstance(state, bytes) for state in states):
-            raise E.ServerProtocolError("a host answered get_state with something that is not bytes")
-        return states
-
-    def set_state(self, states: Any, env_ids: Any, allow_pickle: bool = False) -> tuple[Any, dict]:
-        """``VectorPortal.set_state`` over hosts: each host that serves some of ``env_ids`` restores
-        its envs; every env's observation comes back (the others' as they were)."""
-        self._check_open()
-        self._pending.check_idle("set_state")
-        if self._batched:
-            raise E.PortalError("set_state is for lockstep portals: make the portal without batch_size")
-        ids = check_env_ids(env_ids, self.num_envs)
-        states = list(states)
-        if len(states) != len(ids) or not all(isinstance(state, bytes) for state in states):
-            raise ValueError(f"set_state takes one state (bytes, from get_state) per env: {len(states)} for {len(ids)}")
-        state_of = dict(zip(ids, states))
-        headers: list = []
-        for link in self._links:
-            local = [i for i in ids if link.offset <= i < link.offset + link.num_envs]
-            headers.append(
-                None
-                if not local
-                else {
-                    "cmd": M.SET_STATE,
-                    "env_ids": [i - link.offset for i in local],
-                    "states": [state_of[i] for i in local],
-                    "allow_pickle": bool(allow_pickle),
-                }
-            )
-            if local:
-                link.stand_in = None
-        replies = self._collect_all(self._post_all(headers, what="set_state"))
-        counts = [link.num_envs for link in self._links]
-        return self._observations(replies, counts), self._infos(
-            replies, [lk.offset for lk in self._links], self.num_envs
-        )
-
-    def get_attr(self, name: str) -> tuple:
-        return self._ask_all({"cmd": M.GET_ATTR, "name": name}, f"get_attr({name!r})")
-
-    def set_attr(self, name: str, values: Any) -> None:
-        self._check_open()
-        self._pending.check_idle(f"set_attr({name!r})")
-        values = per_env_values(values, self.num_envs)
-        headers = [
-            {"cmd": M.SET_ATTR, "name": name, "values": list(values[lk.offset : lk.offset + lk.num_envs])}
-            for lk in self._links
-        ]
-        self._request_all(headers, what=f"set_attr({name!r})")
-
-    def render(self) -> Optional[tuple]:
-        self._check_open()
-        if self.render_mode is None:
-            return None
-        return self._ask_all({"cmd": M.RENDER}, "render")
-
     # -- status and shutdown ------------------------------------------------------------------------
     def stats(self, window: float = WINDOW_S) -> dict:
         """``VectorPortal.stats`` over every host (each host's report of its local portal, merged in
         env order), with the agent's shares measured here and each host's wire bytes (``hosts``)."""
-        self._check_open()
+        self._check_usable()
         self._pending.check_idle("stats")
         window = check_window(window)
         replies = self._request_all([{"cmd": M.STATS, "window": window} for _ in self._links], what="stats")

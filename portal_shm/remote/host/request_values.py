@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import keyword
 import numbers
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
 
-from ...agent.contract.options import check_recycle
+from ...agent.contract.options import HOST_BOUNDS, HOSTED, VectorOptions
 from ...errors import HostPolicyError
 from ...wire import protocol as P
 from ...wire.dtypes import MESSAGE_KINDS, allowed
@@ -85,81 +85,13 @@ def _walk(value: Any, what: str, depth: int) -> None:
 # -- the vector options of the host's local portal --------------------------------------------
 
 
-def _integer(low: int, high: Callable[[int], int]) -> Callable[[Any, int], Any]:
-    def check(value: Any, num_envs: int) -> Any:
-        top = high(num_envs)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
-            return f"an integer from {low} to {top}"
-        return None
-
-    return check
-
-
-def _seconds(high: float, none: bool) -> Callable[[Any, int], Any]:
-    def check(value: Any, num_envs: int) -> Any:
-        if value is None and none:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= high:
-            return f"seconds above 0 and at most {high:g}" + (", or None" if none else "")
-        return None
-
-    return check
-
-
-def _choice(*names: str) -> Callable[[Any, int], Any]:
-    def check(value: Any, num_envs: int) -> Any:
-        return None if value in names else "one of " + ", ".join(repr(n) for n in names)
-
-    return check
-
-
-def _recycle(value: Any, num_envs: int) -> Any:
-    try:
-        check_recycle(value)
-    except (TypeError, ValueError) as exc:
-        return f"a recycle policy as a local portal takes it ({exc})"
-    return None
-
-
-MAX_RING_DEPTH = 16
-MAX_INFO_CAPACITY = 1 << 16
-
-# Option -> check(value, num_envs) -> None when valid, else what a valid value is.
-VECTOR_OPTIONS: dict = {
-    "autoreset_mode": _choice("NextStep", "SameStep", "Disabled"),
-    "batch_size": _integer(1, lambda n: n),
-    "envs_per_server": _integer(1, lambda n: n),
-    "step_timeout": _seconds(24 * 3600, none=True),
-    "startup_timeout": _seconds(3600, none=False),
-    "info_capacity": _integer(64, lambda n: MAX_INFO_CAPACITY),
-    "ring_depth": _integer(2, lambda n: MAX_RING_DEPTH),
-    "on_env_failure": _choice("raise", "restart"),
-    "max_restarts": _integer(0, lambda n: 1000),
-    "recycle": _recycle,
-}
-
-
 def check_vector_options(vector: Any, num_envs: int) -> dict:
-    """The agent's ``vector_kwargs`` for the host's local portal: known keys, valid values."""
+    """The agent's ``vector_kwargs`` for the host's local portal: the options a host applies
+    (``HOSTED``), checked as every portal checks them, under the host's bounds."""
     if vector is None:
         return {}
-    if not isinstance(vector, dict):
-        raise HostPolicyError(f"vector_kwargs must be a dict, got {type(vector).__name__}")
-    out = {}
-    for key, value in vector.items():
-        check: Optional[Callable] = VECTOR_OPTIONS.get(key) if isinstance(key, str) else None
-        if check is None:
-            raise HostPolicyError(
-                f"vector_kwargs key {str(key)[:MAX_NAME]!r} is not one an env host takes; it takes "
-                f"{', '.join(VECTOR_OPTIONS)} (and copy, which the agent applies itself)"
-            )
-        wanted = check(value, num_envs)
-        if wanted is not None:
-            raise HostPolicyError(f"vector_kwargs {key}={_short(value)}: give {wanted}")
-        out[key] = value
-    return out
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    try:
+        VectorOptions.of(num_envs, vector, HOST_BOUNDS, HOSTED)
+    except (TypeError, ValueError) as exc:
+        raise HostPolicyError(str(exc)) from None
+    return dict(vector)
