@@ -9,18 +9,18 @@ replaces ``portal-shm host``s; each step crosses agent and host over the remote 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from ..errors import PortalError
-from ..remote import codecs
+from ..remote.client.backend import LinkOptions
 from ..remote.host.policy import HostPolicy
 
 STRATEGIES = ("STRICT_SPREAD", "SPREAD", "PACK", "STRICT_PACK")
 
 
 @dataclass
-class RayBackend:
+class RayBackend(LinkOptions):
     """Where the env hosts go on the Ray cluster, and how the agent talks to them.
 
     Args:
@@ -51,12 +51,6 @@ class RayBackend:
     cpus_per_host: float = 1.0
     strategy: Optional[str] = None
     counts: Optional[Sequence[int]] = None
-    runtime: str = "process"
-    runtime_options: dict = field(default_factory=dict)
-    compression: str = "auto"
-    heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 10.0
-    connect_timeout: float = 15.0
     placement_timeout: float = 60.0
     host_policy: Optional[HostPolicy] = None
 
@@ -67,7 +61,7 @@ class RayBackend:
         return dataclasses.replace(self.host_policy or HostPolicy(), runtimes=(self.runtime,))
 
     def check(self) -> None:
-        codecs.check_wish(self.compression)
+        self.check_link()
         if self.num_hosts is not None and (not isinstance(self.num_hosts, int) or self.num_hosts < 1):
             raise PortalError(f"num_hosts={self.num_hosts!r}: give a positive integer (or leave it out: one per node)")
         if not isinstance(self.hosts_per_node, int) or self.hosts_per_node < 1:
@@ -80,8 +74,6 @@ class RayBackend:
             raise PortalError(f"host_policy must be a portal_shm.HostPolicy, got {type(self.host_policy).__name__}")
         if self.placement_timeout <= 0:
             raise PortalError("placement_timeout must be positive (seconds)")
-        if self.heartbeat_interval <= 0 or self.heartbeat_timeout < 2 * self.heartbeat_interval:
-            raise ValueError("heartbeat_timeout must be at least twice heartbeat_interval (both in seconds, > 0)")
 
     def placement(self, nodes: int) -> tuple[int, str]:
         """(hosts, placement strategy) on a cluster of ``nodes`` alive nodes that can take a host."""

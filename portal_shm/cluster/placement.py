@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
+import zmq
+
 from ..errors import PortalError
 from ..remote.client import reach
 from ..remote.client.backend import split_envs
@@ -56,13 +58,15 @@ def connect(address: Optional[str]) -> bool:
 
 
 class RayHosts:
-    """The env hosts of one portal: their actors, endpoints and placement group."""
+    """The env hosts of one portal: their actors, endpoints and placement group; a remote portal's
+    ``Placement`` (``remote/client/placement.py``), with a fresh key pair of the agent's per portal
+    (only its public half goes through Ray)."""
 
-    def __init__(self, backend: RayBackend, client_public: bytes, num_envs: int) -> None:
+    def __init__(self, backend: RayBackend, num_envs: int) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.backend = backend
-        self._client_public = client_public
+        self._client_public, self._client_secret = zmq.curve_keypair()
         self._owns_ray = connect(backend.address)
         self.actors: list = []
         self.endpoints: list[dict] = []
@@ -107,9 +111,22 @@ class RayHosts:
             ) from None
         return hosts
 
-    @property
+    # -- the remote portal's Placement ----------------------------------------------------------
     def addresses(self) -> list[str]:
         return [e["address"] for e in self.endpoints]
+
+    def env_counts(self, num_envs: int) -> list[int]:
+        return list(self.counts)
+
+    def curve(self, index: int) -> Optional[tuple[bytes, bytes, bytes]]:
+        """This portal's key pair, and host ``index``'s key as its actor reported it."""
+        return self._client_public, self._client_secret, self.endpoints[index]["public_key"].encode("ascii")
+
+    def address_after_loss(self, index: int, address: str, deadline: float) -> str:
+        """Host ``index`` went silent: reconnect if its actor lives (a cut link), else place a new one."""
+        if self.alive(index):
+            return address
+        return str(self.replace(index, deadline)["address"])
 
     def _start(self, index: int, num_cpus: float, strategy: Any) -> Any:
         """Host ``index``'s actor, scheduled by ``strategy``."""

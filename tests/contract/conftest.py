@@ -117,7 +117,7 @@ def _ray(stack, tmp_path_factory) -> Factory:
         "ray",
         lambda hosts: {"backend": "ray", "num_hosts": hosts, "host_policy": policy},
         max_hosts=2,
-        host_pids=lambda envs: [e["pid"] for e in envs._cluster.endpoints],
+        host_pids=lambda envs: [e["pid"] for e in envs.host_endpoints()],
     )
 
 

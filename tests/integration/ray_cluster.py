@@ -64,7 +64,7 @@ def children(pid: int) -> list:
 
 def server_pids(envs) -> list:
     """The env servers of a Ray portal's hosts: their processes' children (hosts tell agents no pids)."""
-    return [child for host in envs._cluster.endpoints for child in children(host["pid"])]
+    return [child for host in envs.host_endpoints() for child in children(host["pid"])]
 
 
 def wait_gone(pids: list, seconds: float) -> float:

@@ -676,7 +676,7 @@ def test_clashing_infos_on_a_ray_placed_host_end_only_their_own_session():
             outcome = _drive_clashing(clashing, 2)
             _own_error(outcome)
             assert not isinstance(outcome, portal_shm.PortalTimeoutError), f"the session's error never came: {outcome}"
-            assert clashing._cluster.alive(0), "the Ray-placed host stopped serving with the session"
+            assert clashing.placement.alive(0), "the Ray-placed host stopped serving with the session"
             for step in range(30):
                 actions = rng.integers(0, 2, 2)
                 assert_same(honest.step(actions), expected.step(actions), f"step {step}")

@@ -44,10 +44,10 @@ def test_envs_run_on_two_nodes_and_match_sync_vector_env(cluster):
         assert len(set(nodes)) == 2, nodes
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert set(nodes) <= alive
-        assert all(host["address"].startswith("tcp://127.0.0.1:") for host in envs._cluster.endpoints)
-        for host in envs._cluster.endpoints:  # the host's secret key lives in its socket only
+        assert all(host["address"].startswith("tcp://127.0.0.1:") for host in envs.host_endpoints())
+        for host in envs.host_endpoints():  # the host's secret key lives in its socket only
             assert not os.path.exists(os.path.join(host["run_dir"], "host", "host.key_secret"))
-        hosts = [e["pid"] for e in envs._cluster.endpoints]
+        hosts = [e["pid"] for e in envs.host_endpoints()]
         servers = server_pids(envs)
         assert len(servers) == 4 and {parent(p) for p in servers} == set(hosts), (servers, hosts)
         assert envs.single_observation_space == expected_envs.single_observation_space
@@ -105,7 +105,7 @@ DRIVER = textwrap.dedent("""
     envs = portal_shm.make_vec("CartPole-v1", 4, backend="ray", num_hosts=2, address=sys.argv[1])
     envs.reset(seed=0)
     envs.step(np.zeros(4, np.int64))
-    hosts = [e["pid"] for e in envs._cluster.endpoints]
+    hosts = [e["pid"] for e in envs.host_endpoints()]
     servers = [c for h in hosts for t in os.listdir(f"/proc/{h}/task") for c in open(f"/proc/{h}/task/{t}/children").read().split()]
     print(*hosts, *servers, flush=True)
     while True:
@@ -131,7 +131,7 @@ def test_a_killed_driver_leaves_no_host_and_no_env_and_the_next_host_reclaims_it
     assert {leftover.owner_pid for leftover in find_leftovers()} & hosts == hosts
     envs = portal_shm.make_vec("CartPole-v1", 1, backend="ray", num_hosts=1)
     try:
-        assert envs._cluster.endpoints[0]["reclaimed"] >= 2
+        assert envs.host_endpoints()[0]["reclaimed"] >= 2
         assert not {leftover.owner_pid for leftover in find_leftovers()} & hosts
     finally:
         envs.close()

@@ -21,35 +21,52 @@ HOSTS_ENV_VAR = "PORTAL_SHM_HOSTS"
 
 
 @dataclass
-class RemoteBackend:
-    """Where and how to reach the env hosts.
+class LinkOptions:
+    """How the agent talks to env hosts, whoever placed them (``RemoteBackend``, ``RayBackend``).
+
+    Args:
+        runtime: the host-side runtime of the envs (``"process"``, ``"docker"``, ``"venv"``), as
+            the host allows; ``runtime_options`` are its options (``{"image": ...}``).
+        compression: ``"auto"`` (image observations, off loopback), ``"none"``, ``"lz4"``, ``"zstd"``.
+        heartbeat_timeout: seconds without a word from a host before ``HostLostError`` (and the
+            seconds its host waits before freeing this agent's envs); heartbeats every
+            ``heartbeat_interval``.
+        connect_timeout: seconds to wait for a host to answer a hello, beside ``startup_timeout``.
+    """
+
+    runtime: str = "process"
+    runtime_options: dict = field(default_factory=dict)
+    compression: str = "auto"
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 10.0
+    connect_timeout: float = 15.0
+
+    def check_link(self) -> None:
+        codecs.check_wish(self.compression)
+        if self.heartbeat_interval <= 0 or self.heartbeat_timeout < 2 * self.heartbeat_interval:
+            raise ValueError("heartbeat_timeout must be at least twice heartbeat_interval (both in seconds, > 0)")
+
+
+@dataclass
+class RemoteBackend(LinkOptions):
+    """Where the env hosts are and how to reach them (``LinkOptions``: how the agent talks to them).
 
     Args:
         hosts: ``"tcp://HOST:PORT"`` of each host (default: ``$PORTAL_SHM_HOSTS``, space separated).
         counts: envs per host, in order (default: spread evenly, the first hosts get the remainder).
-        runtime: the host-side runtime of the envs (``"process"``, ``"docker"``, ``"venv"``), as
-            the host allows; ``runtime_options`` are its options (``{"image": ...}``).
-        compression: ``"auto"`` (image observations, off loopback), ``"none"``, ``"lz4"``, ``"zstd"``.
         insecure: plain text and no authentication; only against a host started ``--insecure``.
         client_key: this agent's ``.key_secret`` file (default ``~/.config/portal-shm/keys/USER@HOSTNAME.key_secret``,
             what ``portal-shm keys create`` makes; ``agent.key_secret`` there when only that exists).
         host_key: the hosts' public key (Z85 or a ``.key`` file), or one per host, pinned.
-        heartbeat_timeout: seconds without a word from a host before ``HostLostError`` (and the
-            seconds its host waits before freeing this agent's envs); heartbeats every
-            ``heartbeat_interval``.
+        runtime, runtime_options, compression, heartbeat_interval, heartbeat_timeout,
+            connect_timeout: ``LinkOptions``'.
     """
 
     hosts: Optional[Sequence[str]] = None
     counts: Optional[Sequence[int]] = None
-    runtime: str = "process"
-    runtime_options: dict = field(default_factory=dict)
-    compression: str = "auto"
     insecure: bool = False
     client_key: Optional[str] = None
     host_key: Optional[Union[str, Sequence[str]]] = None
-    heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 10.0
-    connect_timeout: float = 15.0
 
     name = "remote"
 
@@ -69,9 +86,7 @@ class RemoteBackend:
         return split_envs(num_envs, len(self.host_list()), self.counts)
 
     def check(self) -> None:
-        codecs.check_wish(self.compression)
-        if self.heartbeat_interval <= 0 or self.heartbeat_timeout < 2 * self.heartbeat_interval:
-            raise ValueError("heartbeat_timeout must be at least twice heartbeat_interval (both in seconds, > 0)")
+        self.check_link()
 
 
 def split_envs(num_envs: int, hosts: int, counts: Optional[Sequence[int]]) -> list[int]:

@@ -14,7 +14,6 @@ envs in order (``infos.py``). Everything a host sends is checked against the spa
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -32,13 +31,14 @@ from ...agent.stats.clock import WINDOW_S, AgentClock, ClockHistory, check_windo
 from ...wire import protocol as P
 from ...wire import trees
 from ...wire.schema import is_fixed
-from .. import codecs, frames, keys
+from .. import codecs, frames
 from .. import messages as M
 from ..error_data import from_data
 from ..infos import batch as batch_infos
 from . import reach
-from .backend import RemoteBackend, is_loopback
+from .backend import LinkOptions, RemoteBackend, is_loopback
 from .link import HostLink, poller_of, wait
+from .placement import FixedHosts, Placement
 from .recovery import HostRecovery
 from .stats import host_part, merge
 
@@ -69,13 +69,19 @@ class RemoteVectorPortal(PortalVectorEnv):
         self,
         env_id: str,
         num_envs: int,
-        backend: RemoteBackend,
+        backend: LinkOptions,
         env_kwargs: Optional[dict] = None,
         copy: bool = False,
+        placement: Optional[Placement] = None,
         **vector_kwargs: Any,
     ) -> None:
-        backend.check()
+        backend.check()  # type: ignore[attr-defined]
         self.backend = backend
+        if placement is None:
+            if not isinstance(backend, RemoteBackend):
+                raise TypeError(f"a {type(backend).__name__} needs its placement: pass placement=")
+            placement = FixedHosts(backend)
+        self.placement = placement
         self.num_envs = num_envs
         self.copy = copy
         self.closed = False
@@ -120,39 +126,9 @@ class RemoteVectorPortal(PortalVectorEnv):
         its own bounds: an agent that skips this is refused there)."""
         return VectorOptions.of(num_envs, vector_kwargs, allowed=HOSTED)
 
-    def _curve(self, index: int) -> Optional[tuple]:
-        b = self.backend
-        if b.insecure:
-            if not getattr(self, "_warned_insecure", False):  # once, not again at each reconnect
-                self._warned_insecure = True
-                warnings.warn(
-                    "insecure=True: env traffic to the hosts is plain text and unauthenticated; use it only on a "
-                    "network you trust (the hosts must run --insecure too)",
-                    stacklevel=4,
-                )
-            return None
-        if b.host_key is None:
-            raise E.PortalError(
-                "pin the hosts' public key: host_key='<40 Z85 characters>' or a path to the host's host.key "
-                "(`portal-shm host` prints it at start); or run both sides insecure (host --insecure, insecure=True)"
-            )
-        host_keys = [b.host_key] if isinstance(b.host_key, (str, bytes)) else list(b.host_key)
-        if len(host_keys) not in (1, len(b.host_list())):
-            raise E.PortalError(f"host_key: give one key for all hosts or one per host ({len(b.host_list())})")
-        server = keys.public_key(host_keys[index if len(host_keys) > 1 else 0], "host_key")
-        path = b.client_key or keys.default_client_key()
-        try:
-            public, secret = keys.load_secret(path, "client_key")
-        except E.PortalError as exc:
-            raise E.PortalError(
-                f"{exc}; create this agent's key pair with `portal-shm keys create` and give "
-                "the hosts its public .key file (their clients directory)"
-            ) from None
-        return public, secret, server
-
     def _connect(self, env_id: str, env_kwargs: dict, vector_kwargs: dict, startup: float) -> None:
         b = self.backend
-        hosts, counts = b.host_list(), b.split(self.num_envs)
+        hosts, counts = self.placement.addresses(), self.placement.env_counts(self.num_envs)
         self._hello = {
             "cmd": M.HELLO,
             "protocol": frames.PROTOCOL,
@@ -225,7 +201,7 @@ class RemoteVectorPortal(PortalVectorEnv):
             address,
             offset,
             count,
-            self._curve(index),
+            self.placement.curve(index),
             b.heartbeat_interval,
             b.heartbeat_timeout,
             max_message=1 << 31,
@@ -238,7 +214,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         """A fresh session with host ``index`` in place of the lost one (its hello answered), once
         the host is back; ``HostLostError`` when it is not back by ``deadline``."""
         old, start = self._links[index], time.monotonic()
-        address = self._address_after_loss(index, old.address, deadline)
+        address = self.placement.address_after_loss(index, old.address, deadline)
         old.close()
         while True:
             link = self._links[index] = self._open_link(index, address, old.offset, old.num_envs)
@@ -255,10 +231,6 @@ class RemoteVectorPortal(PortalVectorEnv):
                         old.env_indices,
                         f"not back within startup_timeout={deadline - start:.3g} s after: {cause}",
                     ) from cause
-
-    def _address_after_loss(self, index: int, address: str, deadline: float) -> str:
-        """Where to reconnect host ``index`` lost at ``address``: the same host, once it is back."""
-        return address
 
     def _welcome(self, link: HostLink) -> dict:
         """The host's welcome of ``link``'s session (its spaces), or the host's refusal raised."""
@@ -679,10 +651,13 @@ class RemoteVectorPortal(PortalVectorEnv):
             wait(live, lambda: [lk for lk in live if seqs[id(lk)] not in lk.results], time.monotonic() + 5.0, "close")
         except Exception:
             pass  # the hosts free the envs of a vanished agent on their own
-        for link in self._links:
-            link.close()
-        self._links = []
-        self._context.term()
+        try:
+            for link in self._links:
+                link.close()
+            self._links = []
+            self._context.term()
+        finally:
+            self.placement.close()  # (hosts a placement started: stopped)
 
     def close(self, **kwargs: Any) -> None:
         if self.closed:
