@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 from ..remote import keys
 from ..remote.host.daemon import Host, HostOptions
@@ -41,7 +41,7 @@ class EnvHostActor:
 
         context = ray.get_runtime_context()
         self.node_id = context.get_node_id()
-        ip = bind_ip or ray.util.get_node_ip_address()
+        ip = bind_ip or ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self.reclaimed = len(gc.collect())
         self._resources = PortalResources()
         try:
@@ -66,7 +66,7 @@ class EnvHostActor:
         self._thread = threading.Thread(target=self._host.serve, name="portal-shm-host", daemon=True)
         self._thread.start()
 
-    def endpoint(self) -> dict:
+    def endpoint(self) -> dict[str, Any]:
         """Where the agent connects, and the public key it pins."""
         return {
             "address": self._host.address,

@@ -87,5 +87,5 @@ class RayBackend(LinkOptions):
         return hosts, strategy
 
 
-def option_names() -> set:
+def option_names() -> set[str]:
     return {f.name for f in dataclasses.fields(RayBackend)}

@@ -68,13 +68,13 @@ class RayHosts:
         self.backend = backend
         self._client_public, self._client_secret = zmq.curve_keypair()
         self._owns_ray = connect(backend.address)
-        self.actors: list = []
-        self.endpoints: list[dict] = []
+        self.actors: list[Any] = []
+        self.endpoints: list[dict[str, Any]] = []
         self.group: Any = None
         try:
             hosts = self._reserve(num_envs)
             self.actors = [
-                self._start(i, backend.cpus_per_host, PlacementGroupSchedulingStrategy(self.group, i))
+                self._start(i, backend.cpus_per_host, PlacementGroupSchedulingStrategy(self.group, i))  # type: ignore[arg-type]
                 for i in range(hosts)
             ]
             self.endpoints = [self._endpoint(actor, i) for i, actor in enumerate(self.actors)]
@@ -138,10 +138,11 @@ class RayHosts:
             .remote(self._client_public, b.policy(), self.counts[index], b.heartbeat_timeout)
         )
 
-    def _endpoint(self, actor: Any, index: int) -> dict:
+    def _endpoint(self, actor: Any, index: int) -> dict[str, Any]:
         ray = _ray()
         try:
-            return ray.get(actor.endpoint.remote(), timeout=self.backend.placement_timeout)
+            endpoint: dict[str, Any] = ray.get(actor.endpoint.remote(), timeout=self.backend.placement_timeout)
+            return endpoint
         except ray.exceptions.GetTimeoutError:
             raise PortalError(
                 f"env host {index} did not start on its Ray node within placement_timeout="
@@ -158,7 +159,7 @@ class RayHosts:
         except Exception:
             return False
 
-    def replace(self, index: int, deadline: float) -> dict:
+    def replace(self, index: int, deadline: float) -> dict[str, Any]:
         """A new host for host ``index``, whose actor is gone (with its node, most often): its endpoint.
 
         It goes to the live node with the fewest of this portal's hosts, never back to the lost
@@ -179,14 +180,14 @@ class RayHosts:
         for i, endpoint in enumerate(self.endpoints):
             if i != index and endpoint["node_id"] in load:
                 load[endpoint["node_id"]] += 1
-        node = min(load, key=load.get)
+        node = min(load, key=lambda n: load[n])
         self.actors[index] = self._start(index, 0, NodeAffinitySchedulingStrategy(node, soft=False))
         try:
             endpoint = ray.get(self.actors[index].endpoint.remote(), timeout=max(1.0, deadline - time.monotonic()))
         except Exception as exc:
             raise PortalError(f"a new env host {index} did not start on Ray node {node[:8]}: {exc}") from None
         self.endpoints[index] = endpoint
-        return endpoint
+        return dict(endpoint)
 
     def close(self) -> None:
         """Stop every host (their envs first), kill the actors, free the placement group."""

@@ -314,12 +314,12 @@ class HonestAgent:
     @property
     def routing_id(self) -> bytes:
         """The routing id of the portal's connection to its host (what an id thief would present)."""
-        return self.envs._links[0].socket.getsockopt(zmq.ROUTING_ID)
+        return self.envs._hosts[0].link.socket.getsockopt(zmq.ROUTING_ID)
 
     @property
     def next_seq(self) -> int:
         """The number the portal's next message to its host will carry."""
-        return self.envs._links[0].seq.sent + 1
+        return self.envs._hosts[0].link.seq.sent + 1
 
     def _run(self) -> None:
         try:

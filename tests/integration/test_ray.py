@@ -127,11 +127,14 @@ def test_a_killed_driver_leaves_no_host_and_no_env_and_the_next_host_reclaims_it
     assert all(pid_gone(p) for p in pids), "a killed driver's hosts or envs outlived it"
     print(f"a killed driver's hosts and envs were gone after {took:.1f} s")
     hosts = set(pids[:2])
-    # Ray killed the hosts' process trees at once: their run directories (keys gone) wait for a reclaimer
-    assert {leftover.owner_pid for leftover in find_leftovers()} & hosts == hosts
+    # Ray killed the hosts' process trees at once: their run directories (keys gone) wait for a
+    # reclaimer. (A host that saw its driver go before Ray killed it, on a loaded machine, removed its
+    # own: what is left is whatever the kill left.)
+    left = {leftover.owner_pid for leftover in find_leftovers()} & hosts
+    assert left, "Ray's kill left no run directory of the hosts to reclaim"
     envs = portal_shm.make_vec("CartPole-v1", 1, backend="ray", num_hosts=1)
     try:
-        assert envs.host_endpoints()[0]["reclaimed"] >= 2
+        assert envs.host_endpoints()[0]["reclaimed"] >= len(left)
         assert not {leftover.owner_pid for leftover in find_leftovers()} & hosts
     finally:
         envs.close()

@@ -518,18 +518,18 @@ def test_a_host_lost_again_between_its_welcome_and_the_reset_of_a_reconnect_is_r
         envs.reset(seed=[10, 11])
         for _ in range(3):
             envs.step(np.zeros(2, np.int64))
-        recovery = envs._recovery
-        reopen, reopened = recovery.reopen, []
+        sessions = envs._hosts
+        reopen, reopened = sessions.reopen, []
 
         def reopen_then_lose_it_again(index, cause, deadline):
-            link = reopen(index, cause, deadline)
+            host = reopen(index, cause, deadline)
             reopened.append(cause)
             if len(reopened) == 1:  # welcomed: the host goes again before the envs' reset
                 hosts[-1].kill()
                 hosts.append(HostProcess(keys, port=port))
-            return link
+            return host
 
-        recovery.reopen = reopen_then_lose_it_again
+        sessions.reopen = reopen_then_lose_it_again
         hosts[-1].kill()
         hosts.append(HostProcess(keys, port=port))
         obs, reward, terminated, truncated, infos = envs.step(np.zeros(2, np.int64))

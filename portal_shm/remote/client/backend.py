@@ -12,7 +12,7 @@ import dataclasses
 import ipaddress
 import os
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from ...errors import PortalError
 from .. import codecs
@@ -35,7 +35,7 @@ class LinkOptions:
     """
 
     runtime: str = "process"
-    runtime_options: dict = field(default_factory=dict)
+    runtime_options: dict[str, Any] = field(default_factory=dict)
     compression: str = "auto"
     heartbeat_interval: float = 1.0
     heartbeat_timeout: float = 10.0
@@ -114,5 +114,5 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def option_names() -> set:
+def option_names() -> set[str]:
     return {f.name for f in dataclasses.fields(RemoteBackend)}

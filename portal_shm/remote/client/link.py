@@ -37,15 +37,17 @@ _EVENTS = (
 
 
 class HostLink:
-    """One host of a RemoteVectorPortal: envs ``offset .. offset + num_envs - 1`` live there."""
+    """The connection to one host of a RemoteVectorPortal (envs ``offset .. offset + num_envs - 1``
+    live there, named in its errors): it carries messages; what the agent knows of the host is
+    its ``Host``'s (``hosts.py``)."""
 
     def __init__(
         self,
-        context: zmq.Context,
+        context: zmq.Context[Any],
         address: str,
         offset: int,
         num_envs: int,
-        curve: Optional[tuple],
+        curve: Optional[tuple[Any, ...]],
         heartbeat_interval: float,
         heartbeat_timeout: float,
         max_message: int,
@@ -58,25 +60,18 @@ class HostLink:
         self.secure = curve is not None
         self.stats = frames.WireStats()
         self.seq = Sequencer()
-        self.results: dict = {}  # request number -> (header, arrays)
-        self.batches: deque = deque()
-        self.in_flight = 0  # async batches: envs sent to this host and not yet back
-        self.resets: dict = {}  # numbers of reset requests whose reply voids the batches before it
+        self.results: dict[Any, Any] = {}  # request number (the router's answer: ('router',)) -> (header, arrays)
+        self.batches: deque[Any] = deque()
+        self.resets: dict[Any, bool] = {}  # numbers of reset requests whose reply voids the batches before it
         self.handshake: Optional[str] = None  # "ok", or why the last handshake failed
         # Set on a reconnect: this address took these keys before, so a failed handshake is a dropped
         # connection (a proxy in front of a host that is not back yet), retried, not a wrong key.
         self.keys_proven = False
         self.codec = "none"  # what the host compresses with (its welcome says): no other codec is taken
         self.max_decoded = max_message  # the bytes one message's arrays may declare
-        self.hello: list = []  # the hello's frames, sent again while the host knows no session of ours
+        self.hello: list[Any] = []  # the hello's frames, sent again while the host knows no session of ours
         self.established = False  # the host welcomed this link's session
-        self.servers: list = []  # the host's env servers (runtime descriptions), from its welcome
-        self.server_envs: list = []  # and the envs of each, as indices among this link's
-        self.last_obs: list = []  # observation leaves of this host's envs as the last lockstep call left them
-        self.last_obs_value: Any = None  # the same for spaces without a fixed layout
-        self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)
-        self.restarted: dict = {}  # async batches: env -> its restart infos, until its first batch is out
-        self.outputs: list = []  # lockstep: observation arrays replies decompress into, in turn (see use_outputs)
+        self.outputs: list[Any] = []  # lockstep: observation arrays replies decompress into, in turn (see use_outputs)
         self._output = 0
         self.socket = context.socket(zmq.DEALER)
         s = self.socket
@@ -100,10 +95,10 @@ class HostLink:
         self._last_pong_ack = -1
 
     @property
-    def env_indices(self) -> list:
+    def env_indices(self) -> list[Any]:
         return list(range(self.offset, self.offset + self.num_envs))
 
-    def send(self, header: dict, arrays: Any = ()) -> int:
+    def send(self, header: dict[str, Any], arrays: Any = ()) -> int:
         self.asked = time.monotonic()  # silence counts from the later of this and the last word
         header = self.seq.stamp(header)
         if header["cmd"] == M.RESET:
@@ -113,7 +108,7 @@ class HostLink:
             self.hello = data
         self.seq.keep(header["seq"], data)
         self.socket.send_multipart(data, copy=False)
-        return header["seq"]
+        return int(header["seq"])
 
     def lost(self, detail: str) -> HostLostError:
         return HostLostError(self.address, self.env_indices, detail)
@@ -144,7 +139,7 @@ class HostLink:
                 "pass its public key as host_key= and this agent's client_key="
             )
 
-    def use_outputs(self, leaves: list, depth: int) -> None:
+    def use_outputs(self, leaves: list[Any], depth: int) -> None:
         """Lockstep replies decompress their observations into ``depth`` sets of arrays (one array
         per leaf: (shape, dtype)), taken in turn: a returned batch stays valid for ``depth - 1``
         further calls, as a local portal's ring slot does, and no step allocates (fresh memory
@@ -153,7 +148,7 @@ class HostLink:
         self.outputs = [[np.empty((count,) + tuple(shape), dtype) for shape, dtype in leaves] for _ in range(depth)]
         self._output = 0
 
-    def _take(self, data: list) -> None:
+    def _take(self, data: list[Any]) -> None:
         self.last_heard = time.monotonic()
         into = self.outputs[self._output] if self.outputs else None
         try:
@@ -200,13 +195,13 @@ class HostLink:
             if into is not None and arrays and arrays[0] is into[0]:
                 self._output = (self._output + 1) % len(self.outputs)
 
-    def _pong(self, header: dict) -> None:
+    def _pong(self, header: dict[str, Any]) -> None:
         ack = header.get("ack")
         self.seq.acknowledged(ack)
         if self.seq.behind and ack == self._last_pong_ack:  # no progress between two pongs: resend
             for data in self.seq.unacknowledged():
                 self.socket.send_multipart(data, copy=False)
-        self._last_pong_ack = ack
+        self._last_pong_ack = ack if isinstance(ack, int) else -1
 
     def tick(self, now: float, waiting: bool) -> None:
         """Heartbeat while the agent waits on this host; raise when it has been silent too long."""
@@ -230,7 +225,7 @@ class HostLink:
         self.socket.close(0)
 
 
-def poller_of(links: list) -> zmq.Poller:
+def poller_of(links: list[HostLink]) -> zmq.Poller:
     poller = zmq.Poller()
     for link in links:
         poller.register(link.socket, zmq.POLLIN)
@@ -238,7 +233,9 @@ def poller_of(links: list) -> zmq.Poller:
     return poller
 
 
-def wait(links: list, ready: Any, deadline: Optional[float], what: str, poller: Optional[zmq.Poller] = None) -> None:
+def wait(
+    links: list[Any], ready: Any, deadline: Optional[float], what: str, poller: Optional[zmq.Poller] = None
+) -> None:
     """Poll ``links`` until ``ready()``; heartbeats and loss checks on the links ``ready`` waits on."""
     poller = poller or poller_of(links)
     while True:

@@ -14,7 +14,7 @@ import errno
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from ...errors import PortalError
 
@@ -49,10 +49,10 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _resolve(host: str, port: int, timeout: float) -> Optional[list]:
+def _resolve(host: str, port: int, timeout: float) -> Optional[list[Any]]:
     """``getaddrinfo``'s answers, raising what it raises; None when it takes longer than ``timeout``
     (a slow resolver is not a missing name)."""
-    answer: dict = {}
+    answer: dict[str, Any] = {}
 
     def ask() -> None:
         try:

@@ -16,7 +16,7 @@ a host (an env server dying) are the host's local portal's to restart, under the
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -28,22 +28,22 @@ from ...agent.contract.restarts import restart_infos, restart_seed
 from ...wire import trees
 from .. import messages as M
 from ..infos import HOST_PREFIX
-from .link import HostLink, wait
+from .hosts import Host, Hosts
+from .link import wait
 
 
 class HostRecovery:
     """Restart bookkeeping of a RemoteVectorPortal: restart counts and seeds per env.
 
-    It gets what it needs passed in: the portal's list of links (replaced in place on a
-    reconnect), how to open a fresh session on a host, and how to check a host's observations.
+    It gets what it needs passed in: the portal's hosts (which open a fresh session on a host)
+    and how to check a host's observations.
     """
 
     def __init__(
         self,
-        links: list[HostLink],
-        reopen: Callable[[int, BaseException, float], HostLink],
-        checked_obs: Callable[[HostLink, list, int], list],
-        obs_schema: dict,
+        hosts: Hosts,
+        checked_obs: Callable[[Host, list[Any], int], list[Any]],
+        obs_schema: dict[str, Any],
         autoreset_mode: AutoresetMode,
         policy: str,
         max_restarts: int,
@@ -51,8 +51,7 @@ class HostRecovery:
         heartbeat_timeout: float,
     ) -> None:
         check_policy(policy, max_restarts)
-        self.links = links
-        self.reopen = reopen
+        self.hosts = hosts
         self.checked_obs = checked_obs
         self.obs_schema = obs_schema
         self.mode = autoreset_mode
@@ -60,27 +59,28 @@ class HostRecovery:
         self.max_restarts = max_restarts
         self.timeout = timeout
         self.heartbeat_timeout = heartbeat_timeout
-        num_envs = sum(link.num_envs for link in links)
+        num_envs = sum(host.num_envs for host in hosts)
         self.restarts = [0] * num_envs
-        self.seeds: list = [None] * num_envs
+        self.seeds: list[Any] = [None] * num_envs
 
-    def reconnect(self, index: int, cause: BaseException, batched: bool = False) -> tuple[HostLink, list, list]:
-        """A fresh session on host ``index`` with its envs reset: (link, obs columns, sparse infos).
+    def reconnect(self, index: int, cause: BaseException, batched: bool = False) -> tuple[Host, list[Any], list[Any]]:
+        """A fresh session on host ``index`` with its envs reset: (host, obs columns, sparse infos).
 
         With async batches the reset's observations come as batches instead: ([], []) then.
         """
-        envs = self.links[index].env_indices
+        envs = self.hosts[index].env_indices
         spent = [i for i in envs if self.restarts[i] >= self.max_restarts]
         if spent:
             raise E.RestartLimitError(
-                spent, self.restarts[spent[0]], f"host {self.links[index].address}", cause
+                spent, self.restarts[spent[0]], f"host {self.hosts[index].address}", cause
             ) from cause
         deadline = time.monotonic() + self.timeout
         for i in envs:
             self.restarts[i] += 1
         seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in envs]
         while True:
-            link = self.reopen(index, cause, deadline)
+            host = self.hosts.reopen(index, cause, deadline)
+            link = host.link
             seq = link.send({"cmd": M.RESET, "seed": seeds, "options": None})
             try:
                 wait(
@@ -98,34 +98,34 @@ class HostRecovery:
                 cause = exc
         header, data = link.results.pop(seq)
         if header["cmd"] == M.ERROR:
-            raise E.PortalError(f"host {link.address} could not reset the restarted envs: {header.get('message')}")
+            raise E.PortalError(f"host {host.address} could not reset the restarted envs: {header.get('message')}")
         if batched:
-            return link, [], []
-        return link, self.checked_obs(link, data, link.num_envs), header.get("infos", [])
+            return host, [], []
+        return host, self.checked_obs(host, data, host.num_envs), header.get("infos", [])
 
-    def end_step(self, index: int, cause: BaseException, last_obs: list) -> tuple:
-        """The lost host's part of the step that found the loss: (link, header, arrays)."""
-        link, fresh, reset_infos = self.reconnect(index, cause)
-        count = link.num_envs
+    def end_step(self, index: int, cause: BaseException, last_obs: list[Any]) -> tuple[Any, ...]:
+        """The lost host's part of the step that found the loss: (host, header, arrays)."""
+        host, fresh, reset_infos = self.reconnect(index, cause)
+        count = host.num_envs
         same_step = self.mode is AutoresetMode.SAME_STEP
         final = (
             {j: trees.unflatten([column[j] for column in last_obs], self.obs_schema) for j in range(count)}
             if same_step
             else {}
         )
-        infos: list = [[j, info] for j, info in _restart_infos(link, cause, final).items()]
+        infos: list[Any] = [[j, info] for j, info in _restart_infos(host, cause, final).items()]
         flags = [np.zeros(count, np.float64), np.zeros(count, np.bool_), np.ones(count, np.bool_)]
         if same_step:
             for j, info in reset_infos:
                 infos[j][1] = {**info, **infos[j][1]}
-            link.last_obs = fresh
-            return link, {"infos": infos}, fresh + flags
+            host.last_obs = fresh
+            return host, {"infos": infos}, fresh + flags
         if self.mode is AutoresetMode.NEXT_STEP:  # the next step hands out the reset, as gymnasium's autoreset would
-            link.stand_in = ({"infos": reset_infos}, fresh + [flags[0], flags[1], np.zeros(count, np.bool_)])
-        link.last_obs = last_obs
-        return link, {"infos": infos}, last_obs + flags
+            host.stand_in = ({"infos": reset_infos}, fresh + [flags[0], flags[1], np.zeros(count, np.bool_)])
+        host.last_obs = last_obs
+        return host, {"infos": infos}, last_obs + flags
 
-    def note_reset(self, seeds: list, options: Optional[dict]) -> None:
+    def note_reset(self, seeds: list[Any], options: Optional[dict[str, Any]]) -> None:
         mask = (options or {}).get("reset_mask")
         for i, seed in enumerate(seeds):
             if mask is None or mask[i]:
@@ -133,27 +133,29 @@ class HostRecovery:
 
     def restart_batched(self, index: int, cause: BaseException) -> None:
         """Async batches: host ``index`` is back with its envs reset; mark them for their next batch."""
-        link, _, _ = self.reconnect(index, cause, batched=True)
-        link.in_flight = link.num_envs
-        link.restarted = _restart_infos(link, cause, {})
+        host, _, _ = self.reconnect(index, cause, batched=True)
+        host.in_flight = host.num_envs
+        host.restarted = _restart_infos(host, cause, {})
 
     @staticmethod
-    def mark_restarted(link: HostLink, ids: list, reward: np.ndarray, truncated: np.ndarray, infos: dict) -> tuple:
+    def mark_restarted(
+        host: Host, ids: list[Any], reward: np.ndarray, truncated: np.ndarray, infos: dict[str, Any]
+    ) -> tuple[Any, ...]:
         """The batch that brings restarted envs' resets: truncated, reward 0, ``env_restarted``."""
-        rows = [row for row, j in enumerate(ids) if j in link.restarted]
+        rows = [row for row, j in enumerate(ids) if j in host.restarted]
         if not rows:
             return reward, truncated, infos
         reward, truncated = np.array(reward), np.array(truncated)
         for row in rows:
             reward[row], truncated[row] = 0.0, True
-            infos = add_info(infos, link.restarted.pop(ids[row]), row, len(ids))
+            infos = add_info(infos, host.restarted.pop(ids[row]), row, len(ids))
         return reward, truncated, infos
 
 
-def _restart_infos(link: HostLink, cause: BaseException, final: dict) -> dict:
+def _restart_infos(host: Host, cause: BaseException, final: dict[int, Any]) -> dict[int, dict[str, Any]]:
     """A local portal's restart infos for the envs of a lost host (by their index on the host),
     ``env_failure`` worded as a host's is on this side (``infos.HOST_PREFIX``)."""
-    out = restart_infos(list(range(link.num_envs)), cause, final)
+    out = restart_infos(list(range(host.num_envs)), cause, final)
     for j, info in out.items():
-        info["env_failure"] = f"{HOST_PREFIX}{link.address} (envs [{link.offset + j}]): {info['env_failure']}"
+        info["env_failure"] = f"{HOST_PREFIX}{host.address} (envs [{host.offset + j}]): {info['env_failure']}"
     return out

@@ -30,19 +30,19 @@ def _number(value: Any, what: str) -> Optional[float]:
     return float(value)
 
 
-def _dict(value: Any, what: str) -> dict:
+def _dict(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ServerProtocolError(f"{what} is not a mapping")
     return value
 
 
-def _list(value: Any, what: str, limit: int) -> list:
+def _list(value: Any, what: str, limit: int) -> list[Any]:
     if not isinstance(value, list) or len(value) > limit:
         raise ServerProtocolError(f"{what} is not a list of at most {limit} items")
     return value
 
 
-def host_part(report: Any, link: Any, first_server: int) -> dict:
+def host_part(report: Any, link: Any, first_server: int) -> dict[str, Any]:
     """One host's report with this portal's numbering; raises ``ServerProtocolError`` if malformed."""
     who = f"host {link.address}'s stats"
     report = _dict(report, who)
@@ -101,7 +101,7 @@ def host_part(report: Any, link: Any, first_server: int) -> dict:
     }
 
 
-def merge(parts: list, agent: dict, since_start: dict, wire: list) -> dict:
+def merge(parts: list[Any], agent: dict[str, Any], since_start: dict[str, Any], wire: list[Any]) -> dict[str, Any]:
     """The hosts' parts (in host order) as one report, with the agent's shares and the wire's bytes."""
     report: dict[str, Any] = {
         "window_s": agent.pop("window_s"),
