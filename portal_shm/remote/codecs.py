@@ -158,7 +158,11 @@ def is_image(schema: dict) -> bool:
 
 
 def compress(name: str, data: memoryview) -> bytes:
-    return _codec(name)[0](data)
+    codec = _codec(name)
+    if codec is None:
+        raise ValueError(f"codec {name!r} is not available in this Python (available: {', '.join(available())})")
+    packed: bytes = codec[0](data)
+    return packed
 
 
 def worth(raw: int, packed: int) -> bool:

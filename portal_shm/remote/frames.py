@@ -59,7 +59,7 @@ def pack(
             continue
         if not array.flags.c_contiguous:
             array = array.copy(order="C")  # (not ascontiguousarray: it turns 0-d arrays into 1-d)
-        raw = memoryview(array.reshape(-1)).cast("B")
+        raw = array.reshape(-1).data.cast("B")
         used, data = codecs.NONE, None
         if codec != codecs.NONE and index < limit and array.nbytes >= codecs.MIN_BYTES:
             packed = codecs.compress(codec, raw)
@@ -247,7 +247,7 @@ class WireStats:
 
     def as_dict(self, codec: Optional[str] = None) -> dict:
         ratio = self.raw_bytes / self.wire_bytes if self.wire_bytes else 1.0
-        out = {
+        out: dict[str, Any] = {
             "raw_bytes": self.raw_bytes,
             "wire_bytes": self.wire_bytes,
             "frames": self.frames,
