@@ -179,16 +179,6 @@ class VectorPortal(PortalVectorEnv):
         self.autoreset_mode = self.options.autoreset_mode
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
         if self.batched:
-            if self.autoreset_mode is AutoresetMode.DISABLED:
-                raise ValueError(
-                    "batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
-                    "could only be reset by a masked reset, which async batches do not have"
-                )
-            if recycle_policy is not None:
-                raise ValueError(
-                    "recycle is for lockstep portals: with batch_size the servers step in different "
-                    "slots of the ring; make the portal without batch_size to recycle its servers"
-                )
             envs_per_server = batch_grouping(specs, self.batch_size, envs_per_server)
         self.copy = self._gymnasium_form if copy is None else copy
         self.ring_depth = ring_depth

@@ -10,7 +10,7 @@ option and what a valid value is.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -258,23 +258,21 @@ class VectorOptions:
             out["autoreset_mode"] = AutoresetMode(out["autoreset_mode"])
         if "recycle" in out:
             out["recycle"] = check_recycle(out["recycle"])
-        return cls(**out)
+        options = cls(**out)
+        options._check_together(num_envs)
+        return options
 
-    def hosted(self, num_envs: int) -> dict[str, Any]:
-        """What an agent sends its hosts: the hosted options that differ from the defaults, as plain
-        data (a batch of every env is lockstep, so it is not sent)."""
-        out: dict[str, Any] = {}
-        for option in fields(self):
-            value = getattr(self, option.name)
-            if option.name not in HOSTED or value == option.default:
-                continue
-            if option.name == "batch_size" and value == num_envs:
-                continue
-            out[option.name] = (
-                value.value
-                if isinstance(value, AutoresetMode)
-                else value.as_dict()
-                if isinstance(value, RecyclePolicy)
-                else value
+    def _check_together(self, num_envs: int) -> None:
+        """The rules between options: what async batches cannot have."""
+        if self.batch_size is None or self.batch_size == num_envs:
+            return
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            raise ValueError(
+                "batch_size needs autoreset (NEXT_STEP or SAME_STEP): with DISABLED a finished env "
+                "could only be reset by a masked reset, which async batches do not have"
             )
-        return out
+        if self.recycle is not None:
+            raise ValueError(
+                "recycle is for lockstep portals: with batch_size the servers step in different "
+                "slots of the ring; make the portal without batch_size to recycle its servers"
+            )
