@@ -28,7 +28,7 @@ class CodecError(Exception):
     """A frame that does not decompress to exactly the size its header promised."""
 
 
-def _lz4() -> Optional[tuple]:
+def _lz4() -> Optional[tuple[Any, ...]]:
     try:
         import lz4.block
     except ImportError:
@@ -36,7 +36,8 @@ def _lz4() -> Optional[tuple]:
     safe = _lz4_decompress_safe()
 
     def compress(data: memoryview) -> bytes:
-        return lz4.block.compress(data, store_size=False)
+        packed: bytes = lz4.block.compress(data, store_size=False)
+        return packed
 
     def into(data: bytes, out: np.ndarray) -> None:
         if safe is None or out.nbytes > _INT_MAX:
@@ -52,7 +53,7 @@ def _lz4() -> Optional[tuple]:
 _INT_MAX = 2**31 - 1
 
 
-def _lz4_decompress_safe() -> Optional[Callable]:
+def _lz4_decompress_safe() -> Optional[Callable[..., Any]]:
     """LZ4's own ``LZ4_decompress_safe`` (never writes past the capacity it is given), as
     python-lz4's extension exports it, to decompress into one array of ours.
 
@@ -74,7 +75,7 @@ def _lz4_decompress_safe() -> Optional[Callable]:
     return function
 
 
-def _zstd() -> Optional[tuple]:
+def _zstd() -> Optional[tuple[Any, ...]]:
     try:
         import zstandard
     except ImportError:
@@ -100,11 +101,11 @@ def _zstd() -> Optional[tuple]:
     return compress, into
 
 
-_LOADERS: dict[str, Callable[[], Optional[tuple]]] = {"lz4": _lz4, "zstd": _zstd}
-_loaded: dict[str, Optional[tuple]] = {}
+_LOADERS: dict[str, Callable[[], Optional[tuple[Any, ...]]]] = {"lz4": _lz4, "zstd": _zstd}
+_loaded: dict[str, Optional[tuple[Any, ...]]] = {}
 
 
-def _codec(name: str) -> Optional[tuple]:
+def _codec(name: str) -> Optional[tuple[Any, ...]]:
     if name not in _loaded:
         _loaded[name] = _LOADERS[name]() if name in _LOADERS else None
     return _loaded[name]
@@ -136,7 +137,7 @@ def agent_offer(wish: str, loopback: bool) -> list[str]:
     return [wish] if wish in PREFERENCE else available()
 
 
-def host_choice(offer: list, wish: object, image_obs: bool) -> str:
+def host_choice(offer: list[Any], wish: object, image_obs: bool) -> str:
     """The first codec of the agent's offer the host has too (``"none"`` when there is none);
     with ``"auto"`` only for image observations, which compress 15-1,000x (others barely do)."""
     if wish == "auto" and not image_obs:
@@ -147,7 +148,7 @@ def host_choice(offer: list, wish: object, image_obs: bool) -> str:
     return NONE
 
 
-def is_image(schema: dict) -> bool:
+def is_image(schema: dict[str, Any]) -> bool:
     """Whether a space (as a schema) holds an image: a uint8 Box leaf of at least two dimensions."""
     from ..wire.schema import leaves
 

@@ -44,7 +44,7 @@ def redact(text: Any) -> Any:
 _REDACTED = ("message", "remote_message", "remote_traceback", "runtime", "log_tail", "status", "cause")
 
 
-def to_data(exc: BaseException, runtime: str = "") -> dict:
+def to_data(exc: BaseException, runtime: str = "") -> dict[str, Any]:
     """``exc`` as the fields of an error message (host side), with nothing in it of the host's own
     internals: ``runtime`` (the runtime's kind) stands for the server's description, texts are
     ``redact``-ed, and a bug of the host itself is named, its traceback left to the host's log."""
@@ -57,8 +57,8 @@ def to_data(exc: BaseException, runtime: str = "") -> dict:
     return out
 
 
-def _fields(exc: BaseException) -> dict:
-    out: dict = {"cmd": M.ERROR, "kind": type(exc).__name__, "message": str(exc)}
+def _fields(exc: BaseException) -> dict[str, Any]:
+    out: dict[str, Any] = {"cmd": M.ERROR, "kind": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, E.EnvError):
         out.update(
             kind="EnvNotFoundError" if isinstance(exc, E.EnvNotFoundError) else "EnvError",
@@ -84,24 +84,24 @@ def _fields(exc: BaseException) -> dict:
     return out
 
 
-def _text(header: dict, key: str) -> str:
+def _text(header: dict[str, Any], key: str) -> str:
     value = header.get(key)
     return value[:MAX_TEXT] if isinstance(value, str) else ""
 
 
-def _int(header: dict, key: str, low: int, high: int) -> Any:
+def _int(header: dict[str, Any], key: str, low: int, high: int) -> Any:
     value = header.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and low <= value < high else None
 
 
-def _indices(header: dict, offset: int, count: int) -> Any:
+def _indices(header: dict[str, Any], offset: int, count: int) -> Any:
     value = header.get("env_indices")
     if not isinstance(value, list) or not all(isinstance(i, int) and 0 <= i < count for i in value):
         return None
     return [offset + i for i in value]
 
 
-def from_data(header: dict, host: str, offset: int, count: int) -> Exception:
+def from_data(header: dict[str, Any], host: str, offset: int, count: int) -> Exception:
     """The host's error as the agent's own exception, naming ``host`` and this portal's env indices
     (the host serves envs ``offset`` to ``offset + count - 1``)."""
     kind, message = _text(header, "kind"), _text(header, "message")

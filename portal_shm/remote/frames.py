@@ -36,12 +36,12 @@ INLINE = "inline"
 
 
 def pack(
-    header: dict,
+    header: dict[str, Any],
     arrays: Sequence[np.ndarray] = (),
     codec: str = codecs.NONE,
     stats: Any = None,
     compressible: Optional[int] = None,
-) -> list:
+) -> list[Any]:
     """The frames of one message: the header (with the arrays' specs added) and the arrays' bytes.
 
     Only the first ``compressible`` arrays (all by default) may be compressed: observations, not
@@ -81,7 +81,7 @@ def _dtype(descr: Any) -> np.dtype:
     return dtype
 
 
-def _shape(shape: Any) -> tuple:
+def _shape(shape: Any) -> tuple[Any, ...]:
     if not isinstance(shape, list) or len(shape) > MAX_DIMS:
         raise FrameError(f"invalid shape {shape!r:.80}")
     for n in shape:
@@ -90,7 +90,7 @@ def _shape(shape: Any) -> tuple:
     return tuple(shape)
 
 
-def _nbytes(dtype: np.dtype, shape: tuple) -> int:
+def _nbytes(dtype: np.dtype, shape: tuple[Any, ...]) -> int:
     size = dtype.itemsize
     for n in shape:
         size *= n
@@ -105,7 +105,7 @@ def message_bytes(frames: Sequence[Any]) -> int:
     return sum(len(frame) for frame in frames)
 
 
-def unpack_header(frames: Sequence[Any]) -> dict:
+def unpack_header(frames: Sequence[Any]) -> dict[str, Any]:
     """The header of a received message, its array specs still in ``header["arrays"]`` (undecoded):
     a receiver that serves several senders looks the sender up before it decodes any array."""
     if not frames:
@@ -125,13 +125,13 @@ def unpack(
     into: Optional[Sequence[np.ndarray]] = None,
     codecs_allowed: Sequence[str] = ANY_CODEC,
     max_bytes: Optional[int] = None,
-) -> tuple[dict, list]:
+) -> tuple[dict[str, Any], list[Any]]:
     """(header, arrays) of a received message; see ``unpack_arrays``."""
     header = unpack_header(frames)
     return header, unpack_arrays(header, frames, stats, into, codecs_allowed, max_bytes)
 
 
-def _checked_specs(specs: Any, frame_count: int, codecs_allowed: Sequence[str], max_bytes: Optional[int]) -> list:
+def _checked_specs(specs: Any, frame_count: int, codecs_allowed: Sequence[str], max_bytes: Optional[int]) -> list[Any]:
     """Each spec as (dtype, shape, size, codec or INLINE, inline bytes), checked before any array is
     made: the codecs the receiver agreed to, and the bytes all arrays declare against ``max_bytes``."""
     if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
@@ -170,13 +170,13 @@ def _checked_specs(specs: Any, frame_count: int, codecs_allowed: Sequence[str], 
 
 
 def unpack_arrays(
-    header: dict,
+    header: dict[str, Any],
     frames: Sequence[Any],
     stats: Any = None,
     into: Optional[Sequence[np.ndarray]] = None,
     codecs_allowed: Sequence[str] = ANY_CODEC,
     max_bytes: Optional[int] = None,
-) -> list:
+) -> list[Any]:
     """The arrays of a message whose header ``unpack_header`` read; read-only views of the frames.
 
     Every spec is checked before anything is decoded: a frame compressed with a codec not in
@@ -225,7 +225,7 @@ def unpack_arrays(
     return arrays
 
 
-def expect(array: np.ndarray, dtype: np.dtype, shape: tuple, what: str) -> np.ndarray:
+def expect(array: np.ndarray, dtype: np.dtype, shape: tuple[Any, ...], what: str) -> np.ndarray:
     """``array`` if it has exactly ``dtype`` and ``shape``, else FrameError naming ``what``."""
     if array.dtype != dtype or array.shape != tuple(shape):
         raise FrameError(f"{what} is {array.dtype}{list(array.shape)}, expected {np.dtype(dtype)}{list(shape)}")
@@ -245,7 +245,7 @@ class WireStats:
         self.wire_bytes += wire
         self.frames += 1
 
-    def as_dict(self, codec: Optional[str] = None) -> dict:
+    def as_dict(self, codec: Optional[str] = None) -> dict[str, Any]:
         ratio = self.raw_bytes / self.wire_bytes if self.wire_bytes else 1.0
         out: dict[str, Any] = {
             "raw_bytes": self.raw_bytes,

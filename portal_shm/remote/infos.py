@@ -16,7 +16,7 @@ from ..errors import ServerProtocolError
 HOST_PREFIX = "env host "  # how texts about a host's envs start on the agent (errors and env_failure)
 
 
-def unbatch(infos: dict, count: int, skip: tuple = ("env_id", "_env_id")) -> list:
+def unbatch(infos: dict[str, Any], count: int, skip: tuple[Any, ...] = ("env_id", "_env_id")) -> list[Any]:
     """``[[j, info of env j], ...]`` for the envs of a batch of ``count`` that have any info."""
     infos = {key: value for key, value in infos.items() if key not in skip}
     if not infos:
@@ -24,7 +24,9 @@ def unbatch(infos: dict, count: int, skip: tuple = ("env_id", "_env_id")) -> lis
     return [[j, env_info] for j, env_info in enumerate(split_infos(infos, count)) if env_info]
 
 
-def batch(sparse: Any, positions: Any, total: int, what: str, infos: Optional[dict] = None, envs: Any = None) -> dict:
+def batch(
+    sparse: Any, positions: Any, total: int, what: str, infos: Optional[dict[str, Any]] = None, envs: Any = None
+) -> dict[str, Any]:
     """gymnasium's vector infos of a batch of ``total`` from a host's sparse per-env infos.
 
     ``positions[j]`` is where the host's env ``j`` sits in the batch, ``envs[j]`` its index in the

@@ -158,7 +158,7 @@ def scan_client_keys(directory: str) -> tuple[dict[bytes, str], list[str]]:
     if not os.path.isdir(directory):
         return keys, problems
     names: dict[str, str] = {}
-    clashing: set = set()
+    clashing: set[bytes] = set()
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".key"):
             continue

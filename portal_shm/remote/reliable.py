@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Any
 
 
 class Sequencer:
@@ -21,17 +22,17 @@ class Sequencer:
         self.sent = 0  # the last number this side gave a message
         self.received = 0  # the highest number received from the other side without a gap
         self.peer_ack = 0  # the highest of ours the other side has acknowledged
-        self._unacked: OrderedDict = OrderedDict()
+        self._unacked: OrderedDict[int, Any] = OrderedDict()
         self.unacked_bytes = 0  # the bytes of those messages: what the other side makes this side hold
         self._lock = threading.Lock()  # the host resends from its router thread
 
-    def stamp(self, header: dict) -> dict:
+    def stamp(self, header: dict[str, Any]) -> dict[str, Any]:
         """``header`` numbered as this side's next message, acknowledging what arrived."""
         with self._lock:
             self.sent += 1
             return {**header, "seq": self.sent, "ack": self.received}
 
-    def keep(self, seq: int, frames: list) -> None:
+    def keep(self, seq: int, frames: list[Any]) -> None:
         with self._lock:
             if seq > self.peer_ack:
                 self._unacked[seq] = frames
@@ -59,7 +60,7 @@ class Sequencer:
             self._unacked.clear()
             self.unacked_bytes = 0
 
-    def unacknowledged(self) -> list:
+    def unacknowledged(self) -> list[Any]:
         """Frames of every message the other side has not acknowledged, oldest first."""
         with self._lock:
             return list(self._unacked.values())

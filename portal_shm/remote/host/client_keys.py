@@ -22,10 +22,10 @@ class ClientKeys:
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self._stamp: Any = None
-        self._keys: dict = {}
+        self._keys: dict[bytes, str] = {}
         keys.client_keys(directory)  # raises, naming the files, when they clash
 
-    def allowed(self) -> dict:
+    def allowed(self) -> dict[bytes, str]:
         try:
             stamp = os.stat(self.directory).st_mtime_ns
         except OSError:

@@ -21,7 +21,7 @@ import secrets
 import signal
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import zmq
 import zmq.auth
@@ -60,14 +60,14 @@ class Host:
         self.context = zmq.Context()
         self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
         self.sessions: dict[bytes, HostSession] = {}
-        self._held: set = set()  # routing ids another key took over: their session's replies wait
+        self._held: set[bytes] = set()  # routing ids another key took over: their session's replies wait
         self._collect_at: Optional[float] = None  # when to run the cyclic collector (sessions ended)
         self._collected_at = 0.0
         self._stop = threading.Event()
         self._auth: Optional[ThreadAuthenticator] = None
         self.public_key: Optional[str] = None
         self.public_key_path: Optional[str] = None
-        self.freed: dict = {}  # what close() stopped: sessions, envs, env servers
+        self.freed: dict[str, Any] = {}  # what close() stopped: sessions, envs, env servers
         self.socket = self._bind()
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._session_context = SessionContext(
@@ -78,7 +78,7 @@ class Host:
         self._inline = InlineSteps(self._poller, self._send, self._fail)
 
     # -- setup ---------------------------------------------------------------------------------
-    def _bind(self) -> zmq.Socket:
+    def _bind(self) -> zmq.Socket[Any]:
         o = self.options
         socket = self.context.socket(zmq.ROUTER)
         # A routing id stays with the connection that holds it: another connection presenting it
@@ -140,7 +140,7 @@ class Host:
         finally:
             self.close()
 
-    def _turn(self, events: dict) -> None:
+    def _turn(self, events: dict[Any, int]) -> None:
         """One turn of the router: inline steps, replies out, messages in, lost connections, reaping."""
         if self._inline.active:
             self._inline.turn(events)
@@ -167,7 +167,7 @@ class Host:
     def stop(self) -> None:
         self._stop.set()
 
-    def _route(self, message: list) -> None:
+    def _route(self, message: list[Any]) -> None:
         """One message from the network. Whatever it does, it ends at most its own sender's session:
         an exception on a session's behalf is that session's (``_fail``), never the host's."""
         session = self.sessions.get(message[0].bytes)
@@ -179,7 +179,7 @@ class Host:
             else:
                 log.exception("dropped a message from %s that broke the router", self._who(message[0]))
 
-    def _take(self, message: list, session: Optional[HostSession]) -> None:
+    def _take(self, message: list[Any], session: Optional[HostSession]) -> None:
         frame, data = message[0], message[1:]
         identity = frame.bytes
         if session is None and frames.message_bytes(data) > MAX_SESSIONLESS_BYTES:
@@ -283,12 +283,12 @@ class Host:
             log.exception("session %s: its error could not be sent", session.client)
         session.stop()
 
-    def _send(self, session: HostSession, data: list) -> None:
+    def _send(self, session: HostSession, data: list[Any]) -> None:
         """A session's message from the router thread (held while another key holds its id)."""
         if not self._held or session.identity not in self._held:
             self.socket.send_multipart([session.identity] + data, copy=False)
 
-    def _pong(self, identity: bytes, session: Optional[HostSession], header: dict) -> None:
+    def _pong(self, identity: bytes, session: Optional[HostSession], header: dict[str, Any]) -> None:
         if session is None:
             self._reply(identity, {"cmd": M.UNKNOWN_SESSION})
             return
@@ -301,7 +301,7 @@ class Host:
         session.last_ping_ack = ack if isinstance(ack, int) else -1
         self._reply(identity, {"cmd": M.PONG, "ack": seq.received, "sent": seq.sent})
 
-    def _hello(self, identity: bytes, header: dict, frame: Any, data: list) -> None:
+    def _hello(self, identity: bytes, header: dict[str, Any], frame: Any, data: list[Any]) -> None:
         client = self._who(frame)
         user = self._user(frame)
         problem = hello_problem(header, data) or self.quotas.hello_problem(
@@ -349,10 +349,10 @@ class Host:
                 },
             )
 
-    def _describe(self) -> dict:
+    def _describe(self) -> dict[str, Any]:
         return {"kind": "host", "name": self.name, "address": self.address}
 
-    def usage_report(self) -> dict:
+    def usage_report(self) -> dict[str, Any]:
         """The host's usage against its limits, in all and per agent key: what ``top`` shows."""
         sessions = list(self.sessions.values())
         names = {} if self.options.insecure else self._clients.allowed()
@@ -364,17 +364,18 @@ class Host:
             "keys": self.quotas.by_key(sessions, names),
         }
 
-    def quota_usage(self, user: str) -> dict:
+    def quota_usage(self, user: str) -> dict[str, Any]:
         """Usage against the limits for key ``user`` and for the host (a session's ``stats()``)."""
         return self.quotas.usage(list(self.sessions.values()), user)
 
-    def _reply(self, identity: bytes, header: dict) -> None:
+    def _reply(self, identity: bytes, header: dict[str, Any]) -> None:
         self.socket.send_multipart([identity] + frames.pack(header))
 
     @staticmethod
     def _fd(frame: Any) -> Optional[int]:
         try:
-            return frame.get(zmq.SRCFD)
+            fd = frame.get(zmq.SRCFD)
+            return fd if isinstance(fd, int) else None
         except zmq.ZMQError:
             return None
 
@@ -383,7 +384,7 @@ class Host:
         if self.options.insecure:
             return ""
         try:
-            return frame.get("User-Id")
+            return cast(str, frame.get("User-Id"))  # (a str whenever CURVE is on)
         except zmq.ZMQError:
             return "?"
 
@@ -401,7 +402,7 @@ class Host:
         name = self._clients.allowed().get(key.encode("ascii"), "?") if key != "?" else "?"
         return f"{peer} ({name})"
 
-    def _disconnected(self, event: dict) -> None:
+    def _disconnected(self, event: dict[str, Any]) -> None:
         now = time.monotonic()
         for session in self.sessions.values():
             if session.fd == event.get("value"):
@@ -523,7 +524,7 @@ def _server_count(session: HostSession) -> int:
 def run_host(options: HostOptions) -> None:
     """Serve until SIGTERM or SIGINT: the banner (``Host.banner``) at start, what was freed at the end."""
     host = Host(options)
-    stopped_by: list = []
+    stopped_by: list[Any] = []
 
     def stop(signum: int, _frame: Any) -> None:
         stopped_by.append(signal.Signals(signum).name)

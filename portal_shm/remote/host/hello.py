@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from .. import frames
 
 
-def hello_problem(header: dict, data: list) -> Optional[str]:
+def hello_problem(header: dict[str, Any], data: list[Any]) -> Optional[str]:
     """What is wrong with a hello's form (None: nothing), before the policy and the quotas look at it."""
     if header.get("protocol") != frames.PROTOCOL:
         return (

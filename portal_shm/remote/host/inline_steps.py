@@ -11,7 +11,7 @@ boundary (``fail``): one session's step never ends the router.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import zmq
 
@@ -19,17 +19,17 @@ from .session import HostSession
 
 
 class InlineSteps:
-    def __init__(self, poller: zmq.Poller, send: Callable[[HostSession, list], None], fail: Callable[..., None]):
+    def __init__(self, poller: zmq.Poller, send: Callable[[HostSession, list[Any]], None], fail: Callable[..., None]):
         self._poller = poller
         self._send = send  # a session's frames out (the router's socket)
         self._fail = fail  # the session's error boundary: (session, exc, doing, re)
-        self._steps: dict = {}  # session -> the done fds of its step
+        self._steps: dict[HostSession, list[int]] = {}  # session -> the done fds of its step
 
     @property
     def active(self) -> bool:
         return bool(self._steps)
 
-    def begin(self, session: HostSession, header: dict, arrays: list) -> None:
+    def begin(self, session: HostSession, header: dict[str, Any], arrays: list[Any]) -> None:
         """Start the step (actions into the ring, servers rung); an error is the step's reply."""
         try:
             fds = session.begin_inline(header, arrays)
@@ -41,7 +41,7 @@ class InlineSteps:
             self._poller.register(fd, zmq.POLLIN)
         self._steps[session] = fds
 
-    def turn(self, events: dict) -> None:
+    def turn(self, events: dict[Any, int]) -> None:
         """Finish the steps whose servers are all done; hand slow ones to their thread."""
         now = time.monotonic()
         for session, fds in list(self._steps.items()):
@@ -50,7 +50,7 @@ class InlineSteps:
                 if finished:
                     self._end(session)
                     self._send(session, session.finish_inline())
-                elif finished is None or now - session.inline["since"] > session.HANDOVER_SECONDS:
+                elif finished is None or now - session.inline["since"] > session.HANDOVER_SECONDS:  # type: ignore[index]
                     self._end(session)
                     session.hand_over()
             except Exception as exc:

@@ -78,7 +78,9 @@ DEFAULT_SIZE_CAPS = {
     "size": 1024,
 }
 DEFAULT_MAX_RING = "1g"
-_registries: dict = {}  # plugins -> the env ids registered once they are imported (one registry per process)
+_registries: dict[
+    tuple[str, ...], frozenset[str]
+] = {}  # plugins -> the env ids registered once they are imported (one registry per process)
 _registry_lock = threading.Lock()
 
 
@@ -127,7 +129,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _flag(patterns: Optional[tuple]) -> str:
+def _flag(patterns: Optional[tuple[Any, ...]]) -> str:
     return ",".join(patterns) if patterns else "(none)"
 
 
@@ -136,9 +138,9 @@ class Grant:
     """What a hello may run, rebuilt from the operator's values: the local portal's inputs."""
 
     env_id: str
-    env_kwargs: dict
+    env_kwargs: dict[str, Any]
     backend: Backend
-    vector: dict
+    vector: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -170,22 +172,22 @@ class HostPolicy:
             checked once their servers said their spaces, before the ring is made.
     """
 
-    runtimes: tuple = DEFAULT_RUNTIMES
-    envs: Optional[tuple] = None
-    plugins: tuple = DEFAULT_PLUGINS
-    entry_points: tuple = PRESET_ENTRY_POINTS
-    images: Optional[tuple] = None
+    runtimes: tuple[Any, ...] = DEFAULT_RUNTIMES
+    envs: Optional[tuple[Any, ...]] = None
+    plugins: tuple[Any, ...] = DEFAULT_PLUGINS
+    entry_points: tuple[Any, ...] = PRESET_ENTRY_POINTS
+    images: Optional[tuple[Any, ...]] = None
     max_mem: str = "4g"
     max_cpus: Optional[float] = None
     max_pids: int = 1024
-    pythons: dict = field(default_factory=dict)
-    venvs: dict = field(default_factory=dict)
-    micromambas: dict = field(default_factory=dict)
+    pythons: dict[str, Any] = field(default_factory=dict[str, Any])
+    venvs: dict[str, Any] = field(default_factory=dict[str, Any])
+    micromambas: dict[str, Any] = field(default_factory=dict[str, Any])
     agent_installs: bool = False
-    env_kwargs: tuple = ()
-    calls: tuple = ("*",)
+    env_kwargs: tuple[Any, ...] = ()
+    calls: tuple[Any, ...] = ("*",)
     pickled_states: bool = False
-    size_caps: dict = field(default_factory=lambda: dict(DEFAULT_SIZE_CAPS))
+    size_caps: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SIZE_CAPS))
     max_ring_bytes: str = DEFAULT_MAX_RING
 
     def check(self) -> None:
@@ -220,7 +222,7 @@ class HostPolicy:
             + f"; rings up to {self.max_ring_bytes}; size caps {caps}"
         )
 
-    def registry(self) -> frozenset:
+    def registry(self) -> frozenset[str]:
         """The env ids of the host's gymnasium registry, after importing the operator's plugins once."""
         with _registry_lock:
             if self.plugins not in _registries:
@@ -240,7 +242,7 @@ class HostPolicy:
             return _registries[self.plugins]
 
     # -- a hello --------------------------------------------------------------------------------
-    def grant(self, hello: dict, num_envs: int) -> Grant:
+    def grant(self, hello: dict[str, Any], num_envs: int) -> Grant:
         """The hello's env, runtime and options, checked; raises ``HostPolicyError`` naming the flag."""
         env_id = self.check_env(hello.get("env_id"))
         backend = self.backend(hello.get("runtime"), hello.get("runtime_options"))
@@ -294,10 +296,10 @@ class HostPolicy:
             if not isinstance(args, (list, tuple)) or not args:
                 raise HostPolicyError(f"{name} takes the name of an attribute first")
             self.check_call(args[0])
-        return name
+        return str(name)
 
     # -- env kwargs -------------------------------------------------------------------------------
-    def check_env_kwargs(self, env_id: str, kwargs: Any) -> dict:
+    def check_env_kwargs(self, env_id: str, kwargs: Any) -> dict[str, Any]:
         if kwargs is None:
             return {}
         if not isinstance(kwargs, dict):
@@ -343,14 +345,14 @@ class HostPolicy:
                 f"host --size-cap {key}=N)"
             )
 
-    def declared_kwargs(self, env_id: str, kwargs: Optional[dict] = None) -> set:
+    def declared_kwargs(self, env_id: str, kwargs: Optional[dict[str, Any]] = None) -> set[str]:
         """The keyword arguments ``env_id``'s constructor names, as far as this host can see them:
         its registry's entry for an id, the callable of an entry point the patterns allow. A
         ``**kwargs`` admits nothing by itself (ViZDoom's turn into engine options such as
         ``vizdoom_path``), except in a constructor that also takes ``env_id`` (the presets): its
         ``**kwargs`` are that env's. An env only an image has declares nothing here."""
         if ":" in env_id:
-            names: set = set()
+            names: set[str] = set()
             target: Any = env_id
         elif env_id in self.registry():
             import gymnasium
@@ -398,7 +400,8 @@ class HostPolicy:
                         else ""
                     )
                 )
-        return getattr(self, f"_{runtime}")(options)
+        backend: Backend = getattr(self, f"_{runtime}")(options)
+        return backend
 
     def _python(self, name: Any) -> Optional[str]:
         if name is None:
@@ -409,12 +412,12 @@ class HostPolicy:
                 f"python={str(name)[:200]!r}: agents pick an interpreter the host offers by name, never a path; "
                 f"this host offers {offered} (portal-shm host --python NAME=PATH)"
             )
-        return self.pythons[name]
+        return str(self.pythons[name])
 
-    def _process(self, options: dict) -> Backend:
+    def _process(self, options: dict[str, Any]) -> Backend:
         return ProcessBackend(python=self._python(options.get("python")))
 
-    def _docker(self, options: dict) -> Backend:
+    def _docker(self, options: dict[str, Any]) -> Backend:
         image = options.get("image", str(DockerBackend.image))  # the host names it: no warning
         if not isinstance(image, str) or not _IMAGE.fullmatch(image):
             raise HostPolicyError(f"image {str(image)[:200]!r} is not an image name (repository[:tag])")
@@ -422,7 +425,7 @@ class HostPolicy:
         self.check_image(image)
         return DockerBackend(image=image, mem_limit=str(memory), cpus=cpus, pids_limit=pids)
 
-    def container_limits(self, options: dict) -> tuple:
+    def container_limits(self, options: dict[str, Any]) -> tuple[Any, ...]:
         """(bytes of memory, cpus or None, pids) of an agent's container: what it asked for within the
         host's caps, the caps where it asked for nothing (None included)."""
         cap = parse_bytes(self.max_mem, "--max-mem")
@@ -470,7 +473,7 @@ class HostPolicy:
                 "sets); the operator allows other images with portal-shm host --images PATTERNS"
             )
 
-    def _venv(self, options: dict) -> Backend:
+    def _venv(self, options: dict[str, Any]) -> Backend:
         python = self._python(options.get("python"))
         if "venv" in options:
             if "requirements" in options:
@@ -515,7 +518,7 @@ class HostPolicy:
                 )
         return VenvBackend(requirements=tuple(r.strip() for r in requirements), python=python)
 
-    def _micromamba(self, options: dict) -> Backend:
+    def _micromamba(self, options: dict[str, Any]) -> Backend:
         name = options.get("micromamba")
         if not isinstance(name, str) or name not in self.micromambas:
             offered = ", ".join(sorted(self.micromambas)) or "none"

@@ -133,10 +133,10 @@ class Quotas:
             )
         return None
 
-    def by_key(self, sessions: Iterable[Any], names: dict) -> dict:
+    def by_key(self, sessions: Iterable[Any], names: dict[bytes, str]) -> dict[str, Any]:
         """Per agent key (by its file name in the clients directory): sessions, envs and the
         unacknowledged bytes of its sessions; what ``top`` shows an operator."""
-        out: dict = {}
+        out: dict[str, Any] = {}
         for s in sessions:
             if not s.reserved:
                 continue
@@ -148,7 +148,7 @@ class Quotas:
             entry["refused"] += s.refused
         return out
 
-    def usage(self, sessions: Iterable[Any], user: str) -> dict:
+    def usage(self, sessions: Iterable[Any], user: str) -> dict[str, Any]:
         """Usage against each limit, for one key and for the host: what ``stats()`` reports."""
         live = [s for s in sessions if s.reserved]
         mine = [s for s in live if s.user == user]

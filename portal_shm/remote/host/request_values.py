@@ -85,7 +85,7 @@ def _walk(value: Any, what: str, depth: int) -> None:
 # -- the vector options of the host's local portal --------------------------------------------
 
 
-def check_vector_options(vector: Any, num_envs: int) -> dict:
+def check_vector_options(vector: Any, num_envs: int) -> dict[str, Any]:
     """The agent's ``vector_kwargs`` for the host's local portal: the options a host applies
     (``HOSTED``), checked as every portal checks them, under the host's bounds."""
     if vector is None:

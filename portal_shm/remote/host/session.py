@@ -40,7 +40,7 @@ log = logging.getLogger("portal_shm.host")
 _STOP = object()
 
 
-def _packable(mapping: dict) -> dict:
+def _packable(mapping: dict[str, Any]) -> dict[str, Any]:
     """The entries of an env's metadata that can cross the wire (the rest stays on the host)."""
     out = {}
     for key, value in mapping.items():
@@ -76,18 +76,20 @@ def _no_wakeup_preemption(portal: VectorPortal) -> None:
 class SessionContext:
     """What a session needs of its host, given at construction (a session holds no host)."""
 
-    context: zmq.Context  # the host's ZeroMQ context, for the session's socket to the router
+    context: zmq.Context[Any]  # the host's ZeroMQ context, for the session's socket to the router
     outbox_address: str  # where the router takes the session's messages from
     policy: HostPolicy
     host_name: str
     limits: Limits
-    usage: Callable[[str], dict]  # an agent key's usage against the limits (Quotas.usage)
+    usage: Callable[[str], dict[str, Any]]  # an agent key's usage against the limits (Quotas.usage)
 
 
 class HostSession(threading.Thread):
     """The envs of one agent (one link) on this host, and the thread that steps them."""
 
-    def __init__(self, ctx: SessionContext, identity: bytes, client: str, hello: dict, user: str = "") -> None:
+    def __init__(
+        self, ctx: SessionContext, identity: bytes, client: str, hello: dict[str, Any], user: str = ""
+    ) -> None:
         super().__init__(name=f"portal-shm session {client}", daemon=True)
         self.ctx = ctx
         self.identity = identity
@@ -97,12 +99,12 @@ class HostSession(threading.Thread):
         self.runtime = str(hello.get("runtime"))[:40]  # what errors and the welcome name, never a pid or path
         self.refused = 0  # messages another key sent with this session's routing id
         self.dropped = False  # fell behind its acknowledgements and was dropped
-        self.undelivered: Optional[list] = None  # frames the thread could not send (the router sends them)
+        self.undelivered: Optional[list[Any]] = None  # frames the thread could not send (the router sends them)
         self.num_envs = int(hello["num_envs"])
         self.reserved = True  # its envs count against the host's limits (until it was refused or failed to start)
         self.seq = Sequencer()
         self.seq.received = 1  # the hello
-        self.inbox: queue.Queue = queue.Queue()
+        self.inbox: queue.Queue[Any] = queue.Queue()
         self.stats = frames.WireStats()
         self.codec = codecs.NONE
         self.portal: Optional[VectorPortal] = None
@@ -110,13 +112,13 @@ class HostSession(threading.Thread):
         self.gone_since: Optional[float] = None  # when that connection dropped
         self.last_ping_ack = -1
         self.finished = threading.Event()
-        self._out: Optional[zmq.Socket] = None
+        self._out: Optional[zmq.Socket[Any]] = None
         self._in_flight = 0
         self._batched = False
         self._whole = False  # async batches of the agent, each all of this host's envs
         self.started = False  # the envs run and the welcome went out
         self.busy = False  # the thread has a request of the router's in hand
-        self.inline: Optional[dict] = None  # a lockstep step the router thread drives (see begin_inline)
+        self.inline: Optional[dict[str, Any]] = None  # a lockstep step the router thread drives (see begin_inline)
         self._handlers = self._handler_table()
         self._wake_r, self._wake_w = os.pipe()  # rung with each request: the thread may sleep on servers
         os.set_blocking(self._wake_r, False)
@@ -125,7 +127,7 @@ class HostSession(threading.Thread):
     # -- router side ------------------------------------------------------------------------
     MAX_QUEUED = 1024  # requests waiting for the thread: more is a flood, not an agent waiting for replies
 
-    def deliver(self, header: dict, arrays: list) -> None:
+    def deliver(self, header: dict[str, Any], arrays: list[Any]) -> None:
         if header["cmd"] == M.CLOSE and self.busy:
             self._abort()  # the agent is done with a request still running (one that timed out on its side)
         if self.inbox.qsize() >= self.MAX_QUEUED:
@@ -146,7 +148,7 @@ class HostSession(threading.Thread):
             raise E.PortalError("this session's envs are not started")
         return portal
 
-    def error_data(self, exc: BaseException) -> dict:
+    def error_data(self, exc: BaseException) -> dict[str, Any]:
         """``exc`` as an error message naming this session's runtime kind, nothing of the host's."""
         return to_data(exc, self.runtime)
 
@@ -171,7 +173,7 @@ class HostSession(threading.Thread):
             return False
         return not self.envs.recovering
 
-    def begin_inline(self, header: dict, arrays: list) -> list:
+    def begin_inline(self, header: dict[str, Any], arrays: list[Any]) -> list[Any]:
         """Start the step (actions into the ring, servers rung); the done fds the router polls."""
         self.envs.step_async(self._actions(header, arrays, self.num_envs))
         self.inline = {"seq": header["seq"], "since": time.monotonic()}
@@ -182,7 +184,7 @@ class HostSession(threading.Thread):
         thread must see to it)."""
         return self.envs.step_finished(readable)
 
-    def finish_inline(self) -> list:
+    def finish_inline(self) -> list[Any]:
         """The reply's frames, once every server is done (the router saw all done fds readable)."""
         seq, self.inline = self._inline_seq(), None
         try:
@@ -385,7 +387,7 @@ class HostSession(threading.Thread):
                 except BlockingIOError:
                     pass
 
-    def _handle(self, cmd: str, header: dict, arrays: list) -> None:
+    def _handle(self, cmd: str, header: dict[str, Any], arrays: list[Any]) -> None:
         if self._whole and cmd in (M.RESET, M.SEND):  # the agent's batch is all of this host's envs
             self._whole_batch(cmd, header, arrays)
             return
@@ -394,7 +396,7 @@ class HostSession(threading.Thread):
             raise ValueError(f"unknown request {cmd!r}")
         handler(header, arrays)
 
-    def _handler_table(self) -> dict:
+    def _handler_table(self) -> dict[str, Any]:
         """The agent's requests (and the router's hand-over, ``FINISH``), by kind."""
         return {
             M.RESET: self._reset,
@@ -411,7 +413,7 @@ class HostSession(threading.Thread):
             M.RENDER: self._render,
         }
 
-    def _whole_batch(self, cmd: str, header: dict, arrays: list) -> None:
+    def _whole_batch(self, cmd: str, header: dict[str, Any], arrays: list[Any]) -> None:
         portal = self.envs
         if cmd == M.RESET:
             obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
@@ -424,7 +426,7 @@ class HostSession(threading.Thread):
             obs, *flags, infos = portal.step(self._actions(header, arrays, self.num_envs))
         self._emit_result(None, obs, flags, infos, self.num_envs, env_ids=range(self.num_envs))
 
-    def _reset(self, header: dict, arrays: list) -> None:
+    def _reset(self, header: dict[str, Any], arrays: list[Any]) -> None:
         seeds, options = header.get("seed"), header.get("options")
         if self._batched:
             self.envs.async_reset(seed=seeds, options=options)
@@ -434,21 +436,21 @@ class HostSession(threading.Thread):
         obs, infos = self.envs.reset(seed=seeds, options=options)
         self._emit_result(header["seq"], obs, None, infos, self.num_envs)
 
-    def _step(self, header: dict, arrays: list) -> None:
+    def _step(self, header: dict[str, Any], arrays: list[Any]) -> None:
         obs, reward, terminated, truncated, infos = self.envs.step(self._actions(header, arrays, self.num_envs))
         self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
 
-    def _finish(self, header: dict, arrays: list) -> None:
+    def _finish(self, header: dict[str, Any], arrays: list[Any]) -> None:
         """A step the router started (``begin_inline``) and handed over."""
         obs, reward, terminated, truncated, infos = self.envs.step_wait()
         self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
 
-    def _send_actions(self, header: dict, arrays: list) -> None:
+    def _send_actions(self, header: dict[str, Any], arrays: list[Any]) -> None:
         ids = np.asarray(header["env_ids"], dtype=np.int64)
         self.envs.send(self._actions(header, arrays, len(ids)), ids)
         self._in_flight += len(ids)
 
-    def _call(self, header: dict, arrays: list) -> None:
+    def _call(self, header: dict[str, Any], arrays: list[Any]) -> None:
         name, args, kwargs = self._call_name(header), header.get("args", ()), header.get("kwargs", {})
         if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
             raise ValueError("call: args must be a list and kwargs a dict")
@@ -457,12 +459,12 @@ class HostSession(threading.Thread):
         values = portal.call(name, *args, **kwargs) if ids is None else portal.call_envs(ids, name, *args, **kwargs)
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
 
-    def _get_attr(self, header: dict, arrays: list) -> None:
+    def _get_attr(self, header: dict[str, Any], arrays: list[Any]) -> None:
         name, ids = self._call_name(header), self._env_ids(header)
         values = self.envs.get_attr(name) if ids is None else self.envs.get_attr_envs(ids, name)
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
 
-    def _set_attr(self, header: dict, arrays: list) -> None:
+    def _set_attr(self, header: dict[str, Any], arrays: list[Any]) -> None:
         name, ids = self._call_name(header), self._env_ids(header)
         if ids is None:
             self.envs.set_attr(name, header["values"])
@@ -470,14 +472,14 @@ class HostSession(threading.Thread):
             self.envs.set_attr_envs(ids, name, header["values"])
         self._emit({"cmd": M.RESULT, "re": header["seq"]})
 
-    def _get_state(self, header: dict, arrays: list) -> None:
+    def _get_state(self, header: dict[str, Any], arrays: list[Any]) -> None:
         ids = self._env_ids(header)
         if ids is None:
             raise ValueError("get_state: env_ids must name the envs")
         allow = header.get("allow_pickle") is True and self.ctx.policy.pickled_states
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": self.envs.get_state(ids, allow_pickle=allow)})
 
-    def _set_state(self, header: dict, arrays: list) -> None:
+    def _set_state(self, header: dict[str, Any], arrays: list[Any]) -> None:
         ids, states = self._env_ids(header), header.get("states")
         if ids is None or not isinstance(states, list) or not all(isinstance(x, bytes) for x in states):
             raise ValueError("set_state: env_ids and one state (bytes) per env")
@@ -485,7 +487,7 @@ class HostSession(threading.Thread):
         obs, infos = self.envs.set_state(states, ids, allow_pickle=allow)
         self._emit_result(header["seq"], obs, None, infos, self.num_envs)
 
-    def _record(self, header: dict, arrays: list) -> None:
+    def _record(self, header: dict[str, Any], arrays: list[Any]) -> None:
         """Allowed to every agent: it renders frames of the agent's own envs."""
         ids = self._env_ids(header)
         if ids is None:
@@ -493,7 +495,7 @@ class HostSession(threading.Thread):
         self.envs.record_frames(ids, header.get("on") is True)
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": [None] * len(ids)})
 
-    def _stats(self, header: dict, arrays: list) -> None:
+    def _stats(self, header: dict[str, Any], arrays: list[Any]) -> None:
         window = header.get("window")
         if not isinstance(window, (int, float)) or isinstance(window, bool) or not 0.1 <= window <= 3600:
             raise ValueError("stats: window must be a number of seconds in [0.1, 3600]")
@@ -505,11 +507,11 @@ class HostSession(threading.Thread):
         report["quota"] = self.ctx.usage(self.user)
         self._emit({"cmd": M.RESULT, "re": header["seq"], "stats": report})
 
-    def _render(self, header: dict, arrays: list) -> None:
+    def _render(self, header: dict[str, Any], arrays: list[Any]) -> None:
         values = self.envs.render()
         self._emit({"cmd": M.RESULT, "re": header["seq"], "values": None if values is None else list(values)})
 
-    def _env_ids(self, header: dict) -> Optional[list]:
+    def _env_ids(self, header: dict[str, Any]) -> Optional[list[Any]]:
         """The envs a per-env call names (this session's own indices), checked; None: all of them."""
         ids = header.get("env_ids")
         if ids is None:
@@ -522,7 +524,7 @@ class HostSession(threading.Thread):
             raise ValueError(f"env_ids must be a list of this session's env indices, got {ids!r:.80}")
         return ids
 
-    def _call_name(self, header: dict) -> str:
+    def _call_name(self, header: dict[str, Any]) -> str:
         try:
             return self.ctx.policy.check_call(
                 header.get("name"), header.get("args", ()) if header["cmd"] == M.CALL else ()
@@ -531,7 +533,7 @@ class HostSession(threading.Thread):
             log.warning("refused %s: %s", self.client, exc)
             raise
 
-    def _actions(self, header: dict, arrays: list, count: int) -> Any:
+    def _actions(self, header: dict[str, Any], arrays: list[Any], count: int) -> Any:
         if not self._act_fixed:
             return header["actions"]
         specs = self._act_specs
@@ -553,14 +555,14 @@ class HostSession(threading.Thread):
         self._emit_result(None, obs, (reward, terminated, truncated), infos, len(ids), env_ids=ids)
 
     def _emit_result(
-        self, seq: Optional[int], obs: Any, flags: Any, infos: dict, count: int, env_ids: Any = None
+        self, seq: Optional[int], obs: Any, flags: Any, infos: dict[str, Any], count: int, env_ids: Any = None
     ) -> None:
         self._send(self._result_frames(seq, obs, flags, infos, count, env_ids))
 
     def _result_frames(
-        self, seq: Optional[int], obs: Any, flags: Any, infos: dict, count: int, env_ids: Any = None
-    ) -> list:
-        header: dict = {"cmd": M.RESULT if env_ids is None else "batch", "infos": unbatch(infos, count)}
+        self, seq: Optional[int], obs: Any, flags: Any, infos: dict[str, Any], count: int, env_ids: Any = None
+    ) -> list[Any]:
+        header: dict[str, Any] = {"cmd": M.RESULT if env_ids is None else "batch", "infos": unbatch(infos, count)}
         if seq is not None:
             header["re"] = seq
         if env_ids is not None:
@@ -573,10 +575,10 @@ class HostSession(threading.Thread):
             arrays += [np.asarray(flags[0], np.float64), np.asarray(flags[1], np.bool_), np.asarray(flags[2], np.bool_)]
         return self.numbered_frames(header, arrays, compressible)
 
-    def _emit(self, header: dict, arrays: Any = (), compressible: int = 0) -> None:
+    def _emit(self, header: dict[str, Any], arrays: Any = (), compressible: int = 0) -> None:
         self._send(self.numbered_frames(header, arrays, compressible))
 
-    def numbered_frames(self, header: dict, arrays: Any = (), compressible: int = 0) -> list:
+    def numbered_frames(self, header: dict[str, Any], arrays: Any = (), compressible: int = 0) -> list[Any]:
         """A numbered, framed message, kept until the agent acknowledges it (the router sends it too:
         an error of a step it began inline)."""
         header = self.seq.stamp(header)
@@ -590,7 +592,7 @@ class HostSession(threading.Thread):
             self.seq.keep(header["seq"], data)
         return data
 
-    def _send(self, data: list) -> None:
+    def _send(self, data: list[Any]) -> None:
         """To the agent through the router (only the router thread may use the host's socket)."""
         out = self._out
         if out is None:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from ...errors import PortalError
 from ..keys import create_key_pair
@@ -33,7 +33,7 @@ class LocalKeys:
     def host_key(self) -> str:
         return os.path.join(self.host_dir, "host.key")
 
-    def options(self) -> dict:
+    def options(self) -> dict[str, Any]:
         """What ``make_vec(..., backend="remote")`` needs to reach a host started with these keys."""
         return {"host_key": self.host_key, "client_key": self.agent}
 
@@ -79,7 +79,7 @@ class HostProcess:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        self.lines: list = []
+        self.lines: list[Any] = []
         self.address = ""
         ready = threading.Event()
 
