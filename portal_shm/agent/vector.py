@@ -170,7 +170,6 @@ class VectorPortal(PortalVectorEnv):
                 "max_ring_bytes": max_ring_bytes,
             },
         )
-        recycle_policy = self.options.recycle
         self.observation_mode = observation_mode
         self.env_fns = list(env_fns)
         self.shared_memory, self.context, self.daemon, self.worker = shared_memory, context, daemon, worker
@@ -200,75 +199,81 @@ class VectorPortal(PortalVectorEnv):
                 specs, F.envs_per_server(self.num_envs, envs_per_server, max_concurrency), startup_timeout
             )
             self._ring = self._attach(specs, startup_timeout, info_capacity)
-            servers = self._session.servers
-            self._recovery = Recovery(
-                self._session,
-                self._ring,
-                self.autoreset_mode,
-                step_timeout,
-                on_env_failure,
-                max_restarts,
-                startup_timeout,
-            )
-            self._recycler = (
-                None
-                if recycle_policy is None
-                else Recycler(
-                    self._session,
-                    self._ring,
-                    self._recovery,
-                    recycle_policy,
-                    self.autoreset_mode,
-                    step_timeout,
-                    startup_timeout,
-                )
-            )
-            self._calls = ControlCalls(servers, self._recovery, self._health, self.num_envs)
-            self._lockstep = Lockstep(
-                servers,
-                self._ring,
-                self._recovery,
-                self._health,
-                self._calls,
-                self.action_space,
-                copy=self.copy,
-                spin_wait=self.spin_wait,
-                loose_actions=self._gymnasium_form,
-                recycler=self._recycler,
-            )
-            self._clock = AgentClock()
-            self._stats = StatsReader(
-                self._ring.stats_views,
-                servers,
-                self._clock,
-                lambda: self._recovery.restarts,
-                self._ring.env_step_bytes,
-                lambda: self.recycles,
-            )
-            self._publisher = Publisher(
-                self._session.resources.run_dir, self._describe, lambda: self._stats.report(WINDOW_S)
-            )
-            self._clock.on_tick = self._tick
-            self._batches: Optional[BatchDriver] = None
-            if self.batched:
-                if self._ring.actions is None:
-                    raise ValueError(
-                        f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
-                        "async batches write actions into the ring"
-                    )
-                self._batches = BatchDriver(
-                    servers,
-                    self._ring,
-                    self._recovery,
-                    self._health,
-                    self.batch_size,
-                    copy=self.copy,
-                    spin_wait=self.spin_wait,
-                )
+            self._compose(self.options)
         except BaseException:
             self._finalizer()
             self.closed = True
             raise
+
+    def _compose(self, options: VectorOptions) -> None:
+        """The parts that drive the servers, once the ring is attached: recovery and the recycler,
+        control calls, the lockstep or async-batch driver, the clock, stats and top's report."""
+        startup_timeout, step_timeout = options.startup_timeout, options.step_timeout
+        servers = self._session.servers
+        self._recovery = Recovery(
+            self._session,
+            self._ring,
+            self.autoreset_mode,
+            step_timeout,
+            options.on_env_failure,
+            options.max_restarts,
+            startup_timeout,
+        )
+        self._recycler = (
+            None
+            if options.recycle is None
+            else Recycler(
+                self._session,
+                self._ring,
+                self._recovery,
+                options.recycle,
+                self.autoreset_mode,
+                step_timeout,
+                startup_timeout,
+            )
+        )
+        self._calls = ControlCalls(servers, self._recovery, self._health, self.num_envs)
+        self._lockstep = Lockstep(
+            servers,
+            self._ring,
+            self._recovery,
+            self._health,
+            self._calls,
+            self.action_space,
+            copy=self.copy,
+            spin_wait=self.spin_wait,
+            loose_actions=self._gymnasium_form,
+            recycler=self._recycler,
+        )
+        self._clock = AgentClock()
+        self._stats = StatsReader(
+            self._ring.stats_views,
+            servers,
+            self._clock,
+            lambda: self._recovery.restarts,
+            self._ring.env_step_bytes,
+            lambda: self.recycles,
+        )
+        self._publisher = Publisher(
+            self._session.resources.run_dir, self._describe, lambda: self._stats.report(WINDOW_S)
+        )
+        self._clock.on_tick = self._tick
+        self._batches: Optional[BatchDriver] = None
+        if self.batched:
+            if self._ring.actions is None:
+                raise ValueError(
+                    f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
+                    "async batches write actions into the ring"
+                )
+            self._batches = BatchDriver(
+                servers,
+                self._ring,
+                self._recovery,
+                self._health,
+                self.batch_size,
+                copy=self.copy,
+                spin_wait=self.spin_wait,
+            )
 
     def _check_ring(self, layout: dict[str, Any]) -> None:
         if self.max_ring_bytes is not None and int(layout["size"]) > self.max_ring_bytes:
