@@ -218,13 +218,13 @@ class PortalSession:
         self._offer: Optional[SegmentOffer] = None
         self.closed = False
         self.graceful = True
-        self.spares: dict[int, Spare] = {}  # server index -> its spare (recycling)
+        # What recycling (``agent/recycle/spares.py``) keeps here, for shutdown to stop whatever happens:
+        self.spares: dict[int, Spare] = {}  # server index -> its spare
         self.retired: list[ServerHandle] = []  # swapped-out servers still exiting
         self._generations = 0  # the last generation given out: unique over the session's servers
         self.zygotes = Zygotes(self.resources)
-        self.fork_spares = True  # spares come from zygotes where the backend can fork (recycling)
 
-    def _next_generation(self) -> int:
+    def next_generation(self) -> int:
         self._generations += 1
         return self._generations
 
@@ -244,9 +244,9 @@ class PortalSession:
 
     def _start_server(self, server: ServerLink) -> None:
         """Start the server's runtime for its current generation."""
-        server.adopt(self._start_runtime(server, server.generation))
+        server.adopt(self.start_runtime(server, server.generation))
 
-    def _start_runtime(self, server: ServerLink, generation: int, fork: bool = False) -> Spare:
+    def start_runtime(self, server: ServerLink, generation: int, fork: bool = False) -> Spare:
         """Bind a control socket (a new path per generation) and start a runtime for ``server``'s envs
         (``fork``: forked from a zygote where one can fork it, ``zygotes.py``)."""
         resources = self.resources
@@ -287,9 +287,9 @@ class PortalSession:
             raise
 
     def _handshake(self, server: ServerLink, timeout: float) -> None:
-        server.hello = self._checked_hello(server, server.expect(P.HELLO, timeout, "start-up"))
+        server.hello = self.checked_hello(server, server.expect(P.HELLO, timeout, "start-up"))
 
-    def _checked_hello(self, server: ServerLink, hello: dict[str, Any], spaces: bool = True) -> dict[str, Any]:
+    def checked_hello(self, server: ServerLink, hello: dict[str, Any], spaces: bool = True) -> dict[str, Any]:
         if hello.get("protocol") != P.PROTOCOL_VERSION:
             raise ProtocolMismatchError(
                 f"env server {server.index} speaks portal-shm protocol {hello.get('protocol')!r:.40}, "
@@ -308,117 +308,38 @@ class PortalSession:
         The fresh server must describe exactly the spaces its predecessor did.
         """
         before = server.hello
-        _, offer = self._attached()
+        _, offer = self.attached()
         server.owed = None  # (what it owed was its predecessor's: recovery resets its envs)
         if server.handle is not None:
             server.handle.stop(timeout=1.0)
         server.channel.close()
         offer.forget(server.token)
-        server.generation = self._next_generation()
+        server.generation = self.next_generation()
         self._start_server(server)
         self._handshake(server, timeout)
-        self._check_spaces(server, before, server.hello, "restarted")
-        self._attach_fresh(server, timeout)
+        self.check_spaces(server, before, server.hello, "restarted")
+        self.attach_fresh(server, timeout)
 
     @staticmethod
-    def _check_spaces(server: ServerLink, before: dict[str, Any], after: dict[str, Any], what: str) -> None:
+    def check_spaces(server: ServerLink, before: dict[str, Any], after: dict[str, Any], what: str) -> None:
         spaces = ("observation_spaces", "action_spaces")
         if P.packb([after.get(key) for key in spaces]) != P.packb([before.get(key) for key in spaces]):
             raise ServerProtocolError(f"the {what} {server.describe()} describes other spaces than before")
 
-    def _attach_fresh(self, server: ServerLink, timeout: float) -> None:
+    def attach_fresh(self, server: ServerLink, timeout: float) -> None:
         """Give a fresh server (that said hello) its mailbox, new doorbells and the ring."""
-        ring, _ = self._attached()
+        ring, _ = self.attached()
         ring.views["mailbox"][server.index][:] = 0
         self._arm(server)
-        server.channel.send(self._attach_message(), server.check_alive)
+        server.channel.send(self.attach_message(), server.check_alive)
         server.expect(P.READY, timeout, "restart")
 
-    # -- spares (recycling) ---------------------------------------------------------------------
-    def start_spare(self, server: ServerLink) -> Spare:
-        """Start a spare runtime for ``server``'s envs (not waited for: ``spare_ready`` says when)."""
-        spare = self._start_runtime(server, self._next_generation(), fork=self.fork_spares)
-        self.spares[server.index] = spare
-        return spare
-
-    def spare_ready(self, server: ServerLink) -> bool:
-        """Whether ``server``'s spare made its envs, said hello and (where it can stand by) is
-        attached (never waits); raises when it failed: died, an env could not be made, or it
-        describes other spaces than ``server``."""
-        spare = self.spares[server.index]
-        if spare.ready:
-            return True
-        if not spare.channel.socket.poll(0):
-            spare.check_alive()
-            return False
-        message = spare.channel.recv(lambda: None, 1.0, f"start-up of the spare of {server.describe()}")
-        if message["cmd"] == P.ERROR:
-            raise server.error(message)
-        expected = P.HELLO if spare.hello is None else P.READY
-        if message["cmd"] != expected:
-            raise ServerProtocolError(f"the spare of {server.describe()} sent {message['cmd']!r:.40} at start-up")
-        if spare.hello is None:
-            self._check_spaces(server, server.hello, message, "spare of")  # (spaces already checked once)
-            spare.hello = self._checked_hello(server, message, spaces=False)
-            if spare.hello.get("standby") is True:
-                self._attach_standby(spare)
-                return False
-        spare.ready = True
-        return True
-
-    def _attach_standby(self, spare: Spare) -> None:
-        """Hand a spare the ring and doorbells of its own now; it stands by until the swap rings it."""
-        spare.go, spare.done = self._new_doorbells(spare.token)
-        spare.channel.send({**self._attach_message(), "standby": True}, spare.check_alive)
-
-    def discard_spare(self, server: ServerLink) -> None:
-        """Stop ``server``'s spare, if it has one."""
-        spare = self.spares.pop(server.index, None)
-        if spare is not None:
-            spare.handle.stop(timeout=1.0)
-            self._release_spare(spare)
-
-    def _release_spare(self, spare: Spare) -> None:
+    def release_spare(self, spare: Spare) -> None:
+        """Close what a spare holds of the agent's (its channel, doorbells, an unfetched offer)."""
         spare.channel.close()
         close_all((spare.go, spare.done))
         if self._offer is not None:
             self._offer.forget(spare.token)  # (its ends, if it never fetched them)
-
-    def swap(self, server: ServerLink, timeout: float, closed: bool = False, held: bool = False) -> None:
-        """Put ``server``'s ready spare in its place: the old server closes its envs and exits
-        (reaped later by ``reap``) before the spare gets its mailbox (and, unless it stood by
-        attached, its doorbells and the ring).
-        ``closed``: it already answered its last command and is closing (``then_close``);
-        ``held``: it retired and reads only its control socket, where it is told CLOSE."""
-        spare = self.spares.pop(server.index)
-        ring, offer = self._attached()
-        old = server.handle
-        try:
-            if held:
-                server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
-            elif not closed:
-                server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
-                server.post_control()
-                server.recv(min(timeout, 5.0), "close")  # a REPLY, or the error of an env's close()
-        except Exception:
-            if old is not None:
-                old.stop(timeout=0)  # it is retired either way; past its answer it touches no row
-        if old is not None:
-            self.retired.append(old)
-        server.channel.close(linger_ms=1000 if held else 0)
-        offer.forget(server.token)
-        server.adopt(spare)
-        if spare.go is None or spare.done is None:
-            self._attach_fresh(server, timeout)
-            return
-        ring.views["mailbox"][server.index][:] = 0
-        self._take_row(server, spare.go, spare.done)
-
-    def reap(self) -> None:
-        """Forget retired servers that have exited (their runtimes cleaned up)."""
-        for handle in [h for h in self.retired if h.exit_status() is not None]:
-            handle.stop(timeout=0.1)
-            self.retired.remove(handle)
 
     def attach(self, layout: dict[str, Any], settings: dict[str, Any], timeout: float) -> Ring:
         """Create the ring and doorbells, hand them to every server and wait until all are ready."""
@@ -429,7 +350,7 @@ class PortalSession:
         self.resources.hand_over(self.resources.owner, self._offer.path)
         for server in self.servers:
             self._arm(server)
-            server.channel.send(self._attach_message(), server.check_alive)
+            server.channel.send(self.attach_message(), server.check_alive)
         for server in self.servers:
             server.expect(P.READY, timeout, "start-up")
         return self.ring
@@ -437,10 +358,10 @@ class PortalSession:
     def offer(self) -> SegmentOffer:
         """The socket that handed the servers the ring: it hands them descriptors made later too (a
         recorded env's frame ring, ``VectorPortal.record_frames_shared``), each under a token of its own."""
-        _, offer = self._attached()
+        _, offer = self.attached()
         return offer
 
-    def _attached(self) -> tuple[Ring, SegmentOffer]:
+    def attached(self) -> tuple[Ring, SegmentOffer]:
         """The ring and its offer, for what only runs once ``attach`` created them."""
         assert self.ring is not None and self._offer is not None, "the ring is not attached yet"
         return self.ring, self._offer
@@ -448,19 +369,19 @@ class PortalSession:
     def _arm(self, server: ServerLink) -> None:
         """New doorbell pipes for ``server``: the agent keeps one end of each, the server fetches
         the others with the ring (and the agent's copies of those close once handed over)."""
-        self._take_row(server, *self._new_doorbells(server.token))
+        self.take_row(server, *self.new_doorbells(server.token))
 
-    def _new_doorbells(self, token: str) -> tuple[Bell, Waiter]:
+    def new_doorbells(self, token: str) -> tuple[Bell, Waiter]:
         """Two new doorbell pipes: the agent's ends, the server's offered to whoever presents ``token``."""
-        _, offer = self._attached()
+        _, offer = self.attached()
         go_read, go_write = bell_pipe()
         done_read, done_write = bell_pipe()
         offer.expect(token, [go_read, done_write])
         return Bell(go_write), Waiter(done_read)
 
-    def _take_row(self, server: ServerLink, go: Bell, done: Waiter) -> None:
+    def take_row(self, server: ServerLink, go: Bell, done: Waiter) -> None:
         """Make ``go`` and ``done`` the server's doorbells (closing those it had) and bind its mailbox row."""
-        ring, _ = self._attached()
+        ring, _ = self.attached()
         _, old_go, old_done = server.started_ends()  # none yet when the server is armed the first time
         close_all((old_go, old_done))
         server.go, server.done = go, done
@@ -468,8 +389,8 @@ class PortalSession:
         server.seq = server.mailbox[SEQ]
         server.controls = 0
 
-    def _attach_message(self) -> dict[str, Any]:
-        _, offer = self._attached()
+    def attach_message(self) -> dict[str, Any]:
+        _, offer = self.attached()
         return {"cmd": P.ATTACH, "segment": offer.path, "layout": self._layout, **self._settings}
 
     def shutdown(self, timeout: float = 5.0) -> None:
@@ -503,7 +424,7 @@ class PortalSession:
             self.zygotes.close()  # after the servers it forked: their stops may go through it
         finally:
             for spare in self.spares.values():
-                self._release_spare(spare)
+                self.release_spare(spare)
             for server in self.servers:
                 close_all(server.started_ends())  # a failed start-up leaves servers without some
             if self._offer is not None:

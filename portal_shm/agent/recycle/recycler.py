@@ -53,6 +53,7 @@ from ..local.recovery import RESTARTABLE, Recovery
 from ..local.ring_views import RingViews
 from ..local.session import PortalSession, ServerLink
 from ..local.stats_reader import process_cpu
+from .spares import Spares
 from .wear import SPARE_AT, Wear
 
 OBSERVE_EVERY_S = 0.25  # how often memory and step times are read (every step counts episodes)
@@ -89,7 +90,7 @@ class Recycler:
         self.ring = ring
         self.recovery = recovery
         self.policy = policy
-        session.fork_spares = policy.spare == "fork"
+        self.spares = Spares(session, fork=policy.spare == "fork")
         self.mode = autoreset_mode
         self.step_timeout = step_timeout
         self.startup_timeout = startup_timeout
@@ -170,7 +171,7 @@ class Recycler:
         servers, wear, recovery = self.servers, self.wear, self.recovery
         self.retiring = {
             j
-            for j in self.session.spares
+            for j in self.spares
             if j not in self.warming
             and j not in self.stateless
             and j not in self.off
@@ -195,7 +196,7 @@ class Recycler:
 
     def _observe(self) -> None:
         """Memory and step times of every server (only what the policy's rules read)."""
-        self.session.reap()
+        self.spares.reap()
         policy = self.policy
         if policy.rss_mb is None and policy.slowdown is None:
             return
@@ -226,9 +227,9 @@ class Recycler:
         if j in self.off:
             return
         share = self.wear[j].progress(now)[0]
-        if share >= SPARE_AT and j not in self.session.spares:
+        if share >= SPARE_AT and j not in self.spares:
             try:
-                self.session.start_spare(server)
+                self.spares.start(server)
                 self.warming.add(j)
             except (PortalError, OSError) as exc:
                 self._spare_failed(j, exc)
@@ -240,13 +241,13 @@ class Recycler:
         changed = False
         for j in sorted(self.warming):
             try:
-                if self.session.spare_ready(self.servers[j]):
+                if self.spares.ready(self.servers[j]):
                     self.warming.discard(j)
                     self.spare_failures[j] = 0
                     changed = True
             except (PortalError, OSError) as exc:
                 self.warming.discard(j)
-                self.session.discard_spare(self.servers[j])
+                self.spares.discard(self.servers[j])
                 self._spare_failed(j, exc)
                 changed = True
         return changed
@@ -267,7 +268,7 @@ class Recycler:
         self.off.add(j)
         self.due.discard(j)
         self.warming.discard(j)
-        self.session.discard_spare(self.servers[j])
+        self.spares.discard(self.servers[j])
 
     def _pick(self, ended: set[int], most: int) -> None:
         """The due servers to swap before the next step (at most ``most``: the others swapped since
@@ -275,7 +276,7 @@ class Recycler:
         chosen: list[tuple[int, int]] = []
         self.at_end = set()
         for j in sorted(self.due):
-            if j in self.warming or j not in self.session.spares or self.recovery.busy(j):
+            if j in self.warming or j not in self.spares or self.recovery.busy(j):
                 continue
             wear = self.wear[j]
             wear.due_steps += 1
@@ -316,7 +317,7 @@ class Recycler:
                 return  # the old server failed: its step shows it, and recovery (or the error) takes it
         in_ring = handed is not None
         try:
-            self.session.swap(server, self.startup_timeout, closed=closed, held=in_ring)
+            self.spares.swap(server, self.startup_timeout, closed=closed, held=in_ring)
             if states is not None and in_ring:
                 # Its answer is taken before it is posted its first step (the others are posted
                 # theirs first): its restore runs while the agent goes on, no step waits for it.
