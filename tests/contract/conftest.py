@@ -83,7 +83,7 @@ def _docker(stack, tmp_path_factory) -> Factory:
 
 
 def _remote(stack, tmp_path_factory) -> Factory:
-    from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+    from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
     keys = Keys(str(tmp_path_factory.mktemp("contract-keys")))
     processes: list = []
@@ -108,7 +108,7 @@ def _remote(stack, tmp_path_factory) -> Factory:
 def _ray(stack, tmp_path_factory) -> Factory:
     pytest.importorskip("ray", reason="ray is not installed")
     import portal_shm
-    from tests.integration.ray_cluster import shutdown, start_cluster
+    from testkit.ray_cluster import shutdown, start_cluster
 
     cluster = start_cluster(workers=1)  # a head and a worker, one CPU each: one env host per node
     stack.callback(shutdown, cluster)

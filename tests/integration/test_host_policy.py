@@ -34,7 +34,7 @@ from portal_shm.remote.client.backend import RemoteBackend
 from portal_shm.remote.host.policy import AGENT_RUNTIME_OPTIONS
 from portal_shm.remote.host.request_values import VECTOR_OPTIONS
 from portal_shm.runtimes.docker import DockerBackend
-from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
 GIB = 1 << 30
 ALE = "portal-shm/ale"

@@ -12,7 +12,7 @@ from mpe2 import simple_adversary_v3
 
 import portal_shm
 from portal_shm.errors import HostPolicyError
-from tests.integration.remote_hosts import HostProcess, Keys
+from testkit.hosts import HostProcess, Keys
 from tests.multi_agent_replay import ParallelReplay, actions_of, aec_games
 
 MPE = "mpe2.simple_adversary_v3:parallel_env"

@@ -534,7 +534,7 @@ def test_frame_ring_geometry_is_checked_and_both_mappings_see_one_memory():
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+    from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
     keys = Keys(str(tmp_path_factory.mktemp("record-keys")))
     processes = [HostProcess(keys, *EXAMPLE_ENVS) for _ in range(2)]
