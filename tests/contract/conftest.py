@@ -124,7 +124,9 @@ def _ray(stack, tmp_path_factory) -> Factory:
 SETUP = {"process": _process, "venv": _venv, "docker": _docker, "remote": _remote, "ray": _ray}
 
 
-MARKS = {"docker": [pytest.mark.docker], "ray": [pytest.mark.slow]}  # (-m "not docker and not slow")
+# The lanes of the kinds (tests/conftest.py): every test here is integration (test_contract.py's
+# pytestmark) unless its kind puts it in a lane before it.
+MARKS = {"docker": [pytest.mark.docker], "venv": [pytest.mark.build], "ray": [pytest.mark.slow]}
 
 
 @pytest.fixture(scope="module", params=[pytest.param(kind, marks=MARKS.get(kind, [])) for kind in KINDS])

@@ -20,6 +20,8 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 import portal_shm
 from testkit.compare import assert_same, follow_each_env, rollout
 
+pytestmark = pytest.mark.integration
+
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 CARTPOLE = {"max_episode_steps": 10}  # short episodes: every rollout crosses several autoresets
 

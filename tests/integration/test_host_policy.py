@@ -36,6 +36,8 @@ from portal_shm.remote.host.request_values import VECTOR_OPTIONS
 from portal_shm.runtimes.docker import DockerBackend
 from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
+pytestmark = pytest.mark.integration
+
 GIB = 1 << 30
 ALE = "portal-shm/ale"
 BASE = "portal-shm/base:bookworm"  # no portal-shm.env-image label, no env server

@@ -27,6 +27,8 @@ from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys, add_agent_key
 from testkit.procs import descendants, eventually, fd_count, peak_rss_bytes, rss_bytes
 from tests.integration.hostile import HonestAgent, RawClient, action_frames, host_leaks, texts, zstd_bomb
 
+pytestmark = pytest.mark.integration
+
 CLASHING = "portal_shm.server.example_envs:ClashingInfosEnv"
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 SLOW = "portal_shm.server.example_envs:SlowEnv"
@@ -679,6 +681,7 @@ def test_clashing_infos_on_a_ray_placed_host_end_only_their_own_session():
 # -- the load run, short -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a soak, short
 def test_a_short_load_run_stays_flat_and_leaves_nothing_behind(tmp_path):
     from benchmarks.host_load import run_load
 

@@ -6,6 +6,8 @@ import pytest
 import portal_shm
 from testkit.compare import assert_same, rollout
 
+pytestmark = pytest.mark.integration
+
 ale_py = pytest.importorskip("ale_py")
 gym.register_envs(ale_py)
 

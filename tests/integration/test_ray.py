@@ -20,6 +20,8 @@ ray = pytest.importorskip("ray")
 from testkit.procs import parent, pid_gone, wait_gone  # noqa: E402
 from testkit.ray_cluster import DRIVER, all_cpus_free, server_pids, shutdown, start_cluster  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def cluster():

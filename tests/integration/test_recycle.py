@@ -16,6 +16,8 @@ import portal_shm
 from portal_shm.agent.recycle.recycler import recycle_seed
 from testkit.compare import assert_same, snapshot
 
+pytestmark = pytest.mark.integration
+
 LEAKY = "portal_shm.server.example_envs:LeakyEnv"
 SLOWING = "portal_shm.server.example_envs:SlowingEnv"
 

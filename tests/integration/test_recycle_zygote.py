@@ -16,6 +16,8 @@ import portal_shm
 from testkit.compare import assert_same, snapshot
 from tests.integration.test_recycle import LEAKY, _strip_recycled
 
+pytestmark = pytest.mark.integration
+
 THREADING = "portal_shm.server.example_envs:ThreadingEnv"
 
 

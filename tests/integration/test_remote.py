@@ -21,6 +21,8 @@ from testkit.compare import assert_same, check_batch, rollout
 from testkit.hosts import AGENT, EXAMPLE_ENVS, HostProcess, Keys, free_port
 from testkit.procs import pid_gone
 
+pytestmark = pytest.mark.integration
+
 MODES = ["NextStep", "SameStep", "Disabled"]
 
 

@@ -14,6 +14,8 @@ import pytest
 import portal_shm
 from portal_shm.agent.video.record_video import FRAME_KEY
 
+pytestmark = pytest.mark.integration  # env servers render, ffmpeg encodes mp4s: seconds a test
+
 imageio = pytest.importorskip("imageio.v2", reason="RecordVideo needs the video extra (imageio, imageio-ffmpeg)")
 
 NULL_ENV = "portal_shm.server.example_envs:NullEnv"
