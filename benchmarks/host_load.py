@@ -34,23 +34,15 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root: testkit/
 
 import gymnasium as gym  # noqa: E402
 
 import portal_shm  # noqa: E402
 from portal_shm.remote.host.spawn import HostProcess, LocalKeys  # noqa: E402
-from tests.compare import assert_same, snapshot  # noqa: E402
-from tests.integration.hostile import (  # noqa: E402
-    add_agent_key,
-    alive,
-    descendants,
-    eventually,
-    fd_count,
-    rss_bytes,
-    start_time,
-    thread_count,
-)
+from testkit.compare import assert_same, snapshot  # noqa: E402
+from testkit.hosts import add_agent_key  # noqa: E402
+from testkit.procs import alive, descendants, eventually, fd_count, rss_bytes, start_time, thread_count  # noqa: E402
 
 KINDS = (("CartPole-v1", {}), ("portal_shm.server.example_envs:NullEnv", {"shape": (64, 64, 3)}))
 SERIES = ("rss", "fds", "threads")

@@ -23,18 +23,11 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root: testkit/
 
 import portal_shm  # noqa: E402
-from tests.integration.ray_cluster import (  # noqa: E402
-    pid_gone,
-    remove_node,
-    shutdown,
-    start_cluster,
-    wait_gone,
-    worker_host,
-)
-from tests.integration.test_ray import DRIVER  # noqa: E402
+from testkit.procs import pid_gone, wait_gone  # noqa: E402
+from testkit.ray_cluster import DRIVER, remove_node, shutdown, start_cluster, worker_host  # noqa: E402
 
 
 def node_lost(restart: bool) -> float:

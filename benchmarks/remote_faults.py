@@ -20,11 +20,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root: testkit/
 
 import portal_shm  # noqa: E402
-from tests.integration.remote_hosts import HostProcess, Keys  # noqa: E402
-from tests.integration.test_remote import AGENT, _free_port, _pid_gone  # noqa: E402
+from testkit.hosts import AGENT, HostProcess, Keys, free_port  # noqa: E402
+from testkit.procs import pid_gone  # noqa: E402
 
 
 def host_killed(keys: Keys) -> float:
@@ -64,7 +64,7 @@ def agent_killed(keys: Keys) -> float:
         agent.kill()
         agent.wait()
         started = time.monotonic()
-        while not all(_pid_gone(p) for p in pids):
+        while not all(pid_gone(p) for p in pids):
             time.sleep(0.05)
         return time.monotonic() - started
     finally:
@@ -72,7 +72,7 @@ def agent_killed(keys: Keys) -> float:
 
 
 def host_restarted(keys: Keys) -> float:
-    port = _free_port()
+    port = free_port()
     host = HostProcess(keys, port=port)
     envs = portal_shm.make_vec(
         "CartPole-v1",

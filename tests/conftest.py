@@ -39,45 +39,66 @@ def pytest_unconfigure(config):
         time.sleep(0.25)
 
 
+# xdist's workers start with COLUMNS=80 in their environment, which makes rich (portal-shm's console)
+# wrap at 80 columns what it keeps whole off a terminal: each worker takes the controller's value.
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["columns"] = os.environ.get("COLUMNS")
+
+
+def pytest_configure(config):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "columns" in workerinput:
+        if workerinput["columns"] is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = workerinput["columns"]
+
+
 settings.register_profile("ci", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=50_000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_collection_modifyitems(config, items):
-    profile = config.getoption("hypothesis_profile", None) or os.environ.get("HYPOTHESIS_PROFILE", "ci")
-    if profile == "long":
-        for item in items:
-            if item.fspath.basename == "test_fuzz.py":
-                item.add_marker(pytest.mark.timeout(0))
-
-
 # -- lanes and their times -------------------------------------------------------------------------------
-# A test's lane is its first marker of LANES (docker, training, slow), else "fast"; the run ends
-# with each lane's count and time (setup, call and teardown together), so CI's log says what each
-# costs. ``-m "not docker and not training and not slow"`` runs the fast lane alone.
-LANES = ("docker", "training", "slow")
+# Every test is in one lane, a marker: the first of LANES it carries (docker, training, build, slow,
+# integration), else ``fast``, which this hook adds, so ``-m fast`` selects the fast lane and
+# ``-m "not docker"`` everything that runs without Docker. The lane rides along in each test's
+# reports (``user_properties``): the run ends with each lane's count and time (setup, call and
+# teardown, summed over tests) on the process that prints, xdist's controller included.
+LANES = ("docker", "training", "build", "slow", "integration")
 _lane_times: dict = {}
 
 
-def _lane(item) -> str:
-    names = {mark.name for mark in item.iter_markers()}
-    return next((lane for lane in LANES if lane in names), "fast")
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
+def pytest_collection_modifyitems(config, items):
+    profile = config.getoption("hypothesis_profile", None) or os.environ.get("HYPOTHESIS_PROFILE", "ci")
+    for item in items:
+        if profile == "long" and item.fspath.basename == "test_fuzz.py":
+            item.add_marker(pytest.mark.timeout(0))
+        if "docker_client" in getattr(item, "fixturenames", ()):  # the Docker engine's client: needs Docker
+            item.add_marker(pytest.mark.docker)
+        names = {mark.name for mark in item.iter_markers()}
+        lane = next((lane for lane in LANES if lane in names), "fast")
+        if lane == "fast":
+            item.add_marker(pytest.mark.fast)
+        item.user_properties.append(("lane", lane))
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    started = time.monotonic()
-    yield
-    count, seconds = _lane_times.get(_lane(item), (0, 0.0))
-    _lane_times[_lane(item)] = (count + 1, seconds + time.monotonic() - started)
+def pytest_runtest_logreport(report):
+    lane = dict(report.user_properties).get("lane")
+    if lane is None:
+        return
+    count, seconds = _lane_times.get(lane, (0, 0.0))
+    _lane_times[lane] = (count + (report.when == "setup"), seconds + report.duration)
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     if not _lane_times:
         return
-    terminalreporter.section("lanes")
+    workers = getattr(config.option, "numprocesses", None)
+    terminalreporter.section("lanes" + (f" (test times summed over {workers} xdist workers)" if workers else ""))
     for lane in ("fast",) + LANES:
         if lane in _lane_times:
             count, seconds = _lane_times[lane]
-            terminalreporter.write_line(f"{lane:9s} {count:5d} tests {seconds:8.1f} s")
+            terminalreporter.write_line(f"{lane:11s} {count:5d} tests {seconds:8.1f} s")

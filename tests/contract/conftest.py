@@ -83,7 +83,7 @@ def _docker(stack, tmp_path_factory) -> Factory:
 
 
 def _remote(stack, tmp_path_factory) -> Factory:
-    from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+    from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
     keys = Keys(str(tmp_path_factory.mktemp("contract-keys")))
     processes: list = []
@@ -108,7 +108,7 @@ def _remote(stack, tmp_path_factory) -> Factory:
 def _ray(stack, tmp_path_factory) -> Factory:
     pytest.importorskip("ray", reason="ray is not installed")
     import portal_shm
-    from tests.integration.ray_cluster import shutdown, start_cluster
+    from testkit.ray_cluster import shutdown, start_cluster
 
     cluster = start_cluster(workers=1)  # a head and a worker, one CPU each: one env host per node
     stack.callback(shutdown, cluster)
@@ -124,7 +124,9 @@ def _ray(stack, tmp_path_factory) -> Factory:
 SETUP = {"process": _process, "venv": _venv, "docker": _docker, "remote": _remote, "ray": _ray}
 
 
-MARKS = {"docker": [pytest.mark.docker], "ray": [pytest.mark.slow]}  # (-m "not docker and not slow")
+# The lanes of the kinds (tests/conftest.py): every test here is integration (test_contract.py's
+# pytestmark) unless its kind puts it in a lane before it.
+MARKS = {"docker": [pytest.mark.docker], "venv": [pytest.mark.build], "ray": [pytest.mark.slow]}
 
 
 @pytest.fixture(scope="module", params=[pytest.param(kind, marks=MARKS.get(kind, [])) for kind in KINDS])

@@ -18,7 +18,9 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import portal_shm
-from tests.compare import assert_same, follow_each_env, rollout
+from testkit.compare import assert_same, follow_each_env, rollout
+
+pytestmark = pytest.mark.integration
 
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 CARTPOLE = {"max_episode_steps": 10}  # short episodes: every rollout crosses several autoresets

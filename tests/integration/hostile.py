@@ -2,18 +2,17 @@
 
 A host serves agents it does not control (DESIGN.md, "The host as a server with tenants"). These
 helpers let a test be such an agent: ``RawClient`` speaks the host protocol message by message
-over a real CURVE connection (any routing id, any numbering, any frames), ``add_agent_key`` makes
-another key the host accepts, and the ``/proc`` readers watch what the attack makes the host
-process hold. ``HonestAgent`` is the tenant that must not notice: a remote portal stepping in a
-thread, every step compared with gymnasium's SyncVectorEnv, its latency kept.
+over a real CURVE connection (any routing id, any numbering, any frames). ``HonestAgent`` is the
+tenant that must not notice: a remote portal stepping in a thread, every step compared with
+gymnasium's SyncVectorEnv, its latency kept. Another key the host accepts
+(``testkit.hosts.add_agent_key``) and what the attack makes the host process hold
+(``testkit.procs``) are shared with the benchmarks.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import shutil
 import threading
 import time
 from typing import Any, Iterable, Optional
@@ -25,93 +24,9 @@ import zmq.auth
 
 import portal_shm
 from portal_shm.remote import frames
-from portal_shm.remote.keys import create_key_pair
 from portal_shm.wire import protocol as P
-from tests.compare import assert_same, snapshot
-
-# -- what the host process holds (/proc) -------------------------------------------------------------
-
-
-def _status(pid: int, field: str) -> int:
-    """A number of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM`` in bytes; ``Threads``); 0 once gone."""
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith(field + ":"):
-                    words = line.split()
-                    return int(words[1]) * (1024 if words[-1] == "kB" else 1)
-    except OSError:
-        pass
-    return 0
-
-
-def rss_bytes(pid: int) -> int:
-    return _status(pid, "VmRSS")
-
-
-def peak_rss_bytes(pid: int) -> int:
-    """The process's resident peak so far (``VmHWM``): what a short-lived allocation leaves as a trace."""
-    return _status(pid, "VmHWM")
-
-
-def thread_count(pid: int) -> int:
-    return _status(pid, "Threads")
-
-
-def fd_count(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
-
-
-def _parents() -> dict:
-    """pid -> parent pid of every live (not zombie) process."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as handle:
-                fields = handle.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            out[int(name)] = int(fields[1])
-    return out
-
-
-def descendants(pid: int) -> set:
-    """The live processes under ``pid`` (its env servers, for a host)."""
-    parents = _parents()
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    return pid in _parents()
-
-
-def start_time(pid: int) -> Optional[int]:
-    """When ``pid`` started (clock ticks since boot): with the pid, which process it is (pids wrap)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rpartition(")")[2].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def eventually(check: Any, seconds: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + seconds
-    while True:
-        if check():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
+from testkit.compare import assert_same, snapshot
+from testkit.procs import eventually
 
 
 def texts(value: Any) -> Iterable[str]:
@@ -138,17 +53,6 @@ def host_leaks(text: str, pids: Iterable[int]) -> list:
     """What of the host's own internals ``text`` tells: its env servers' pids, its absolute paths."""
     found = [f"pid {pid}" for pid in pids if re.search(rf"(?<!\d){pid}(?!\d)", text)]
     return found + ABSOLUTE_PATH.findall(text)
-
-
-# -- keys ---------------------------------------------------------------------------------------------
-
-
-def add_agent_key(keys: Any, name: str) -> str:
-    """Another agent key pair, its public key copied into the host's clients directory (a host
-    rereads that directory when it changes); returns the secret key's path, a ``client_key``."""
-    public, secret = create_key_pair(os.path.join(keys.root, "agent"), name)
-    shutil.copy(public, keys.clients_dir)
-    return secret
 
 
 # -- a hostile agent ------------------------------------------------------------------------------------

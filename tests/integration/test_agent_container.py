@@ -234,7 +234,7 @@ envs.close()
 
 def test_an_agent_container_steps_envs_on_a_remote_host_with_keys_mounted_as_secrets(images, tmp_path):
     from portal_shm.runtimes.agent_run import agent_user
-    from tests.integration.remote_hosts import HostProcess, Keys
+    from testkit.hosts import HostProcess, Keys
 
     agent_image, _ = images
     keys = Keys(str(tmp_path / "keys"))

@@ -10,6 +10,8 @@ import pytest
 
 import portal_shm
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def listener(tmp_path):

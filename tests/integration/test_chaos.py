@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -53,6 +55,7 @@ def check(result: dict, kinds: tuple, recycles: int) -> None:
     # some, cannot tell a leak from a server being replaced)
 
 
+@pytest.mark.slow  # a short soak of every fault at once
 def test_chaos_on_processes_and_a_remote_host_behind_a_link_loses_no_step():
     chaos = load_chaos()
     result = short(chaos, ("process", "remote"))

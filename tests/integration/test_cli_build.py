@@ -11,6 +11,8 @@ import pytest
 
 from portal_shm.runtimes.image_build import TAIL_LINES, ImageBuildError, base_build_command, build_image
 
+pytestmark = pytest.mark.integration
+
 TAG = "portal-shm-test/cli-build"
 
 

@@ -6,9 +6,12 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import portal_shm
 from portal_shm.runtimes.gc import collect
+
+pytestmark = pytest.mark.integration
 
 AGENT = textwrap.dedent("""
     import sys, numpy as np, portal_shm

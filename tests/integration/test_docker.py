@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, follow_each_env, rollout
+from testkit.compare import assert_same, follow_each_env, rollout
 
 pytestmark = pytest.mark.docker
 

@@ -20,6 +20,8 @@ import pytest
 
 import portal_shm
 
+pytestmark = pytest.mark.integration
+
 REPLAY = 200  # steps replayed from each saved point
 PONG_POINTS = 100  # random save points of a trajectory, in-process servers
 DOCKER_POINTS = 100
@@ -70,6 +72,7 @@ def replay(envs, target: int, actions, outputs, saved) -> None:
             assert got == outputs[u], f"the state saved before step {t}, replayed: step {u} differs"
 
 
+@pytest.mark.slow  # a minute a case: every state of a long Pong replayed
 @pytest.mark.parametrize("env_id, kwargs", [("ALE/Pong-v5", PONG), PRESET], ids=["pong", "atari-preset"])
 def test_sticky_pong_states_replay_on_another_server(env_id, kwargs):
     envs = portal_shm.make_vec(env_id, 2, vector_kwargs={"envs_per_server": 1}, **kwargs)

@@ -14,6 +14,8 @@ import pytest
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal
 
+pytestmark = pytest.mark.integration
+
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 
 

@@ -12,6 +12,8 @@ from portal_shm.remote import keys
 from portal_shm.remote.host.spawn import LocalKeys
 from tests.host_daemon import HostDaemon
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def local_keys(tmp_path):

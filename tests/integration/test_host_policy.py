@@ -36,7 +36,9 @@ from portal_shm.remote.client.backend import RemoteBackend
 from portal_shm.remote.client.vector import RemoteVectorPortal
 from portal_shm.remote.host.policy import AGENT_RUNTIME_OPTIONS
 from portal_shm.runtimes.docker import DockerBackend
-from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
+
+pytestmark = pytest.mark.integration
 
 GIB = 1 << 30
 ALE = "portal-shm/ale"

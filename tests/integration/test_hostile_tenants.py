@@ -22,22 +22,12 @@ import zmq
 
 import portal_shm
 from portal_shm.wire import protocol as P
-from tests.compare import assert_same
-from tests.integration.hostile import (
-    HonestAgent,
-    RawClient,
-    action_frames,
-    add_agent_key,
-    descendants,
-    eventually,
-    fd_count,
-    host_leaks,
-    peak_rss_bytes,
-    rss_bytes,
-    texts,
-    zstd_bomb,
-)
-from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+from testkit.compare import assert_same
+from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys, add_agent_key
+from testkit.procs import descendants, eventually, fd_count, peak_rss_bytes, rss_bytes
+from tests.integration.hostile import HonestAgent, RawClient, action_frames, host_leaks, texts, zstd_bomb
+
+pytestmark = pytest.mark.integration
 
 CLASHING = "portal_shm.server.example_envs:ClashingInfosEnv"
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
@@ -660,7 +650,7 @@ def test_welcomes_and_errors_tell_no_host_pids_or_paths(start_host, keys):
 
 def test_clashing_infos_on_a_ray_placed_host_end_only_their_own_session():
     pytest.importorskip("ray")
-    from tests.integration.ray_cluster import shutdown, start_cluster
+    from testkit.ray_cluster import shutdown, start_cluster
 
     cluster = start_cluster(workers=1)
     try:
@@ -691,6 +681,7 @@ def test_clashing_infos_on_a_ray_placed_host_end_only_their_own_session():
 # -- the load run, short -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a soak, short
 def test_a_short_load_run_stays_flat_and_leaves_nothing_behind(tmp_path):
     from benchmarks.host_load import run_load
 

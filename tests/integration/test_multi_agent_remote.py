@@ -12,8 +12,10 @@ from mpe2 import simple_adversary_v3
 
 import portal_shm
 from portal_shm.errors import HostPolicyError
-from tests.integration.remote_hosts import HostProcess, Keys
+from testkit.hosts import HostProcess, Keys
 from tests.multi_agent_replay import ParallelReplay, actions_of, aec_games
+
+pytestmark = pytest.mark.integration
 
 MPE = "mpe2.simple_adversary_v3:parallel_env"
 ALLOWED = ("--entry-points", "portal_shm.server.multi_agent:*,mpe2.*:*", "--envs", "classic/tictactoe-v3")

@@ -4,7 +4,9 @@ import gymnasium as gym
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, rollout
+from testkit.compare import assert_same, rollout
+
+pytestmark = pytest.mark.integration
 
 ale_py = pytest.importorskip("ale_py")
 gym.register_envs(ale_py)

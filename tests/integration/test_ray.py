@@ -9,24 +9,18 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 
 import gymnasium as gym
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, rollout
+from testkit.compare import assert_same, rollout
 
 ray = pytest.importorskip("ray")
-from tests.integration.ray_cluster import (  # noqa: E402
-    all_cpus_free,
-    parent,
-    pid_gone,
-    server_pids,
-    shutdown,
-    start_cluster,
-    wait_gone,
-)
+from testkit.procs import parent, pid_gone, wait_gone  # noqa: E402
+from testkit.ray_cluster import DRIVER, all_cpus_free, server_pids, shutdown, start_cluster  # noqa: E402
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
@@ -96,21 +90,6 @@ def test_docker_envs_on_the_nodes(cluster):
     finally:
         envs.close()
         expected_envs.close()
-
-
-DRIVER = textwrap.dedent("""
-    import os, re, sys, time
-    import numpy as np
-    import portal_shm
-    envs = portal_shm.make_vec("CartPole-v1", 4, backend="ray", num_hosts=2, address=sys.argv[1])
-    envs.reset(seed=0)
-    envs.step(np.zeros(4, np.int64))
-    hosts = [e["pid"] for e in envs.host_endpoints()]
-    servers = [c for h in hosts for t in os.listdir(f"/proc/{h}/task") for c in open(f"/proc/{h}/task/{t}/children").read().split()]
-    print(*hosts, *servers, flush=True)
-    while True:
-        envs.step(np.zeros(4, np.int64))
-""")
 
 
 def test_a_killed_driver_leaves_no_host_and_no_env_and_the_next_host_reclaims_its_files(cluster):

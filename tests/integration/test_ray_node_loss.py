@@ -14,7 +14,7 @@ import pytest
 import portal_shm
 
 ray = pytest.importorskip("ray")
-from tests.integration.ray_cluster import remove_node, shutdown, start_cluster, worker_host  # noqa: E402
+from testkit.ray_cluster import remove_node, shutdown, start_cluster, worker_host  # noqa: E402
 
 pytestmark = pytest.mark.slow  # each case waits out a heartbeat timeout
 

@@ -17,6 +17,8 @@ import pytest
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal, restart_seed
 
+pytestmark = pytest.mark.integration
+
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 
 
@@ -31,6 +33,7 @@ def _replica(seed, mode="NextStep"):
     return replica, obs[0]
 
 
+@pytest.mark.slow  # a soak: 10,000 steps under random kills
 def test_random_kills_during_10000_steps_leave_every_env_exactly_as_sync_vector_env():
     num_envs, steps, seed = 8, 10_000, 123
     envs = portal_shm.make_vec(

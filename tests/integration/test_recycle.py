@@ -14,7 +14,9 @@ import pytest
 
 import portal_shm
 from portal_shm.agent.recycle.recycler import recycle_seed
-from tests.compare import assert_same, snapshot
+from testkit.compare import assert_same, snapshot
+
+pytestmark = pytest.mark.integration
 
 LEAKY = "portal_shm.server.example_envs:LeakyEnv"
 SLOWING = "portal_shm.server.example_envs:SlowingEnv"
@@ -236,7 +238,7 @@ def _strip_recycled(records):
 
 
 def test_a_host_recycles_its_servers_locally_and_the_agent_sees_the_same_transitions(tmp_path):
-    from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+    from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
     keys = Keys(str(tmp_path))
     host = HostProcess(keys, *EXAMPLE_ENVS)

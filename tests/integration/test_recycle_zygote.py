@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 import portal_shm
-from tests.compare import assert_same, snapshot
+from testkit.compare import assert_same, snapshot
 from tests.integration.test_recycle import LEAKY, _strip_recycled
+
+pytestmark = pytest.mark.integration
 
 THREADING = "portal_shm.server.example_envs:ThreadingEnv"
 

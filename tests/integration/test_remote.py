@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import gymnasium as gym
@@ -18,8 +17,11 @@ import pytest
 import portal_shm
 from portal_shm.remote import frames
 from portal_shm.server.example_envs import NestedEnv
-from tests.compare import assert_same, check_batch, rollout
-from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+from testkit.compare import assert_same, check_batch, rollout
+from testkit.hosts import AGENT, EXAMPLE_ENVS, HostProcess, Keys, free_port
+from testkit.procs import pid_gone
+
+pytestmark = pytest.mark.integration
 
 MODES = ["NextStep", "SameStep", "Disabled"]
 
@@ -248,16 +250,6 @@ def test_garbage_clients_leave_the_host_serving(host, keys):
 
 # -- faults ------------------------------------------------------------------------------------------
 
-AGENT = textwrap.dedent("""
-    import sys, numpy as np, portal_shm
-    envs = portal_shm.make_vec("CartPole-v1", 2, backend="remote", hosts=[sys.argv[1]], host_key=sys.argv[2],
-                               client_key=sys.argv[3], heartbeat_timeout=4.0)
-    envs.reset(seed=0)
-    print("stepping", flush=True)
-    while True:
-        envs.step(np.zeros(2, np.int64))
-""")
-
 
 def _descendants(pid: int) -> list:
     """The processes under ``pid`` (a host's env servers: it tells agents no pids, /proc does)."""
@@ -277,15 +269,6 @@ def _descendants(pid: int) -> list:
             found += children
             todo += children
     return found
-
-
-def _pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as handle:  # a zombie of its host counts as gone
-        return handle.read().split(")")[-1].split()[0] == "Z"
 
 
 def test_a_killed_host_is_host_lost_error_within_the_timeout(keys):
@@ -313,15 +296,15 @@ def test_a_killed_agent_has_its_envs_freed_within_the_heartbeat_timeout(keys):
         )
         assert agent.stdout.readline().strip() == "stepping"
         pids = _descendants(host.process.pid)
-        assert pids and not any(_pid_gone(p) for p in pids)
+        assert pids and not any(pid_gone(p) for p in pids)
         time.sleep(0.5)
         agent.send_signal(signal.SIGKILL)
         agent.wait()
         started = time.monotonic()
-        while not all(_pid_gone(p) for p in pids) and time.monotonic() - started < 15:
+        while not all(pid_gone(p) for p in pids) and time.monotonic() - started < 15:
             time.sleep(0.1)
         took = time.monotonic() - started
-        assert all(_pid_gone(p) for p in pids), host.log
+        assert all(pid_gone(p) for p in pids), host.log
         assert took < 8, took
         assert host.wait_for_log("freeing its 2 envs", 5), host.log
     finally:
@@ -335,10 +318,10 @@ def test_close_returns_once_the_host_has_freed_the_envs(host, keys):
     envs = remote("CartPole-v1", 2, [host], keys)
     envs.reset(seed=0)
     pids = _descendants(host.process.pid)
-    assert len(pids) == len(envs.hosts[0]["servers"]) and not any(_pid_gone(p) for p in pids)
+    assert len(pids) == len(envs.hosts[0]["servers"]) and not any(pid_gone(p) for p in pids)
     assert not any(str(p) in " ".join(envs.hosts[0]["servers"]) for p in pids)  # the host's pids stay its own
     envs.close()
-    assert all(_pid_gone(p) for p in pids)
+    assert all(pid_gone(p) for p in pids)
 
 
 @pytest.mark.parametrize("fault", ["stall", "cut"])
@@ -435,16 +418,8 @@ def test_docker_envs_behind_a_host_match_sync_vector_env(host, keys):
         remote("ALE/Pong-v5", 1, [host], keys, runtime="docker", image="portal-shm/no-such-image")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_restart_policy_reconnects_a_restarted_host_and_ends_its_envs_episodes(keys, second_host):
-    port = _free_port()
+    port = free_port()
     first = HostProcess(keys, port=port)
     envs = remote(
         "CartPole-v1",
@@ -504,7 +479,7 @@ def test_restart_policy_reconnects_a_restarted_host_and_ends_its_envs_episodes(k
 def test_a_host_lost_again_between_its_welcome_and_the_reset_of_a_reconnect_is_reconnected_once_more(keys):
     """Killed and restarted twice in a row, as the 30-minute chaos soak found: the second loss
     comes after the reconnect's welcome, while the restarted envs reset; one more fresh session."""
-    port = _free_port()
+    port = free_port()
     hosts = [HostProcess(keys, port=port)]
     envs = remote(
         "CartPole-v1",
@@ -553,7 +528,7 @@ def test_a_host_behind_a_proxy_is_reconnected_while_the_proxy_resets_handshakes(
 
     from portal_shm.bench.link import Link
 
-    port = _free_port()
+    port = free_port()
     host = HostProcess(keys, port=port)
     link = Link(host.address).start()
     envs = portal_shm.make_vec(
@@ -594,7 +569,7 @@ def _step_or_error(envs):
 
 
 def test_restart_policy_with_async_batches_hands_out_the_restarted_envs_truncated(keys, second_host):
-    port = _free_port()
+    port = free_port()
     first = HostProcess(keys, port=port)
     envs = remote(
         "CartPole-v1",
@@ -679,9 +654,9 @@ def test_hosts_started_for_tests_and_benchmarks_die_with_their_starter(tmp_path)
     starter.kill()
     starter.wait()
     deadline = time.monotonic() + 10
-    while not _pid_gone(pid) and time.monotonic() < deadline:
+    while not pid_gone(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _pid_gone(pid), "a killed test run or benchmark left its portal-shm host running"
+    assert pid_gone(pid), "a killed test run or benchmark left its portal-shm host running"
 
 
 def test_a_hello_lost_on_its_way_is_sent_again(host, keys, monkeypatch):

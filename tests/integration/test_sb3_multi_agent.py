@@ -13,6 +13,8 @@ from stable_baselines3.common.vec_env import VecMonitor  # noqa: E402
 
 from portal_shm.sb3 import flat_agents_vec_env  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.training
 def test_ppo_trains_20k_steps_on_mpe_agents_with_one_shared_policy():

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # SB3's whole vec-env suite, twice, in one test: minutes
+
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("torch")
 

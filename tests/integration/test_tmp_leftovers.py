@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 
 def _new(pattern: str, before: set) -> list:
     return sorted(set(glob.glob(pattern)) - before)

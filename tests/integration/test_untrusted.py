@@ -21,6 +21,8 @@ from portal_shm.runtimes.backend import Backend, ServerHandle, ServerLaunch
 from portal_shm.runtimes.process import ProcessHandle
 from portal_shm.wire.launch import CONFIG_ENV_VAR, encode_config
 
+pytestmark = pytest.mark.integration
+
 GARBAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "garbage_server.py")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(GARBAGE)))
 

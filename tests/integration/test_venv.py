@@ -34,6 +34,8 @@ from portal_shm.runtimes.venv import (
     venv_python,
 )
 
+pytestmark = pytest.mark.build  # builds venvs and micromamba envs from the package index
+
 LEGACY_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "images", "legacy"
 )

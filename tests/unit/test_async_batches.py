@@ -13,7 +13,7 @@ from portal_shm.errors import EnvError, PortalError
 from portal_shm.server.example_envs import NestedEnv
 from portal_shm.wire.doorbell import AnyDone, Bell, Waiter, bell_pipe
 from portal_shm.wire.layout import MAILBOX_FIELDS, STATUS_OK, STATUS_PENDING
-from tests.compare import check_batch, row
+from testkit.compare import check_batch, row
 
 
 def replicas(factory, count, mode, seed):

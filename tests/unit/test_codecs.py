@@ -18,7 +18,7 @@ from portal_shm.runtimes.cache import server_modules
 from portal_shm.wire import protocol as P
 from portal_shm.wire.layout import ALIGN, field_views, ring_layout
 from portal_shm.wire.schema import space_to_schema
-from tests.compare import assert_same
+from testkit.compare import assert_same
 
 SAFE_DTYPES = st.sampled_from([np.uint8, np.int8, np.int32, np.int64, np.float32, np.float64, np.bool_, np.complex64])
 scalars = st.one_of(

@@ -16,7 +16,7 @@ from gymnasium.spaces import Box, Discrete, Graph, GraphInstance, Text, Tuple
 
 import portal_shm
 from portal_shm import VectorPortal
-from tests.compare import assert_same
+from testkit.compare import assert_same
 
 
 class Counter(gym.Env):

@@ -6,7 +6,7 @@ import pytest
 
 import portal_shm
 from portal_shm.server.example_envs import NestedEnv
-from tests.compare import assert_same, rollout
+from testkit.compare import assert_same, rollout
 
 MODES = ["NextStep", "SameStep", "Disabled"]
 

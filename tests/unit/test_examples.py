@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the examples run end to end
+
 ROOT = pathlib.Path(__file__).parents[2]
 TINY = [
     "--backend",

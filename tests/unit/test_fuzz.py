@@ -19,6 +19,8 @@ from portal_shm.agent.contract import validate as V
 from portal_shm.errors import ServerProtocolError
 from portal_shm.wire import protocol as P
 
+pytestmark = pytest.mark.slow  # fuzzing: thousands of cases a test (the hypothesis profile's)
+
 texts = st.text(max_size=12)
 atoms = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1), st.floats(), texts, st.binary(max_size=16)

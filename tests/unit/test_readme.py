@@ -158,6 +158,7 @@ def _env(home: pathlib.Path) -> dict:
     return env
 
 
+@pytest.mark.integration  # whole programs: Pong, SB3, remote hosts
 @pytest.mark.parametrize("block", _runnable(), ids=lambda b: b.id)
 def test_block_runs(block, tmp_path):
     home = tmp_path / "home"
@@ -165,6 +166,7 @@ def test_block_runs(block, tmp_path):
     _run(block, tmp_path, _env(home))
 
 
+@pytest.mark.integration
 def test_remote_walk_through_runs_against_a_host_on_loopback(tmp_path):
     """The agent's blocks of "Envs on another machine", in order, against a host on 127.0.0.1."""
     box, agent = tmp_path / "box", tmp_path / "agent"
@@ -186,6 +188,7 @@ def test_remote_walk_through_runs_against_a_host_on_loopback(tmp_path):
     assert any((box / ".config/portal-shm/host/clients").glob("*@*.key"))
 
 
+@pytest.mark.build  # builds the wheel and installs it
 def test_install_lines_work_from_a_checkout(tmp_path):
     """portal-shm is not on a package index: the README installs it from the checkout or its wheel,
     built as it says, and pip takes the wheel with the extras it names."""

@@ -14,6 +14,8 @@ import pytest
 import portal_shm
 from portal_shm.agent.video.record_video import FRAME_KEY
 
+pytestmark = pytest.mark.integration  # env servers render, ffmpeg encodes mp4s: seconds a test
+
 imageio = pytest.importorskip("imageio.v2", reason="RecordVideo needs the video extra (imageio, imageio-ffmpeg)")
 
 NULL_ENV = "portal_shm.server.example_envs:NullEnv"
@@ -534,7 +536,7 @@ def test_frame_ring_geometry_is_checked_and_both_mappings_see_one_memory():
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    from tests.integration.remote_hosts import EXAMPLE_ENVS, HostProcess, Keys
+    from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
     keys = Keys(str(tmp_path_factory.mktemp("record-keys")))
     processes = [HostProcess(keys, *EXAMPLE_ENVS) for _ in range(2)]

@@ -132,7 +132,7 @@ def test_infos_cross_hosts_as_one_process_batches_them():
     wire = [P.unpackb(P.packb(unbatch(part, 2))) for part in (host_a, host_b)]
     rebuilt = batch(wire[0], np.arange(0, 2), 4, "a")
     rebuilt = batch(wire[1], np.arange(2, 4), 4, "b", rebuilt)
-    from tests.compare import assert_same
+    from testkit.compare import assert_same
 
     assert_same(rebuilt, total)
 
@@ -168,7 +168,7 @@ def env_infos(draw):
 @given(per_env=env_infos(), split=st.integers(0, 5))
 def test_infos_cross_hosts_with_the_values_and_dtypes_of_one_process(per_env, split):
     from portal_shm.agent.contract.infos import add_info
-    from tests.compare import assert_same
+    from testkit.compare import assert_same
 
     n = len(per_env)
     split = min(split, n)

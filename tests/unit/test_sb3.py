@@ -21,6 +21,8 @@ from stable_baselines3.common.vec_env import SubprocVecEnv as SB3SubprocVecEnv  
 
 from portal_shm.sb3 import SB3VecEnv, SubprocVecEnv, batch_actions, unbatch_infos, wrapper_names  # noqa: E402
 
+pytestmark = pytest.mark.integration  # SB3 through portals: env servers started per test, seconds each
+
 SAME_STEP = {"autoreset_mode": "SameStep"}
 
 

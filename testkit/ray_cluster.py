@@ -1,15 +1,18 @@
-"""A multi-node Ray cluster on this machine for the ``backend="ray"`` tests, and process checks.
+"""A multi-node Ray cluster on this machine for ``backend="ray"``, and a driver process to kill.
 
-Every node binds 127.0.0.1 (``conftest.py`` sets what keeps Ray from rewriting it).
+Every node binds 127.0.0.1: set ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` before Ray is imported
+(``tests/integration/conftest.py`` does) to keep Ray from rewriting it.
 """
 
 from __future__ import annotations
 
-import os
+import textwrap
 import time
 
 import ray
 from ray.cluster_utils import Cluster
+
+from testkit.procs import children
 
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1"}
 
@@ -29,49 +32,9 @@ def shutdown(cluster: Cluster) -> None:
     cluster.shutdown()
 
 
-def pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as handle:  # a zombie counts as gone
-            return handle.read().split(")")[-1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as handle:
-        return int(handle.read().split(")")[-1].split()[1])
-
-
-def children(pid: int) -> list:
-    """The processes ``pid`` started (its threads' children too), from /proc."""
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as handle:
-                found += [int(c) for c in handle.read().split()]
-        except FileNotFoundError:
-            pass
-    return found
-
-
 def server_pids(envs) -> list:
     """The env servers of a Ray portal's hosts: their processes' children (hosts tell agents no pids)."""
     return [child for host in envs.host_endpoints() for child in children(host["pid"])]
-
-
-def wait_gone(pids: list, seconds: float) -> float:
-    started = time.monotonic()
-    while not all(pid_gone(p) for p in pids) and time.monotonic() - started < seconds:
-        time.sleep(0.1)
-    return time.monotonic() - started
 
 
 def worker_host(cluster: Cluster, nodes: list) -> int:
@@ -94,3 +57,20 @@ def all_cpus_free(seconds: float = 15.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+# A driver process (``python -c DRIVER ADDRESS``) of a Ray portal of 4 CartPoles on 2 hosts: prints
+# its hosts' pids and their env servers' pids, then steps until it is killed.
+DRIVER = textwrap.dedent("""
+    import os, re, sys, time
+    import numpy as np
+    import portal_shm
+    envs = portal_shm.make_vec("CartPole-v1", 4, backend="ray", num_hosts=2, address=sys.argv[1])
+    envs.reset(seed=0)
+    envs.step(np.zeros(4, np.int64))
+    hosts = [e["pid"] for e in envs.host_endpoints()]
+    servers = [c for h in hosts for t in os.listdir(f"/proc/{h}/task") for c in open(f"/proc/{h}/task/{t}/children").read().split()]
+    print(*hosts, *servers, flush=True)
+    while True:
+        envs.step(np.zeros(4, np.int64))
+""")
