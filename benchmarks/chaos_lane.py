@@ -78,11 +78,13 @@ class Lane:
 
     def _run(self) -> None:
         try:
-            obs, _ = self.envs.reset(seed=self.seed)
+            obs, infos = self.envs.reset(seed=self.seed)
             self._note_pids()
-            for i, replay in enumerate(self.replays):
-                self._count(i, replay.check_reset(obs[i]))
             none = np.zeros(self.num_envs, bool)
+            restarted = infos.get("_env_restarted", none)  # a reset repeated on a fresh server shows it
+            for i, replay in enumerate(self.replays):
+                self._count(i, replay.check_reset(obs[i], bool(restarted[i])))
+                self.restarts[i] += bool(restarted[i])
             while not self.stop.is_set():
                 timer = self._inject()
                 actions = self.rng.integers(0, self.envs.single_action_space.n, self.num_envs)
@@ -146,11 +148,21 @@ class Lane:
         self.seen_pids.update((pid, start_time(pid)) for pid in map(server_pid, self.envs.servers) if pid)
 
     def counter_mismatches(self) -> list:
-        """The portal's own restart and recycle counts against those seen in the infos."""
+        """The portal's own restart and recycle counts against those seen in the infos; for restarts,
+        what the portal logged of each env that differs (phase, cause, where its infos showed it)."""
         out = []
         counted = getattr(self.envs, "restarts", None)
         if counted is not None and list(counted) != self.restarts:
             out.append(f"restarts: portal {list(counted)}, infos {self.restarts}")
+            differ = {i for i, (a, b) in enumerate(zip(counted, self.restarts)) if a != b}
+            for record in getattr(self.envs, "restart_log", []):
+                if differ & set(record["envs"]):
+                    out.append(
+                        f"  envs {record['envs']}: restart in {record['phase']} "
+                        f"({'counted' if record['counted'] else 'not counted'}, "
+                        f"{'shown in ' + record['shown'] if record['shown'] else 'never shown in the infos'}, "
+                        f"{record['attempts']} fresh server(s)): {record['cause']}"
+                    )
         counted = getattr(self.envs, "recycles", None)
         if counted is not None and list(counted) != self.recycles:
             out.append(f"recycles: portal {list(counted)}, infos {self.recycles}")

@@ -43,8 +43,10 @@ class EnvReplay:
         obs, _ = env.reset(seed=seed)
         return env, obs[0].copy()
 
-    def check_reset(self, obs: Any) -> str:
-        """The portal's first reset observation of this env."""
+    def check_reset(self, obs: Any, restarted: bool = False) -> str:
+        """The portal's first reset observation of this env (``restarted``: its server failed in the
+        reset, which was repeated on a fresh one with the same seed; it counts for later restart seeds)."""
+        self.restarts += restarted
         return self._verdict(np.array_equal(obs, self.last), "reset", obs)
 
     def check(self, action: Any, obs: Any, reward: float, terminated: bool, truncated: bool, restarted: bool) -> str:

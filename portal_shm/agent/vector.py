@@ -522,8 +522,18 @@ class VectorPortal(PortalVectorEnv):
 
     @property
     def restarts(self) -> list[int]:
-        """How many times each env was restarted (``on_env_failure="restart"``)."""
+        """How many times each env's episode was ended by a restart of its server: each one shown once
+        as ``info["env_restarted"]`` (in a step's infos or a reset's); see ``portal_shm.agent.local.recovery``."""
         return list(self._recovery.restarts)
+
+    @property
+    def restart_log(self) -> list[dict[str, Any]]:
+        """Every restart of a server, oldest first: ``envs``, ``phase`` (where its failure was found:
+        ``step``, ``reset``, ``call``, or ``recycle`` for a recycled server's fresh one restarted in
+        place), ``cause``, ``counted`` (in ``restarts``), ``attempts`` (fresh servers started for it)
+        and ``shown`` (where ``env_restarted`` reached the infos: ``step``, ``reset``, ``batch``; None
+        not yet, or never for a restart not counted)."""
+        return [record.as_dict() for record in self._recovery.log]
 
     @property
     def recycles(self) -> list[int]:

@@ -63,6 +63,28 @@ def test_chaos_on_processes_and_a_remote_host_behind_a_link_loses_no_step():
     assert "steps lost 0" in chaos.render(result)
 
 
+def test_a_restart_count_the_infos_disagree_with_is_reported_with_its_phase_and_cause():
+    """A lane whose portal counted restarts its infos never showed names them: envs, phase, cause."""
+    load_chaos()
+    from chaos_lane import Lane  # (beside chaos.py, importable once it is loaded)
+
+    class Portal:
+        restarts, recycles = [1, 1, 0, 0], [0, 0, 0, 0]
+        restart_log = [
+            {"envs": [2], "phase": "step", "cause": "x", "counted": True, "attempts": 1, "shown": "step"},
+            {"envs": [0, 1], "phase": "call", "cause": "ServerDiedError: env server 0 (envs [0, 1]) died",
+             "counted": True, "attempts": 1, "shown": None},
+        ]  # fmt: skip
+
+    lane = Lane.__new__(Lane)
+    lane.envs, lane.restarts, lane.recycles = Portal(), [0, 0, 1, 0], [0, 0, 0, 0]
+    problems = lane.counter_mismatches()
+    assert problems[0] == "restarts: portal [1, 1, 0, 0], infos [0, 0, 1, 0]"
+    never = "envs [0, 1]: restart in call (counted, never shown in the infos, 1 fresh server(s)): ServerDiedError"
+    assert never in problems[2], problems
+    assert "envs [2]: restart in step (counted, shown in step" in problems[1]
+
+
 @pytest.mark.docker
 def test_chaos_on_containers_loses_no_step():
     from tests.integration.test_docker import _docker_or_skip, ensure_image

@@ -343,6 +343,8 @@ class BatchDriver:
             for j, i in enumerate(server.env_indices):
                 if i in stand_in.infos:
                     infos = add_info(infos, stand_in.infos[i], position + j, self.batch_size)
+            if any(info.get("env_restarted") for info in stand_in.infos.values()):
+                self.recovery.shown(server.index, "batch")
         return infos
 
     def settle(self) -> None:
@@ -389,7 +391,8 @@ class BatchDriver:
         # -- recovery: restart failed servers and repeat the reset for their envs --
         for server, cause in failed.items():
             extras.update(self.recovery.retry_reset(server, messages[server.index], cause))
-            self._stand_ins[server.index] = StandIn({}, {i: {"env_restarted": True} for i in server.env_indices})
+        for index, restarted in self.recovery.reset_infos().items():  # shown with the envs' first batch
+            self._stand_ins[index] = StandIn({}, restarted)
         if errors:
             self.health.raise_env_errors(errors)
         self._reset_extras = extras

@@ -136,15 +136,16 @@ class Lockstep:
         k = self.slot
         extras, _, errors, failed = self.calls.replies(what, timeout)
         # -- recovery: restart failed servers and repeat the reset for their envs --
-        restarted = []
         for server, cause in failed.items():
             extras.update(self.recovery.retry_reset(server, self.calls.messages[server.index], cause))
-            restarted.extend(server.env_indices)
         if errors:
             self.health.raise_env_errors(errors, fatal=what == "reset")
         infos = self.ring.gather(k, extras, {})
-        for i in restarted:
-            infos = add_info(infos, {"env_restarted": True}, i, self.ring.num_envs)
+        # the restarts this reset shows: its own, and those of servers it covers whose envs did not show theirs
+        for index, restarted in self.recovery.reset_infos().items():
+            for i, info in restarted.items():
+                infos = add_info(infos, info, i, self.ring.num_envs)
+            self.recovery.shown(index, "reset")
         return self.ring.observations(k, self.copy), infos
 
     # -- step --------------------------------------------------------------------------------

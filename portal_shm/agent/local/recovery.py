@@ -28,7 +28,20 @@ fresh one (a new process or container from the same spec) and lets the portal go
   the same steps and the same observations come back.
 - Each env may be restarted ``max_restarts`` times over the portal's life; the next failure
   raises ``RestartLimitError`` (and so does a fresh server that cannot start or that describes
-  other spaces than the one it replaces).
+  other spaces than the one it replaces). Every fresh server started in place of a failed one
+  spends one, also one that failed in turn and one started in place by a recycle (below).
+- Counting (``envs.restarts``, ``stats()["envs"][i]["restarts"]``): an env's restarts are the
+  times its episode was ended by a restart, and each one is shown exactly once in the infos as
+  ``env_restarted``: in the step that ends the episode, or in the infos of a ``reset`` (or
+  ``set_state``) that repeated itself on a fresh server or that came before that step (a server
+  restarted by a failed call, then a reset). A server that fails again before its envs showed
+  their restart (its fresh server failed to start, or to reset, or a second call failed) adds no
+  count: the envs show one restart. Not counted and not in the infos: a recycled server's fresh
+  one that fails after its predecessor closed, restarted in place and given the envs' states
+  (their episodes go on unchanged; ``recycler.py``). ``envs.restart_log`` lists every restart:
+  its envs, phase (``step``, ``reset``, ``call``, ``recycle``), cause, whether it counts and where
+  its infos showed it. Restarts of a pending call that ``close()`` waits for are counted, and
+  their infos are never seen.
 - Async batches (``batch_size``): the same per-env results, in the batch that hands the failed
   server out. A server found dead or past ``step_timeout`` (counted from its ``send``) while
   stepping is restarted at once and its failed step joins ``ready`` as if it had just finished;
@@ -43,6 +56,7 @@ fresh one (a new process or container from the same spec) and lets the portal go
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
 from gymnasium.vector import AutoresetMode
@@ -64,6 +78,33 @@ class StandIn(NamedTuple):
 
     extras: dict[int, bytes]  # infos blobs of the slot's rows that spilled (env index -> blob)
     infos: dict[int, dict[str, Any]]  # env index -> infos to add to what its row decodes to
+
+
+@dataclass
+class RestartRecord:
+    """One restart of a server (``Recovery.log``): what failed, when, and where the infos showed it."""
+
+    envs: list[int]
+    phase: str  # where the failure was found: "step", "reset", "call" or "recycle" (restarted in place)
+    cause: str  # the failure: its type and first line
+    counted: bool  # in ``restarts`` (its envs' episodes end): shown in the infos once
+    attempts: int = 0  # fresh servers started for it (one more for each that failed in turn)
+    shown: Optional[str] = None  # where ``env_restarted`` reached the infos: "step", "reset" or "batch"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "envs": list(self.envs),
+            "phase": self.phase,
+            "cause": self.cause,
+            "counted": self.counted,
+            "attempts": self.attempts,
+            "shown": self.shown,
+        }
+
+
+def _first_line(cause: BaseException, limit: int = 500) -> str:
+    lines = str(cause).splitlines()
+    return lines[0][:limit] if lines else ""
 
 
 class Recovery:
@@ -91,7 +132,12 @@ class Recovery:
         self.enabled = policy == "restart"
         self.max_restarts = max_restarts
         self.startup_timeout = startup_timeout
-        self.restarts = [0] * ring.num_envs
+        self.restarts = [0] * ring.num_envs  # episodes ended by a restart (shown once each in the infos)
+        self.spent = [0] * ring.num_envs  # fresh servers started in place of failed ones (``max_restarts``)
+        self.log: list[RestartRecord] = []
+        self.failures: dict[int, str] = {}  # server -> its last counted restart's ``env_failure``
+        self.unshown: dict[int, RestartRecord] = {}  # server -> its counted restart the infos did not show yet
+        self.reset_shows: set[int] = set()  # servers whose restarts the reset in progress shows
         self.seeds: list[Optional[int]] = [None] * ring.num_envs
         self.resetting: set[int] = set()  # NEXT_STEP: servers whose envs reset in the next step
         self.ended: set[int] = set()  # servers whose envs end their episode in the next step
@@ -117,26 +163,64 @@ class Recovery:
         for i, seed in enumerate(seeds):
             if mask is None or mask[i]:
                 self.seeds[i] = seed
+        self.reset_shows = set()
         for server in self.session.servers:
             if mask is None or all(mask[i] for i in server.env_indices):
+                self.reset_shows.add(server.index)  # a restart its envs did not show yet: this reset shows it
                 self.resetting.discard(server.index)
                 self.ended.discard(server.index)
                 self.replays.pop(server.index, None)
                 self.next_seeds.pop(server.index, None)
 
-    def restart(self, server: ServerLink, cause: BaseException) -> None:
-        """Start a fresh server in place of ``server``, within every env's restart budget."""
+    def restart(self, server: ServerLink, cause: BaseException, phase: str = "step", counted: bool = True) -> None:
+        """Start a fresh server in place of ``server``, within every env's restart budget.
+
+        ``counted``: its envs' episodes end, which the infos show once (``shown``); a server whose
+        last counted restart was not shown yet adds none (its envs show one). ``phase``: where the
+        failure was found (``restart_log``)."""
+        record = self.unshown.get(server.index) if counted else None
         while True:
-            used = max(self.restarts[i] for i in server.env_indices)
+            used = max(self.spent[i] for i in server.env_indices)
             if used >= self.max_restarts:
                 raise RestartLimitError(server.env_indices, used, server.runtime(), cause) from cause
+            if record is None:  # (logged and counted once a fresh server is started for it)
+                what = f"{type(cause).__name__}: {_first_line(cause, 300)}"
+                record = RestartRecord(list(server.env_indices), phase, what, counted)
+                self.log.append(record)
+                if counted:
+                    self.unshown[server.index] = record
+                    self.failures[server.index] = _first_line(cause)
+                    for i in server.env_indices:
+                        self.restarts[i] += 1
             for i in server.env_indices:
-                self.restarts[i] += 1
+                self.spent[i] += 1
+            record.attempts += 1
             try:
                 self.session.restart(server, self.startup_timeout)
                 return
             except PortalError as exc:  # the fresh server failed as well: that costs a restart too
                 cause = exc
+
+    def shown(self, index: int, where: str) -> None:
+        """Server ``index``'s envs' ``env_restarted`` reached the infos (``where``): its restart is shown."""
+        record = self.unshown.pop(index, None)
+        if record is not None:
+            record.shown = where
+
+    def reset_infos(self) -> dict[int, dict[int, dict[str, Any]]]:
+        """Per server, the ``env_restarted`` infos of the reset (or set_state) just collected: servers it
+        restarted, and servers it covers whole whose restart was not shown yet (a failed call's, whose
+        episode end the reset replaced). The caller marks them ``shown`` once handed out."""
+        out: dict[int, dict[int, dict[str, Any]]] = {}
+        for server in self.session.servers:
+            record = self.unshown.get(server.index)
+            if record is not None and server.index in self.reset_shows:
+                self.causes.pop(server.index, None)
+                infos = out[server.index] = restart_infos(server.env_indices, None, {})
+                for info in infos.values():
+                    info["env_failure"] = self.failures.get(server.index, "")
+        self.reset_shows = set()
+        return out
 
     def reset_next_step(self, server: ServerLink, seeds: list[Optional[int]]) -> None:
         """NEXT_STEP: reset ``server``'s envs with ``seeds`` as their next step (the autoreset step of
@@ -193,6 +277,7 @@ class Recovery:
             self.resetting.add(server.index)
         for i, info in restart_infos(server.env_indices, cause, final).items():
             infos = add_info(infos, info, i, ring.num_envs)
+        self.shown(server.index, "step")
         return infos
 
     def _restart_for(self, server: ServerLink, cause: Optional[BaseException]) -> Optional[BaseException]:
@@ -256,7 +341,7 @@ class Recovery:
     # -- control calls ---------------------------------------------------------------------
     def after_control_failure(self, server: ServerLink, cause: BaseException) -> None:
         """A server failed during call/render/set_attr: restart it; its envs end at the next step."""
-        self.restart(server, cause)
+        self.restart(server, cause, "call")
         self.causes[server.index] = cause
         self.resetting.discard(server.index)
         self.replays.pop(server.index, None)
@@ -264,8 +349,9 @@ class Recovery:
 
     def retry_reset(self, server: ServerLink, message: dict[str, Any], cause: BaseException) -> dict[int, bytes]:
         """A server failed during a user reset: restart it and repeat the reset for its envs."""
+        self.reset_shows.add(server.index)
         while True:
-            self.restart(server, cause)
+            self.restart(server, cause, "reset")
             self.resetting.discard(server.index)
             self.ended.discard(server.index)
             try:

@@ -32,7 +32,9 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
   from ``env_restarted``, which a failure sets); ``envs.stats()`` counts ``recycles`` per env.
 - A spare that fails to start is stopped and started again later; after ``MAX_SPARE_FAILURES``
   in a row its server is no longer recycled (warned). A swap whose fresh server fails once the old
-  one closed is a failure as ``on_env_failure`` sees it: a cold restart in place, then the states.
+  one closed is restarted cold in place, then given the states: the envs' episodes go on, so it
+  is not counted in ``restarts`` nor shown as ``env_restarted`` (it spends one of ``max_restarts``
+  and is in ``envs.restart_log`` as phase ``recycle``).
 """
 
 from __future__ import annotations
@@ -327,8 +329,9 @@ class Recycler:
                 self._set_states(server, k, prev, states)
         except PortalError as exc:
             # The fresh server failed once the old one had closed: a cold start in place, then the
-            # states (or the reseeded reset below): nothing of the envs is lost but time.
-            self.recovery.restart(server, exc)
+            # states (or the reseeded reset below): nothing of the envs is lost but time, and
+            # their episodes go on: a restart in place, not counted nor shown (``recovery.py``).
+            self.recovery.restart(server, exc, "recycle", counted=False)
             if states is not None:
                 self._set_states(server, k, prev, states, in_ring)
         if states is None:
@@ -410,5 +413,5 @@ class Recycler:
         try:
             self._check_restored(server)
         except PortalError as exc:
-            self.recovery.restart(server, exc)
+            self.recovery.restart(server, exc, "recycle", counted=False)
             self._set_states(server, k, prev, states, True)
