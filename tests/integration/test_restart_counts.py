@@ -18,6 +18,8 @@ import pytest
 import portal_shm
 from portal_shm import EnvSpec, VectorPortal, restart_seed
 
+pytestmark = pytest.mark.integration
+
 TOKEN_FAULT = "tests.integration.restart_envs:TokenFaultEnv"
 RESTART = {"on_env_failure": "restart", "max_restarts": 10, "step_timeout": 30}
 
