@@ -476,6 +476,51 @@ def test_restart_policy_reconnects_a_restarted_host_and_ends_its_envs_episodes(k
         first.stop()
 
 
+@pytest.mark.parametrize("then", ["step", "reset"])
+def test_a_host_lost_during_a_call_ends_its_envs_episodes_at_the_next_step_or_shows_it_in_a_reset(keys, then):
+    """A call repeated on a fresh session must not replace the envs' episodes silently: the next
+    step ends them (truncated, ``env_restarted``) as a step's loss does, or a reset shows it."""
+    port = free_port()
+    hosts = [HostProcess(keys, port=port)]
+    envs = remote(
+        "CartPole-v1",
+        2,
+        hosts,
+        keys,
+        heartbeat_timeout=3.0,
+        vector_kwargs={"on_env_failure": "restart", "startup_timeout": 30},
+    )
+    try:
+        envs.reset(seed=[10, 11])
+        for _ in range(3):
+            obs, *_ = envs.step(np.zeros(2, np.int64))
+        last = obs.copy()
+        hosts[-1].kill()
+        hosts.append(HostProcess(keys, port=port))
+        assert envs.call("get_wrapper_attr", "render_mode") == (None, None)  # asked again of the fresh session
+        if then == "reset":
+            obs, infos = envs.reset(seed=[20, 21])
+            assert infos["env_restarted"].all() and "lost env host" in infos["env_failure"][0]
+            for i in range(2):
+                np.testing.assert_array_equal(obs[i], gym.make("CartPole-v1").reset(seed=20 + i)[0])
+            obs, reward, terminated, truncated, infos = envs.step(np.zeros(2, np.int64))
+            assert not truncated.any() and "env_restarted" not in infos  # shown once, in the reset
+            return
+        obs, reward, terminated, truncated, infos = envs.step(np.zeros(2, np.int64))
+        np.testing.assert_array_equal(obs, last)  # the envs' last observation, their episodes ended
+        assert reward.tolist() == [0, 0] and truncated.all() and not terminated.any()
+        assert infos["env_restarted"].all() and "lost env host" in infos["env_failure"][0]
+        obs, reward, _, truncated, _ = envs.step(np.zeros(2, np.int64))  # NextStep: the fresh envs' reset
+        for i in range(2):
+            fresh, _ = gym.make("CartPole-v1").reset(seed=portal_shm.restart_seed(10 + i, 1))
+            np.testing.assert_array_equal(obs[i], fresh)
+        assert reward.tolist() == [0, 0] and not truncated.any()
+    finally:
+        envs.close()
+        for host in hosts:
+            host.stop()
+
+
 def test_a_host_lost_again_between_its_welcome_and_the_reset_of_a_reconnect_is_reconnected_once_more(keys):
     """Killed and restarted twice in a row, as the 30-minute chaos soak found: the second loss
     comes after the reconnect's welcome, while the restarted envs reset; one more fresh session."""

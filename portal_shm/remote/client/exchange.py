@@ -95,6 +95,9 @@ class Exchange:
                 out.append(self._recover(i, lost[i], posted.headers[i], posted.arrays[i], what))
             elif i not in pending and not others:
                 continue
+            elif i not in pending and host.ended is not None and what == "step":
+                (cause, fresh, reset_infos), host.ended = host.ended, None
+                out.append(self.recovery.end_episodes(host, cause, host.last_obs, fresh, reset_infos))
             elif i not in pending:
                 stand_in, host.stand_in = host.stand_in, None
                 if stand_in is not None and what == "step":
@@ -115,11 +118,16 @@ class Exchange:
     def _recover(
         self, index: int, cause: E.HostLostError, header: Optional[dict[str, Any]], arrays: Any, what: str
     ) -> Reply:
-        """Host ``index`` was lost during ``what``: a step ends its envs' episodes, anything else is asked again."""
+        """Host ``index`` was lost during ``what``: a step ends its envs' episodes, anything else is
+        asked again of a fresh session, whose envs' episodes end at the next step (after a call) or
+        begin with the repeated reset or restore, which shows ``env_restarted`` (a reset)."""
         host = self.hosts[index]
         if what == "step":
             return self.recovery.end_step(index, cause, host.last_obs)
-        self.recovery.reconnect(index, cause)
+        if what in ("reset", "set_state"):
+            self.recovery.reconnect(index, cause)  # (the request repeated below replaces the restart's reset)
+        else:
+            self.recovery.end_later(index, cause)
         link = host.link
         assert header is not None
         seq = link.send(header, arrays)
@@ -127,4 +135,6 @@ class Exchange:
         reply, data = link.results.pop(seq)
         if reply["cmd"] == M.ERROR:
             raise host_error(host, reply)
+        if what == "reset" and isinstance(reply.get("infos"), list):
+            reply = {**reply, "infos": reply["infos"] + self.recovery.restarted_infos(host, cause)}
         return host, reply, data

@@ -49,6 +49,8 @@ class Host:
         self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)
         self.restarted: dict[int, dict[str, Any]] = {}  # async batches: env -> its restart infos, until sent out
         self.in_flight = 0  # async batches: envs sent to this host and not yet back
+        self.ended: Optional[tuple[BaseException, list[Any], list[Any]]] = None  # lost in a call: the next
+        # step ends its envs' episodes (the cause, the fresh envs' reset observations and infos)
 
     @property
     def address(self) -> str:

@@ -32,6 +32,7 @@ class RemoteLockstep:
         self.recovery = recovery
         self.num_envs = num_envs
         self.posted: Optional[Posted] = None  # the step or reset in flight
+        self.showing: dict[int, BaseException] = {}  # hosts restarted in a call whose restart this reset shows
 
     def reset(self, seeds: list[Any], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]) -> None:
         self.posted = self.post_reset(seeds, options, mask)
@@ -50,13 +51,21 @@ class RemoteLockstep:
                     headers.append(None)  # none of this host's envs: it keeps its observation, as gymnasium's do
                     continue
             host.stand_in = None
+            if host.ended is not None and (mask is None or mask[host.offset : host.offset + host.num_envs].all()):
+                self.showing[host.index], host.ended = host.ended[0], None  # this reset shows the restart
             headers.append({"cmd": M.RESET, "seed": seeds[host.offset : host.offset + host.num_envs], "options": part})
         return self.exchange.post(headers, what="reset")
 
     def reset_result(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
         posted, self.posted = self.posted, None
         assert posted is not None
-        return self._observed(self.exchange.collect(posted, timeout))
+        replies = self.exchange.collect(posted, timeout)
+        showing, self.showing = self.showing, {}
+        for n, (host, header, data) in enumerate(replies):
+            if host.index in showing and isinstance(header.get("infos"), list):
+                infos = header["infos"] + self.recovery.restarted_infos(host, showing[host.index])
+                replies[n] = (host, {**header, "infos": infos}, data)
+        return self._observed(replies)
 
     def step(self, actions: Any) -> None:
         hosts = self.hosts
@@ -64,7 +73,8 @@ class RemoteLockstep:
             actions, self.num_envs, len(hosts), lambda i: slice(hosts[i].offset, hosts[i].offset + hosts[i].num_envs)
         )
         headers = [
-            None if host.stand_in is not None else {"cmd": M.STEP, **fields} for host, (fields, _) in zip(hosts, parts)
+            None if host.stand_in is not None or host.ended is not None else {"cmd": M.STEP, **fields}
+            for host, (fields, _) in zip(hosts, parts)
         ]
         self.posted = self.exchange.post(headers, [a for _, a in parts], "step")
 

@@ -106,6 +106,24 @@ class HostRecovery:
     def end_step(self, index: int, cause: BaseException, last_obs: list[Any]) -> tuple[Any, ...]:
         """The lost host's part of the step that found the loss: (host, header, arrays)."""
         host, fresh, reset_infos = self.reconnect(index, cause)
+        return self.end_episodes(host, cause, last_obs, fresh, reset_infos)
+
+    def end_later(self, index: int, cause: BaseException) -> Host:
+        """Host ``index`` was lost during a call: a fresh session now, its envs reset; their episodes
+        end at the next step (``end_episodes``), as a step's loss ends them."""
+        host, fresh, reset_infos = self.reconnect(index, cause)
+        host.ended = (cause, fresh, reset_infos)
+        return host
+
+    @staticmethod
+    def restarted_infos(host: Host, cause: BaseException) -> list[Any]:
+        """``env_restarted`` infos of every env of ``host`` (sparse, as a host sends infos)."""
+        return [[j, info] for j, info in _restart_infos(host, cause, {}).items()]
+
+    def end_episodes(
+        self, host: Host, cause: BaseException, last_obs: list[Any], fresh: list[Any], reset_infos: list[Any]
+    ) -> tuple[Any, ...]:
+        """The step that ends a restarted host's episodes: (host, header, arrays)."""
         count = host.num_envs
         same_step = self.mode is AutoresetMode.SAME_STEP
         final = (
