@@ -26,14 +26,6 @@ SPARES = ("fork", "start")
 RULES = ("episodes", "rss_mb", "seconds", "slowdown")
 
 
-def check_policy(policy: str, max_restarts: int) -> None:
-    """``on_env_failure`` and ``max_restarts`` as a portal, local or remote, accepts them."""
-    if policy not in POLICIES:
-        raise ValueError(f"on_env_failure must be one of {POLICIES}, got {policy!r}")
-    if max_restarts < 0:
-        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
-
-
 @dataclass(frozen=True)
 class RecyclePolicy:
     """A checked ``recycle`` option: the rules (None: not used) and how swaps are spread.

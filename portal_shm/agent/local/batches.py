@@ -42,10 +42,9 @@ def server_sizes_error(sizes: list[int], batch_size: int, num_envs: int) -> Opti
 
 
 def batch_grouping(specs: list[EnvSpec], batch_size: int, envs_per_server: Optional[int]) -> int:
-    """The envs per server that serve batches of ``batch_size``: checked, or the default one."""
+    """The envs per server that serve batches of ``batch_size`` (in range: ``VectorOptions``): checked,
+    or the default one."""
     num_envs = len(specs)
-    if not 1 <= batch_size <= num_envs:
-        raise ValueError(f"batch_size must be between 1 and num_envs={num_envs}, got {batch_size}")
     if envs_per_server is None:
         cores = os.cpu_count() or 1
         envs_per_server = default_envs_per_server(num_envs, batch_size, cores)

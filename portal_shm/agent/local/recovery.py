@@ -64,7 +64,6 @@ from gymnasium.vector import AutoresetMode
 from ...errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
 from ...wire import protocol as P
 from ..contract.infos import add_info
-from ..contract.options import check_policy
 from ..contract.restarts import restart_infos, restart_seed
 from ..contract.validate import check_reply
 from .ring_views import RingViews, SavedRows
@@ -124,7 +123,6 @@ class Recovery:
         max_restarts: int,
         startup_timeout: float,
     ) -> None:
-        check_policy(policy, max_restarts)
         self.session = session
         self.ring = ring
         self.mode = autoreset_mode

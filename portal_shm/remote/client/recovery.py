@@ -23,7 +23,6 @@ from gymnasium.vector import AutoresetMode
 
 from ... import errors as E
 from ...agent.contract.infos import add_info
-from ...agent.contract.options import check_policy
 from ...agent.contract.restarts import restart_infos, restart_seed
 from ...wire import trees
 from .. import messages as M
@@ -50,7 +49,6 @@ class HostRecovery:
         timeout: float,
         heartbeat_timeout: float,
     ) -> None:
-        check_policy(policy, max_restarts)
         self.hosts = hosts
         self.checked_obs = checked_obs
         self.obs_schema = obs_schema
