@@ -96,10 +96,6 @@ class HostArrays:
         the portal's indices of a batch's rows, for the texts)."""
         infos: dict[str, Any] = {}
         for host, header, _ in replies:
-            if envs is None:
-                rows = np.arange(host.offset, host.offset + host.num_envs)
-                infos = batch_infos(header.get("infos", []), rows, total, f"host {host.address}", infos)
-            else:
-                rows = np.arange(total)
-                infos = batch_infos(header.get("infos", []), rows, total, f"host {host.address}", infos, envs=envs)
+            rows = np.arange(total) if envs is not None else np.arange(host.offset, host.offset + host.num_envs)
+            infos = batch_infos(header.get("infos", []), rows, total, f"host {host.address}", infos, envs=envs)
         return infos
