@@ -9,7 +9,8 @@ step and the agent never sees a raw 210x160 RGB frame.
     pip install -e '.[train,docker]' && portal-shm build ale
     python examples/ppo_atari.py --env-id ALE/Breakout-v5 --total-timesteps 10000000
 
-Observations reach torch without a copy: ``torch.from_numpy`` of the ring view shares its memory,
+Observations reach torch without a copy (``copy=False``: ring views, read-only, instead of the
+default's fresh arrays): ``torch.from_numpy`` of the ring view shares its memory,
 and the only copy is the one into the rollout buffer (on the GPU when there is one). A ring view
 stays valid for ``ring_depth - 1`` (3) further steps, and this loop copies it before the next step.
 Lockstep stepping: every env steps once per policy step (SAME_STEP autoreset: a finished episode's
@@ -24,6 +25,7 @@ import csv
 import dataclasses
 import os
 import time
+import warnings
 from collections import deque
 
 import numpy as np
@@ -207,7 +209,9 @@ def _make_vec(args: Args, backend_options: dict) -> portal_shm.VectorPortal:
         "portal_shm.presets:atari",
         args.num_envs,
         backend=args.backend,
-        vector_kwargs={"autoreset_mode": "SameStep"},
+        # Ring views (no copy out of the ring): the loop copies each batch into its rollout buffer
+        # before the next step, well within the views' validity.
+        vector_kwargs={"autoreset_mode": "SameStep", "copy": False},
         env_id=args.env_id,
         frame_skip=args.frame_skip,
         stack=args.stack,
@@ -261,7 +265,9 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
     logprobs, rewards, starts, values = (torch.zeros((steps, n), device=device) for _ in range(4))
 
     ring_obs, _ = envs.reset(seed=args.seed)
-    next_obs = torch.from_numpy(ring_obs)  # zero copy: shares memory with the ring slot
+    # zero copy: shares memory with the (read-only) ring slot; the loop only reads it
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+    next_obs = torch.from_numpy(ring_obs)
     next_start = torch.zeros(n, device=device)  # 1 where next_obs begins an episode after a done
     episode_return, episode_length = np.zeros(n), np.zeros(n, dtype=np.int64)
     batch = steps * n

@@ -54,7 +54,7 @@ def _hosted(
         picked = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
         hosted = dataclasses.replace(hosted, runtime_options={**hosted.runtime_options, **picked})
     vector_kwargs = dict(vector_kwargs or {})
-    copy = bool(vector_kwargs.pop("copy", False))
+    copy = bool(vector_kwargs.pop("copy", True))
     env_kwargs = {**kwargs, **(env_kwargs or {})}
     if ray:
         from .cluster.vector import RayVectorPortal

@@ -43,18 +43,26 @@ def snapshot(value: Any) -> Any:
     return value
 
 
-def rollout(envs: Any, steps: int, seed: int, mode: str) -> list:
-    """Seeded rollout with seeded random actions; in Disabled mode, finished envs are reset by mask."""
+def kept(value: Any) -> Any:
+    """The result as the portal returned it: no copy (a client that keeps references)."""
+    return value
+
+
+def rollout(envs: Any, steps: int, seed: int, mode: str, keep: Any = snapshot) -> list:
+    """Seeded rollout with seeded random actions; in Disabled mode, finished envs are reset by mask.
+
+    ``keep``: how each result is recorded (a copy; ``kept`` holds what the portal returned as it is,
+    as a client holding references does)."""
     envs.action_space.seed(seed)
-    records = [snapshot(envs.reset(seed=seed))]
+    records = [keep(envs.reset(seed=seed))]
     for _ in range(steps):
         actions = envs.action_space.sample()
         result = envs.step(actions)
-        records.append(snapshot(result))
+        records.append(keep(result))
         _, _, terminated, truncated, _ = result
         done = np.logical_or(terminated, truncated)
         if mode == "Disabled" and done.any():
-            records.append(snapshot(envs.reset(options={"reset_mask": done.copy()})))
+            records.append(keep(envs.reset(options={"reset_mask": done.copy()})))
     return records
 
 

@@ -3,13 +3,14 @@
 Data path of one step: the agent writes the actions into ring slot ``k``, writes ``STEP k`` into
 each server's mailbox and rings its doorbell; each server steps its envs and writes observations,
 rewards, flags and an infos blob into row ``i`` of slot ``k``, then rings back. The observations
-returned are numpy views of slot ``k``: no copy, no allocation.
+handed to the client are fresh arrays copied out of slot ``k`` (``copy=True``, the default): the
+one copy of the whole path, and what the client keeps never changes under it.
 
-Validity of returned batches (``copy=False``, the default): the arrays returned by ``step`` or
-``reset`` are views of one ring slot and stay valid until ``ring_depth - 1`` further calls of
-``step``/``reset`` have returned; the next call after that writes the same slot again. Keep them
-longer by copying (``np.copy``, ``torch.tensor``, writing them into a rollout buffer) or pass
-``copy=True`` to get fresh arrays every step, as gymnasium's SyncVectorEnv does.
+``copy=False`` hands out read-only views of one ring slot instead, valid until ``ring_depth - 1``
+further calls of ``step``/``reset`` have returned; the next call after that writes the same slot
+again. That is for code that copies each batch into storage of its own at once (a rollout
+buffer); a view still referenced when its slot is about to be written again is reported once
+(``KeptViewWarning``, ``agent/contract/kept_views.py``).
 """
 
 from __future__ import annotations
@@ -77,9 +78,9 @@ class VectorPortal(PortalVectorEnv):
             cannot keep in shared memory (custom spaces, Graph, Sequence) with its errors; False
             serves them, their values travelling beside the ring. ``EnvSpec`` lists always serve
             them. Fixed-layout values live in the ring either way.
-        copy: return fresh arrays every call instead of ring views (see the module docstring for
-            how long views stay valid). Default: True with factories (as AsyncVectorEnv), False for
-            a list of ``EnvSpec``.
+        copy: True (default, as AsyncVectorEnv) returns fresh arrays every call; False returns
+            read-only ring views, valid for ``ring_depth - 1`` further calls (see the module
+            docstring), for code that copies each batch into its own storage at once.
         context, daemon: accepted for AsyncVectorEnv code and ignored: env servers are always fresh
             processes (like the "spawn" start method) that exit when the agent does.
         worker: not supported (there is no worker loop to replace); must be None.
@@ -130,7 +131,7 @@ class VectorPortal(PortalVectorEnv):
         env_fns: Sequence[Union[EnvSpec, Callable[[], Any]]],
         *,
         shared_memory: bool = True,
-        copy: Optional[bool] = None,
+        copy: bool = True,
         context: Optional[str] = None,
         daemon: bool = True,
         worker: Optional[Callable[..., Any]] = None,
@@ -179,7 +180,7 @@ class VectorPortal(PortalVectorEnv):
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
         if self.batched:
             envs_per_server = batch_grouping(specs, self.batch_size, envs_per_server)
-        self.copy = self._gymnasium_form if copy is None else copy
+        self.copy = bool(copy)
         self.ring_depth = ring_depth
         self.max_ring_bytes = max_ring_bytes
         self.step_timeout = step_timeout

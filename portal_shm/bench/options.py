@@ -15,6 +15,7 @@ AGAINST = (
     "envpool",
     "portal-env",
     "portal-lockstep",
+    "portal-views",
     "envpool-lockstep",
     "remote",
     "remote-lockstep",

@@ -47,13 +47,16 @@ class System:
         return reason
 
 
-def _build_portal(backend: str) -> Callable[[Scenario, int, BenchOptions], Any]:
+def _build_portal(backend: str, views: bool = False) -> Callable[[Scenario, int, BenchOptions], Any]:
+    """``views``: ring views (``copy=False``) in place of the default's fresh arrays."""
+
     def build(sc: Scenario, n: int, options: BenchOptions) -> Any:
         import portal_shm
 
         extra = {"image": sc.docker_image(options.image)} if backend == "docker" else {}
+        vector_kwargs = {**options.vector_kwargs(), **({"copy": False} if views else {})}
         return portal_shm.make_vec(
-            sc.target, n, backend=backend, vector_kwargs=options.vector_kwargs(), env_kwargs=sc.kwargs, **extra
+            sc.target, n, backend=backend, vector_kwargs=vector_kwargs, env_kwargs=sc.kwargs, **extra
         )
 
     return build
@@ -222,6 +225,14 @@ SYSTEMS: dict = {
             "portal-shm",
             "pip install portal-shm",
             _lockstep(_build_portal("process")),
+        ),
+        System(
+            "portal-views",
+            "portal_shm (process backend, ring views: copy=False)",
+            "portal_shm",
+            "portal-shm",
+            "pip install portal-shm",
+            _build_portal("process", views=True),
         ),
         System(
             "envpool-lockstep",

@@ -25,7 +25,7 @@ class RayVectorPortal(RemoteVectorPortal):
         num_envs: int,
         backend: RayBackend,
         env_kwargs: Optional[dict[str, Any]] = None,
-        copy: bool = False,
+        copy: bool = True,
         **vector_kwargs: Any,
     ) -> None:
         backend.check()

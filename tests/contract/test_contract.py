@@ -18,7 +18,7 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import portal_shm
-from testkit.compare import assert_same, follow_each_env, rollout
+from testkit.compare import assert_same, follow_each_env, kept, rollout
 
 pytestmark = pytest.mark.integration
 
@@ -86,6 +86,31 @@ def test_lockstep_results_equal_sync_vector_env(make, mode):
         assert_same(rollout(envs, 40, seed=11, mode=mode), rollout(expected, 40, seed=11, mode=mode))
     finally:
         expected.close()
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_arrays_a_client_keeps_never_change_under_it(make, mode):
+    """A replay buffer holding references, TorchRL's tensors over numpy, a list of batches: what a
+    default portal returns stays as it was, long after its ring slot (or reply array) was reused."""
+    expected = sync(3, mode)
+    envs = make("CartPole-v1", 3, vector_kwargs={"autoreset_mode": mode}, hosts=2, **CARTPOLE)
+    try:
+        assert_same(rollout(envs, 30, seed=4, mode=mode, keep=kept), rollout(expected, 30, seed=4, mode=mode))
+    finally:
+        expected.close()
+
+
+def test_async_batches_a_client_keeps_never_change_under_it(make):
+    envs = make("CartPole-v1", 4, vector_kwargs={"batch_size": 2}, hosts=2, **CARTPOLE)
+    obs, infos = envs.reset(seed=1)
+    envs.action_space.seed(1)
+    held, copies = [(obs,)], [(obs.copy(),)]
+    for _ in range(30):
+        envs.send(envs.action_space.sample(), infos["env_id"])
+        obs, reward, terminated, truncated, infos = envs.recv()
+        held.append((obs, reward, terminated, truncated))
+        copies.append(tuple(a.copy() for a in held[-1]))
+    assert_same(held, copies)
 
 
 def test_async_pairs_give_what_the_blocking_calls_give(make):

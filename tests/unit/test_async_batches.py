@@ -69,7 +69,8 @@ def ring_array(envs, name):
 
 
 def test_one_server_per_batch_gives_ring_views_and_several_give_copies():
-    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 2})
+    views = {"batch_size": 2, "copy": False}
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={**views, "envs_per_server": 2})
     try:
         obs, infos = envs.reset(seed=0)
         assert np.shares_memory(obs, ring_array(envs, "obs.0"))
@@ -79,7 +80,7 @@ def test_one_server_per_batch_gives_ring_views_and_several_give_copies():
         assert np.shares_memory(reward, ring_array(envs, "reward"))
     finally:
         envs.close()
-    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"batch_size": 2, "envs_per_server": 1})
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={**views, "envs_per_server": 1})
     try:
         _, infos = envs.reset(seed=0)
         envs.send(np.zeros(1, np.int64), [0])

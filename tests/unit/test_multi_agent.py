@@ -43,7 +43,9 @@ def test_mpe_parallel_env_in_8_servers_equals_8_in_process_envs(mode):
     """simple_adversary has two groups (1 adversary, 2 agents of other spaces) and 25-step episodes:
     80 steps are three episodes, autoreset between them."""
     num_envs, seed = 8, 7
-    envs = portal_shm.make_vec_ma(MPE, num_envs, vector_kwargs={"autoreset_mode": mode, "envs_per_server": 1})
+    envs = portal_shm.make_vec_ma(
+        MPE, num_envs, vector_kwargs={"autoreset_mode": mode, "envs_per_server": 1, "copy": False}
+    )
     replays = [ParallelReplay(simple_adversary_v3.parallel_env(), seed + i, mode) for i in range(num_envs)]
     try:
         assert {name: group.agents for name, group in envs.groups.items()} == {

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import portal_shm
+from portal_shm.agent.contract.kept_views import KeptViewWarning
 
 
 @pytest.fixture
@@ -47,14 +48,17 @@ def test_a_reward_that_is_not_a_number_is_an_env_error_of_its_env():
 
 
 def test_views_stay_valid_for_ring_depth_minus_one_calls():
-    envs = portal_shm.make_vec("portal_shm.server.example_envs:NestedEnv", 2, vector_kwargs={"ring_depth": 3})
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:NestedEnv", 2, vector_kwargs={"ring_depth": 3, "copy": False}
+    )
     try:
         first, _ = envs.reset(seed=0)
         kept = first["image"].copy()
         for _ in range(2):
             envs.step(envs.action_space.sample())
         assert np.array_equal(first["image"], kept)
-        envs.step(envs.action_space.sample())
+        with pytest.warns(KeptViewWarning, match="ring_depth - 1 = 2 further calls"):
+            envs.step(envs.action_space.sample())
         assert not np.array_equal(first["image"], kept)  # the slot was reused on the third call
     finally:
         envs.close()
@@ -73,12 +77,13 @@ def test_copy_true_returns_fresh_arrays():
 
 
 def test_zero_copy_step_returns_the_same_view_objects():
-    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"ring_depth": 2})
+    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"ring_depth": 2, "copy": False})
     try:
         envs.reset(seed=0)
         a = envs.step(np.zeros(2, np.int64))[0]
         envs.step(np.zeros(2, np.int64))
-        b = envs.step(np.zeros(2, np.int64))[0]
+        with pytest.warns(KeptViewWarning):  # ``a`` is still held when its slot is written again
+            b = envs.step(np.zeros(2, np.int64))[0]
         assert a is b and not a.flags.owndata
     finally:
         envs.close()

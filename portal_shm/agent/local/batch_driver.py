@@ -24,6 +24,7 @@ from ...wire import trees
 from ...wire.doorbell import AnyDone
 from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_OK
 from ..contract.infos import add_info
+from ..contract.kept_views import KeptViews, anchored, holders
 from ..contract.pending import AsyncState
 from ..contract.validate import check_blobs
 from .batches import ServerQueue
@@ -98,6 +99,11 @@ class BatchDriver:
         self._plans: dict[tuple[int, ...], BatchPlan] = {}
         self._out_slot = -1
         self._out: dict[tuple[Any, int], np.ndarray] = {}
+        # copy=False: the views a batch of consecutive envs hands out, made once per (slot, span)
+        # and watched (``kept_views``) until a server of the span writes that slot again.
+        self._views: dict[tuple[int, int, int], dict[Any, np.ndarray]] = {}
+        self._view_spans: dict[int, list[tuple[int, int, int]]] = {}
+        self.kept = KeptViews("ring slot", f"ring_depth - 1 = {self.ring_depth - 1} further batches")
 
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step the envs ``env_ids`` (default: those the last ``recv`` returned) with ``actions``."""
@@ -121,6 +127,8 @@ class BatchDriver:
         recovery = self.recovery
         for server, _ in servers:
             k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
+            if not self.copy:
+                self._check_kept(server, k)
             if self._reset_extras:
                 self._reset_extras = {i: b for i, b in self._reset_extras.items() if i not in server.env_indices}
             if recovery.ended or recovery.replays:
@@ -290,18 +298,22 @@ class BatchDriver:
         var = None if self.ring.all_fixed else [self.ring.var_obs[i] for i in ids.tolist()]
         same_slot = slots.count(slots[0]) == len(slots)
         if plan.span is not None and same_slot:
-            k, span = slots[0], plan.span
+            views = self._span_views(slots[0], plan.span)
 
             def pick(index: Any, array: np.ndarray) -> np.ndarray:
-                return array[k, span]
+                return views[index]
         else:
             self._out_slot = (self._out_slot + 1) % self.ring_depth
 
             def pick(index: Any, array: np.ndarray) -> np.ndarray:
                 key = (index, self._out_slot)
-                out = self._out.get(key)
-                if out is None:
-                    out = self._out[key] = np.empty((ids.size,) + array.shape[2:], array.dtype)
+                if key not in self._out:
+                    self._out[key] = np.empty((ids.size,) + array.shape[2:], array.dtype)
+                    self.kept.watch(key, holders([self._out[key]]))
+                    self.kept.settle(key)
+                elif not self.copy:
+                    self.kept.check(key)
+                out = self._out[key]
                 if same_slot:
                     np.take(array[slots[0]], ids, axis=0, out=out)
                     return out
@@ -323,6 +335,28 @@ class BatchDriver:
                 trees.copy_tree(value) for value in (obs, reward, terminated, truncated)
             )
         return obs, reward, terminated, truncated, infos
+
+    def _span_views(self, k: int, span: slice) -> dict[Any, np.ndarray]:
+        """The views of envs ``span`` in slot ``k``: every observation leaf and the flags, made the
+        first time and watched from then on (their counts taken while only this driver holds them)."""
+        key = (k, span.start, span.stop)
+        views = self._views.get(key)
+        if views is None:
+            arrays: dict[Any, np.ndarray] = {**self.ring.obs_by_index, "reward": self.ring.reward}
+            arrays.update(terminated=self.ring.terminated, truncated=self.ring.truncated)
+            self._views[key] = {name: anchored(array[k, span]) for name, array in arrays.items()}
+            self._view_spans.setdefault(k, []).append(key)
+            self.kept.watch(key, holders(list(self._views[key].values())))
+            self.kept.settle(key)
+            views = self._views[key]
+        return views
+
+    def _check_kept(self, server: ServerLink, k: int) -> None:
+        """Before ``server`` writes slot ``k`` again: report a view of its rows still held."""
+        first, last = server.env_indices[0], server.env_indices[-1] + 1
+        for key in self._view_spans.get(k, ()):
+            if key[1] < last and first < key[2]:
+                self.kept.check(key)
 
     def _gather_server(
         self, server: ServerLink, k: int, extras: dict[int, bytes], infos: dict[str, Any], position: int
@@ -373,6 +407,8 @@ class BatchDriver:
         messages: list[dict[str, Any]] = []
         for server in self.servers:
             k = self._server_slot[server.index] = (self._server_slot[server.index] + 1) % self.ring_depth
+            if not self.copy:
+                self._check_kept(server, k)
             messages.append(
                 {
                     "cmd": P.RESET,

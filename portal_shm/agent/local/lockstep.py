@@ -89,11 +89,19 @@ class Lockstep:
         self.recycler = recycler
         self.slot = -1
 
+    def _next_slot(self) -> int:
+        """The slot the next call writes; with ``copy=False``, a client still holding its views
+        from ``ring_depth`` calls ago is reported first (``kept_views``)."""
+        k = (self.slot + 1) % self.ring.ring_depth
+        if not self.copy:
+            self.ring.kept.check(k)
+        return k
+
     # -- reset -------------------------------------------------------------------------------
     def reset_async(
         self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]
     ) -> None:
-        k, prev = (self.slot + 1) % self.ring.ring_depth, max(self.slot, 0)
+        k, prev = self._next_slot(), max(self.slot, 0)
         self.recovery.note_reset(seeds, mask)
         messages = []
         for server in self.servers:
@@ -114,7 +122,7 @@ class Lockstep:
     def set_state_async(self, states: dict[int, bytes], allow_pickle: bool) -> None:
         """Restore the envs ``states`` names (env index -> state) into a new slot; the others keep
         their observation there, as in a masked reset (every server writes its rows of the slot)."""
-        k, prev = (self.slot + 1) % self.ring.ring_depth, max(self.slot, 0)
+        k, prev = self._next_slot(), max(self.slot, 0)
         messages = []
         for server in self.servers:
             envs = [i for i in server.env_indices if i in states]
@@ -150,7 +158,7 @@ class Lockstep:
 
     # -- step --------------------------------------------------------------------------------
     def step_async(self, actions: Any) -> None:
-        k = (self.slot + 1) % self.ring.ring_depth
+        k = self._next_slot()
         cmd = P.CMD_STEP
         messages = None
         if self.ring.actions is None:

@@ -19,6 +19,7 @@ from ...wire import trees
 from ...wire.schema import is_fixed, leaves, revive
 from ..contract.actions import ActionLeaves
 from ..contract.infos import add_info
+from ..contract.kept_views import KeptViews, anchored, holders
 from ..contract.validate import decode_infos
 
 #: ``pick(leaf index, ring array of that leaf)``: the part of a fixed leaf a batch returns.
@@ -85,12 +86,28 @@ class RingViews:
         #: Each env's last variable-layout observation leaves (leaf index -> value), or None.
         self.var_obs: list[Optional[VarObs]] = [None] * self.num_envs
         self._build = trees.builder(obs_schema, self._leaf_getter)
+        # What a batch hands out: per slot, read-only views made once (``kept_views.anchored``), so
+        # with ``copy=False`` a client that keeps one past its slot's reuse is found (``kept``).
+        self._leaf_slots = {
+            index: [anchored(array[k]) for k in range(ring_depth)] for index, array in self.obs_by_index.items()
+        }
         self._obs_slots: Optional[list[Any]] = (
             None
             if self.var_spaces
-            else [self._build((lambda index, array, k=k: array[k], None)) for k in range(ring_depth)]
+            else [self._build((lambda index, array, k=k: self._leaf_slots[index][k], None)) for k in range(ring_depth)]
         )
-        self._results = [(self.reward[k], self.terminated[k], self.truncated[k]) for k in range(ring_depth)]
+        self._results = [
+            (anchored(self.reward[k]), anchored(self.terminated[k]), anchored(self.truncated[k]))
+            for k in range(ring_depth)
+        ]
+        self.kept = KeptViews("ring slot", f"ring_depth - 1 = {ring_depth - 1} further calls of step or reset")
+        for k in range(ring_depth):
+            handed = [leaves[k] for leaves in self._leaf_slots.values()] + list(self._results[k])
+            tree = [] if self._obs_slots is None or isinstance(self._obs_slots[k], np.ndarray) else [self._obs_slots[k]]
+            self.kept.watch(k, holders(handed) + tree)
+        del handed, tree  # the counts are taken with the portal's own references only
+        for k in range(ring_depth):
+            self.kept.settle(k)
 
     def _leaf_getter(self, index: int, node: dict[str, Any]) -> Callable[[BuildArg], Any]:
         if is_fixed(node):
@@ -117,7 +134,7 @@ class RingViews:
         if self._obs_slots is not None:
             obs = self._obs_slots[k]
         else:
-            obs = self.build(lambda index, array: array[k], self.var_obs)
+            obs = self.build(lambda index, array: self._leaf_slots[index][k], self.var_obs)
         return trees.copy_tree(obs) if copy else obs
 
     def results(self, k: int, copy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

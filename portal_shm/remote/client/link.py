@@ -20,6 +20,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from ...agent.contract.kept_views import KeptViews, holders
 from ...errors import HostLostError, PortalError, PortalTimeoutError, ServerProtocolError
 from .. import frames
 from .. import messages as M
@@ -147,10 +148,18 @@ class HostLink:
         count = self.num_envs
         self.outputs = [[np.empty((count,) + tuple(shape), dtype) for shape, dtype in leaves] for _ in range(depth)]
         self._output = 0
+        # A portal with copy=False hands these out as they are: one kept past its reuse is reported.
+        self.kept = KeptViews("reply array", f"ring_depth - 1 = {depth - 1} further calls of step or reset")
+        for i in range(depth):
+            self.kept.watch(i, holders(self.outputs[i]))
+            self.kept.settle(i)
 
     def _take(self, data: list[Any]) -> None:
         self.last_heard = time.monotonic()
-        into = self.outputs[self._output] if self.outputs else None
+        into = None
+        if self.outputs:
+            self.kept.check(self._output)
+            into = self.outputs[self._output]
         try:
             codecs_allowed = () if self.codec == "none" else (self.codec,)
             header, arrays = frames.unpack(data, self.stats, into, codecs_allowed, self.max_decoded)

@@ -65,7 +65,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         num_envs: int,
         backend: LinkOptions,
         env_kwargs: Optional[dict[str, Any]] = None,
-        copy: bool = False,
+        copy: bool = True,
         placement: Optional[Placement] = None,
         **vector_kwargs: Any,
     ) -> None:
