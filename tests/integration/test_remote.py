@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import portal_shm
+from portal_shm.agent.contract.kept_views import KeptViewWarning
 from portal_shm.remote import frames
 from portal_shm.server.example_envs import NestedEnv
 from testkit.compare import assert_same, check_batch, rollout
@@ -100,18 +101,38 @@ def test_compressed_observations_stay_valid_for_ring_depth_minus_one_calls(host,
     ale_py = pytest.importorskip("ale_py")
     gym.register_envs(ale_py)
     depth = 3
-    envs = remote("ALE/Pong-v5", 2, [host], keys, compression=codec, vector_kwargs={"ring_depth": depth})
+    vector_kwargs = {"ring_depth": depth, "copy": False}
+    envs = remote("ALE/Pong-v5", 2, [host], keys, compression=codec, vector_kwargs=vector_kwargs)
     try:
         kept = []
         obs, _ = envs.reset(seed=1)
         kept.append((obs, obs.copy()))
-        for t in range(12):
-            obs, *_ = envs.step(np.full(2, 2 + t % 2, np.int64))
-            kept.append((obs, obs.copy()))
-            for view, copy in kept[-depth:]:
-                np.testing.assert_array_equal(view, copy)
+        with pytest.warns(KeptViewWarning, match="reply array"):  # this test keeps them all
+            for t in range(12):
+                obs, *_ = envs.step(np.full(2, 2 + t % 2, np.int64))
+                kept.append((obs, obs.copy()))
+                for view, copy in kept[-depth:]:
+                    np.testing.assert_array_equal(view, copy)
         assert len({id(view) for view, _ in kept}) == depth  # the same arrays, in turn: no step allocates
         assert any(not np.array_equal(a[1], b[1]) for a, b in zip(kept, kept[1:]))  # the frames did change
+    finally:
+        envs.close()
+
+
+def test_compressed_observations_kept_by_default_never_change(host, keys):
+    """The default copies out of the reused arrays: everything kept stays as it was returned."""
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    envs = remote("ALE/Pong-v5", 2, [host], keys, compression="lz4", vector_kwargs={"ring_depth": 2})
+    try:
+        obs, _ = envs.reset(seed=1)
+        kept = [(obs, obs.copy())]
+        for t in range(10):
+            obs, *_ = envs.step(np.full(2, 2 + t % 2, np.int64))
+            kept.append((obs, obs.copy()))
+        for held, copy in kept:
+            np.testing.assert_array_equal(held, copy)
+        assert any(not np.array_equal(a[1], b[1]) for a, b in zip(kept, kept[1:]))
     finally:
         envs.close()
 
