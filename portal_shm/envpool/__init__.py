@@ -22,8 +22,13 @@ Arrays come back as fresh arrays by default, as envpool's do, since envpool scri
 (rollout lists): ``vector_kwargs={"copy": False}`` returns ring views instead (valid for
 ``ring_depth - 1`` further calls, README "How long a returned batch stays valid").
 
+The gym type's spaces are the ``gym`` package's classes where gym is installed, as envpool 0.x gave
+them (cleanrl's envpool scripts assert ``isinstance(envs.action_space, gym.spaces.Discrete)``);
+without gym they are gymnasium's.
+
 Modules: ``tasks`` (envpool's ids and options, and the preset each becomes), ``pool`` (the env object
-scripts hold); ``make`` and its ``make_*`` forms are here.
+scripts hold), ``gym_spaces`` (gymnasium's spaces as gym's classes); ``make`` and its ``make_*`` forms
+are here.
 """
 
 from __future__ import annotations

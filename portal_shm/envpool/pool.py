@@ -10,17 +10,19 @@ import gymnasium as gym
 import numpy as np
 
 from ..agent.contract.base import PortalVectorEnv
+from .gym_spaces import import_gym, to_gym
 from .tasks import ATARI_INFO_DTYPES, Task
 
 
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
-    """What envpool's ``env.spec`` holds that scripts read: ``config`` (a named tuple), the spaces."""
+    """What envpool's ``env.spec`` holds that scripts read: ``config`` (a named tuple), the spaces
+    (the pool's own: gym's classes for ``env_type="gym"`` where gym is installed, else gymnasium's)."""
 
     id: str
     config: Any
-    observation_space: gym.Space
-    action_space: gym.Space
+    observation_space: Any
+    action_space: Any
     reward_threshold: Optional[float] = None
 
 
@@ -28,8 +30,10 @@ class EnvPool:
     """envpool's env object over a portal: one env's spaces, envpool's calls, infos and dtypes.
 
     ``action_space``/``observation_space`` are one env's spaces, as envpool gives them (and so are
-    ``single_*``; all four are plain attributes that scripts may overwrite). The portal itself is
-    ``self.portal`` (``stats()``, ``servers``).
+    ``single_*``; all four are plain attributes that scripts may overwrite). With ``env_type="gym"``
+    they are the ``gym`` package's classes where gym is installed, as envpool 0.x gave them (scripts
+    check ``isinstance(..., gym.spaces.Discrete)``), converted once here; else gymnasium's. The portal
+    itself is ``self.portal`` (``stats()``, ``servers``).
     """
 
     def __init__(
@@ -45,11 +49,14 @@ class EnvPool:
         self.all_env_ids = np.arange(self.num_envs, dtype=np.int32)
         self._seed = seed  # handed to the first reset, as envpool seeds env i with seed + i at creation
         self._reshape = reshape  # (channels, h, w) when RGB frames are stacked as envpool's (3 * stack, h, w)
-        single_obs = portal.single_observation_space
+        single_obs, single_action = portal.single_observation_space, portal.single_action_space
         if reshape is not None:
             single_obs = gym.spaces.Box(0, 255, reshape, np.uint8)
+        old_gym = import_gym() if env_type == "gym" else None
+        if old_gym is not None:
+            single_obs, single_action = to_gym(single_obs, old_gym), to_gym(single_action, old_gym)
         self.single_observation_space = self.observation_space = single_obs
-        self.single_action_space = self.action_space = portal.single_action_space
+        self.single_action_space = self.action_space = single_action
         self.spec = EnvSpec(
             spec.task_id, collections.namedtuple("Config", list(config))(**config), single_obs, self.action_space
         )
