@@ -95,11 +95,16 @@ def test_terminal_observation_is_a_copy_the_ring_cannot_overwrite(cartpole):
     np.testing.assert_array_equal(kept, value)
 
 
-def test_observations_are_ring_views_unless_copy(cartpole):
+def test_observations_are_fresh_by_default_and_ring_views_only_when_asked(cartpole):
     cartpole.seed(0)
-    obs = cartpole.reset()
-    assert not obs.flags.owndata  # a view of the shared-memory ring
-    copying = SB3VecEnv(portal_shm.make_vec("CartPole-v1", 2, vector_kwargs=SAME_STEP), copy=True)
+    assert cartpole.reset().flags.owndata  # a default portal copies out of the ring
+    viewing = SB3VecEnv(portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={**SAME_STEP, "copy": False}))
+    try:
+        obs = viewing.reset()
+        assert not obs.flags.owndata and not obs.flags.writeable  # a read-only view of the ring
+    finally:
+        viewing.close()
+    copying = SB3VecEnv(portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={**SAME_STEP, "copy": False}), copy=True)
     try:
         assert copying.reset().flags.owndata
     finally:
