@@ -135,6 +135,12 @@ class Recycler:
         self.fresh = []
         ends = ring.episode_ends(k).tolist()
         changed = bool(ends) or bool(self.handed)  # what ``_mark_retiring`` reads may have moved
+        ended = set(ends)
+        # Servers that stepped with CMD_RETIRE, all envs at an end, and handed no states: some
+        # state could not be taken (asked for again at the swap, whose error says why).
+        unhanded = {
+            j for j in self.retiring if j not in self.handed and all(i in ended for i in self.servers[j].env_indices)
+        }
         touched = set()
         for i in ends:
             j = int(self.server_of[i])
@@ -161,7 +167,7 @@ class Recycler:
         if self.warming:
             changed = self._poll_spares() or changed
         if self.due:
-            self._pick(set(ends), self.policy.max_per_step - swapped)
+            self._pick(set(ends), self.policy.max_per_step - swapped, unhanded)
             changed = True
         if changed:
             self._mark_retiring()
@@ -272,9 +278,17 @@ class Recycler:
         self.warming.discard(j)
         self.spares.discard(self.servers[j])
 
-    def _pick(self, ended: set[int], most: int) -> None:
+    def _at_ends_only(self, j: int) -> bool:
+        """Whether server ``j`` said some env of its has a state only at an episode's end: it is
+        swapped only when it retires (all its envs end an episode in one step), never past the
+        bound (mid-episode) nor before the step after an end (a reset may come between)."""
+        hello = self.servers[j].hello or {}
+        return hello.get("states") == P.STATES_AT_EPISODE_END and j not in self.stateless
+
+    def _pick(self, ended: set[int], most: int, unhanded: set[int]) -> None:
         """The due servers to swap before the next step (at most ``most``: the others swapped since
-        the last step count too): spare ready, envs at an end or past the bound."""
+        the last step count too): spare ready, envs at an end or past the bound; of servers whose
+        envs have states only at episode ends, those that retired without them (``unhanded``)."""
         chosen: list[tuple[int, int]] = []
         self.at_end = set()
         for j in sorted(self.due):
@@ -282,7 +296,19 @@ class Recycler:
                 continue
             wear = self.wear[j]
             wear.due_steps += 1
-            at_end = all(i in ended for i in self.servers[j].env_indices)
+            server = self.servers[j]
+            at_end = all(i in ended for i in server.env_indices)
+            if self._at_ends_only(j) and j not in unhanded:
+                if wear.due_steps > self.policy.wait_steps and len(server.env_indices) > 1:
+                    self._warn(
+                        "together",
+                        f"{server.describe()} is due, but its {len(server.env_indices)} envs have a state only at "
+                        f"an episode's end (no state adapter) and did not all end one in the same step within "
+                        f"wait_steps={self.policy.wait_steps}: it is swapped once they do. envs_per_server=1 "
+                        "swaps each env at its own episode's end; a state adapter (get_state/set_state) lets "
+                        "it go mid-episode",
+                    )
+                continue
             if at_end:
                 self.at_end.add(j)
             if at_end or (wear.due_steps > self.policy.wait_steps and j not in self.stateless):
@@ -344,20 +370,21 @@ class Recycler:
         self.due.discard(j)
 
     def _without_states(self, j: int, at_end: bool, cause: BaseException) -> bool:
-        """Whether a server whose envs have no state is swapped now (NEXT_STEP, all at an episode end)."""
+        """Whether a server whose envs' states cannot be taken is swapped now (NEXT_STEP, all at an
+        episode end)."""
         self.stateless.add(j)
         why = str(cause).splitlines()[0][:300]
         if self.mode is not AutoresetMode.NEXT_STEP:
             self._stop_recycling(j)
             self._warn(
                 "off",
-                f"envs without a state adapter are not recycled with autoreset_mode {self.mode.value} "
+                f"envs whose state cannot be taken are not recycled with autoreset_mode {self.mode.value} "
                 f"({why}); use NEXT_STEP, where they are reset in the fresh server with recycle_seed",
             )
             return False
         self._warn(
             "seeds",
-            f"recycled envs without a state adapter are reset with recycle_seed(seed, recycles) "
+            f"recycled envs whose state cannot be taken are reset with recycle_seed(seed, recycles) "
             f"in the fresh server: reproducible, but not the trajectory of a run without recycling ({why})",
         )
         return at_end
