@@ -86,6 +86,25 @@ def test_plain_envs_recycled_every_5_episodes_give_sync_vector_env_s_transitions
 
 
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_plain_envs_sharing_a_server_are_swapped_only_when_all_end_together_never_mid_episode(mode):
+    # Past wait_steps a server of envs with complete states goes mid-episode; these have none
+    # there, so it waits for a step where both its envs end (said once), and nothing changes.
+    vector = {"envs_per_server": 2, "autoreset_mode": mode, "recycle": {"episodes": 4, "wait_steps": 3}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        envs = portal_shm.make_vec(WALK, 4, vector_kwargs=vector)
+        try:
+            records, recycled = _run(envs, 600, 2, mode, _let_spares_start)
+            recycles = envs.recycles
+        finally:
+            envs.close()
+    assert_same(records, _expected(WALK, 4, 600, 2, mode))
+    assert min(recycles) >= 1 and list(recycled.sum(axis=0)) == recycles, recycles
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1 and "swapped once they do" in messages[0] and "envs_per_server=1" in messages[0]
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
 def test_a_plain_env_s_fresh_server_that_dies_after_the_old_one_closed_is_restarted_in_place_exactly(mode):
     """A spare standing by is killed; at its swap (the old server already told to close) it is
     found dead, started cold in place and given the envs' episode-end states: nothing changes."""

@@ -11,11 +11,11 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
   an episode it sends their states beside its results and holds (it reads only its control
   socket), and the spare is swapped in right after that step (one round trip: the states into
   the spare) while the old one is told CLOSE; servers past ``max_per_step`` retired in the same
-  step are told RESUME and go on. Otherwise (no state there,
-  or an older server) it is swapped before the step after one in which all its envs ended an
-  episode, or, with several envs per server, ``wait_steps`` steps after it came due (a bound,
-  since envs rarely end together); never before its spare is ready, so a swap never waits for a
-  start-up, and at most ``max_per_step`` servers are swapped in one step.
+  step are told RESUME and go on. Otherwise (a state that could not be taken there, or an older
+  server) it is swapped before the step after one in which all its envs ended an episode, or,
+  with several envs per server whose states are complete, ``wait_steps`` steps after it came due
+  (a bound, since envs rarely end together); never before its spare is ready, so a swap never
+  waits for a start-up, and at most ``max_per_step`` servers are swapped in one step.
 - The swap carries every env's state (``get_state``/``set_state``: base env, wrappers, RNG, the
   pending autoreset): the old server closes, the spare takes its mailbox and rows, the states go
   in, and the step goes to the fresh server. In NEXT_STEP the autoreset's reset then happens in
@@ -23,18 +23,27 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
   old one made: either way every transition is the one a run without recycling gives. Envs past
   the bound go on mid-episode from their state, exactly as well where the state adapter is
   complete (own ``get_state``, ALE, MuJoCo).
-- An env without a state adapter cannot carry its generator: in NEXT_STEP its server is swapped
-  only in a step where all its envs ended an episode, and the fresh envs are reset with
-  ``recycle_seed(seed, recycles)`` (from the env's last seed: reproducible, but not the trajectory
-  of a run without recycling; warned once). In SAME_STEP and DISABLED such servers are not
-  recycled (warned once).
+- An env no adapter knows (a plain gymnasium env) has a state only at an episode's end: its
+  generators, wrappers and pending autoreset (``server/state.py``, ``EpisodeEndState``), which
+  its server's handshake says (``STATES_AT_EPISODE_END``). Such a server is swapped only when it
+  retires, in a step where all its envs end an episode (in SAME_STEP the server takes the states
+  just before the step's reset, which the fresh server makes again), never past the bound nor a
+  step later (a user's reset may come between): exact in every mode. With several envs per
+  server that may take long; past the bound a warning says so once.
+- Envs whose state cannot be taken even there (a wrapper holding other than plain data) retire
+  without states; asked again at the swap, their server's error says why. In NEXT_STEP the server
+  is swapped at that end and the fresh envs are reset with ``recycle_seed(seed, recycles)`` (from
+  the env's last seed: reproducible, but not the trajectory of a run without recycling; warned
+  once). In SAME_STEP and DISABLED such servers are not recycled (warned once). Randomness outside
+  the generators (global generators, an engine's own RNG, state kept across episodes) cannot be
+  seen at all: such envs go on from their generators alone (README, Recycling).
 - The first step the fresh server answers has ``info["env_recycled"] = True`` for its envs (apart
   from ``env_restarted``, which a failure sets); ``envs.stats()`` counts ``recycles`` per env.
 - A spare that fails to start is stopped and started again later; after ``MAX_SPARE_FAILURES``
   in a row its server is no longer recycled (warned). A swap whose fresh server fails once the old
-  one closed is restarted cold in place, then given the states: the envs' episodes go on, so it
-  is not counted in ``restarts`` nor shown as ``env_restarted`` (it spends one of ``max_restarts``
-  and is in ``envs.restart_log`` as phase ``recycle``).
+  one closed is restarted cold in place, then given the states (episode-end states alike): the
+  envs' episodes go on, so it is not counted in ``restarts`` nor shown as ``env_restarted`` (it
+  spends one of ``max_restarts`` and is in ``envs.restart_log`` as phase ``recycle``).
 """
 
 from __future__ import annotations
