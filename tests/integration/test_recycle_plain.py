@@ -173,3 +173,29 @@ def test_envs_whose_state_cannot_be_taken_are_reset_with_recycle_seed_in_next_st
         assert envs.recycles == [0, 0]
     finally:
         envs.close()
+
+
+def test_a_host_recycles_plain_envs_locally_and_the_agent_sees_sync_vector_env_s_transitions(tmp_path):
+    from testkit.hosts import HostProcess, Keys
+
+    keys = Keys(str(tmp_path))
+    host = HostProcess(keys, "--entry-points", "testkit.plain_envs:*")
+    try:
+        envs = portal_shm.make_vec(
+            WALK,
+            2,
+            backend="remote",
+            hosts=[host.address],
+            **keys.options(),
+            vector_kwargs={"envs_per_server": 1, "recycle": {"episodes": 3}},
+        )
+        try:
+            records, recycled = _run(envs, 300, 4, "NextStep", lambda t, envs: time.sleep(0.005))
+            counted = [env["recycles"] for env in envs.stats()["envs"]]
+        finally:
+            envs.close()
+    finally:
+        host.stop()
+    assert host.process.returncode == 0, host.log
+    assert_same(records, _expected(WALK, 2, 300, 4, "NextStep"))
+    assert min(counted) >= 2 and list(recycled.sum(axis=0)) == counted, counted

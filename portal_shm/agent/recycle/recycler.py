@@ -176,7 +176,7 @@ class Recycler:
         if self.warming:
             changed = self._poll_spares() or changed
         if self.due:
-            self._pick(set(ends), self.policy.max_per_step - swapped, unhanded)
+            self._pick(ended, self.policy.max_per_step - swapped, unhanded)
             changed = True
         if changed:
             self._mark_retiring()
