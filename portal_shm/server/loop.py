@@ -27,7 +27,7 @@ from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
 from .recording import check_renders, frame_rings, stepping_envs
-from .state import capture, restore, warm
+from .state import capture, carries_mid_episode, restore, warm
 from .stats import ServerCounters
 
 IDLE_CHECK_SECONDS = 0.5
@@ -105,6 +105,8 @@ class EnvServer:
         # What the step loop steps: ``envs``, with ``Recorded`` stand-ins while their frames are captured.
         self.stepping = list(envs)
         self.autoreset = [False] * len(envs)
+        # Envs no state adapter knows: their state is taken only at an episode's end (``state.py``).
+        self.end_only = [not carries_mid_episode(env) for env in envs]
         self.last_var_obs: list = [None] * len(envs)
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
@@ -187,6 +189,7 @@ class EnvServer:
                 "render_mode": getattr(first, "render_mode", None),
                 "standby": True,  # it can be attached as a spare before its swap (``stand_by``)
                 "retire": True,  # it knows CMD_RETIRE
+                "states": P.STATES_AT_EPISODE_END if any(self.end_only) else P.STATES_COMPLETE,
             }
         )
         attach = self.recv()
@@ -357,7 +360,9 @@ class EnvServer:
         so the env that returned them is the one reported.
 
         ``retire`` (recycling): when every env ended its episode here, their states go beside the
-        results and the server then holds (``hold``); returns whether it sent them.
+        results and the server then holds (``hold``); returns whether it sent them. In SAME_STEP
+        an env whose state exists only at an episode's end (``end_only``) is captured just
+        before the step resets it, its one moment.
         """
         self.last_slot = k
         mailbox = self.mailbox
@@ -379,6 +384,7 @@ class EnvServer:
             self.whole_obs,
         )
         count = len(envs)
+        at_end: Any = {} if retire else None  # SAME_STEP: end_only envs' states taken before their reset
         rewards, terminateds, truncateds, lengths = [0.0] * count, [False] * count, [False] * count, [0] * count
         for j in range(count):
             env, i = envs[j], indices[j]
@@ -399,6 +405,8 @@ class EnvServer:
                     infos = [info]
                     if mode == SAME_STEP and (terminated or truncated):
                         self.counters.episodes[j] += 1
+                        if at_end is not None and self.end_only[j]:
+                            at_end[j] = self._state_before_reset(j, obs)
                         infos = [{"final_obs": obs, "final_info": info}]
                         obs, info = env.reset()
                         infos.append(info)
@@ -424,7 +432,7 @@ class EnvServer:
             mailbox[STATUS] = STATUS_ERROR
             mailbox[EXTRA] = 0
             return False
-        states = self._states_to_retire() if retire and all(autoreset) else None
+        states = self._states_to_retire(at_end) if retire and all(autoreset) else None
         if states is not None:
             self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "held": True})
         elif extras:
@@ -452,18 +460,33 @@ class EnvServer:
         self._close_envs()
         return True
 
-    def _states_to_retire(self) -> Optional[list]:
-        """Every env's state at its episode's end, or None where one has none (no state adapter,
-        no pickle here): the agent then swaps the server the way it swaps envs without states."""
+    def _states_to_retire(self, at_end: dict) -> Optional[list]:
+        """Every env's state at its episode's end (``at_end``: those taken before a SAME_STEP
+        reset), or None where one could not be taken (a wrapper's state that is not plain data):
+        the agent then asks for them, and learns why, the way it does of an older server."""
         try:
-            return [self._capture(j, False) for j in range(len(self.envs))]
+            states = [
+                at_end.get(j) if self.end_only[j] and self.autoreset_mode == SAME_STEP else self._capture(j, False)
+                for j in range(len(self.envs))
+            ]
+        except Exception:
+            return None
+        return None if None in states else states
+
+    def _state_before_reset(self, j: int, obs: Any) -> Optional[bytes]:
+        """SAME_STEP: env ``j``'s state at the end of the episode its step just ended, before the
+        step resets it (restored, the reset is made again: ``reset``); None if it cannot be taken."""
+        env = self.envs[j]
+        try:
+            return capture(env, env_name(env), obs, None, False, True, episode_end=True)
         except Exception:
             return None
 
     def _capture(self, j: int, allow_pickle: bool) -> bytes:
         env = self.envs[j]
-        pending = self.autoreset[j]  # its episode ended: the next step resets it
-        return capture(env, env_name(env), self._last_obs(j), None, allow_pickle, pending)
+        pending = self.autoreset[j]  # its episode ended: the next step resets it (SAME_STEP: it did)
+        at_end = pending and self.autoreset_mode != SAME_STEP
+        return capture(env, env_name(env), self._last_obs(j), None, allow_pickle, pending, episode_end=at_end)
 
     def _write_results(
         self, k: int, rewards: list, terminateds: list, truncateds: list, lengths: list, errors: list
@@ -600,7 +623,14 @@ class EnvServer:
             payload: list = []
             if states is not None and i in states:
                 try:
-                    obs, info, pending = restore(env, states[i], env_name(env), message.get("allow_pickle") is True)
+                    obs, info, pending, episode_end = restore(
+                        env, states[i], env_name(env), message.get("allow_pickle") is True
+                    )
+                    if episode_end and self.autoreset_mode == SAME_STEP:
+                        # Only the episode's end travelled, and this mode resets there within the
+                        # step: the reset its source made (or would have made) is made here again,
+                        # from the same generators, so it gives the same observation.
+                        obs, info = env.reset()
                     self.autoreset[j] = pending  # a state taken at an episode's end resets at the next step
                     if in_ring:
                         if self.obs_var:

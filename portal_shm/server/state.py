@@ -11,7 +11,10 @@ restored emulator's screen is stale until its next step). To the agent a state i
 Base env adapters, first match wins (``ADAPTERS``): the env's own ``get_state()``/``set_state(state)``;
 ALE (``cloneState(include_rng=True)``: emulator, sticky-action RNG and last action); MuJoCo
 (``mj_getState(mjSTATE_INTEGRATION)`` plus the derived quantities envs read between steps); with
-``allow_pickle``, the whole base env pickled inside the runtime. Wrappers are captured from their
+``allow_pickle``, the whole base env pickled inside the runtime. These are complete: a state taken
+mid-episode goes on mid-episode. Any other env has a state only at an episode's end, where its next
+move is a reset (``EpisodeEndState``): its generators, its wrappers and the pending autoreset;
+mid-episode ``capture`` refuses it. Wrappers are captured from their
 attributes, which must be plain data (numbers, strings, arrays, lists, tuples, dicts, deques,
 numpy generators) or known to be configuration (spaces, functions, ``AreaResize``); any other
 attribute makes ``capture`` fail naming the wrapper, rather than lose state in silence. A wrapper
@@ -29,9 +32,10 @@ import functools
 import importlib.metadata
 import inspect
 import pickle
+import random
 import sys
 import types
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -205,6 +209,8 @@ def _encode(value: Any, where: str) -> Any:
         return (_TAG, "generator", _encode(value.bit_generator.state, where))
     if isinstance(value, np.random.RandomState):
         return (_TAG, "randomstate", _encode(value.get_state(legacy=False), where))
+    if type(value) is random.Random:  # (not SystemRandom, which has no state)
+        return (_TAG, "random", _encode(value.getstate(), where))
     raise _NotPlain(f"{where} (a {_class_name(value)})")
 
 
@@ -229,6 +235,13 @@ def _decode(value: Any) -> Any:
             random_state = np.random.RandomState()
             random_state.set_state(_decode(value[2]))
             return random_state
+        if kind == "random":
+            generator = random.Random()
+            try:
+                generator.setstate(_decode(value[2]))
+            except (TypeError, ValueError) as exc:
+                raise StateError(f"a state holds a random.Random state that Python refuses: {exc}") from None
+            return generator
         raise StateError(f"a state value of unknown kind {kind!r}: a newer portal-shm made it")
     if isinstance(value, tuple):
         return tuple(_decode(v) for v in value)
@@ -237,6 +250,13 @@ def _decode(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _decode(v) for k, v in value.items()}
     return value
+
+
+_GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
+
+
+def _is_generator(value: Any) -> bool:
+    return isinstance(value, _GENERATORS) and not isinstance(value, random.SystemRandom)
 
 
 def _is_configuration(value: Any) -> bool:
@@ -482,8 +502,58 @@ class PickledEnv:
         vars(base).update(vars(pickle.loads(payload)))
 
 
-ADAPTERS = (OwnState, AleState, MujocoState)
-_BY_NAME = {adapter.name: adapter for adapter in ADAPTERS + (PickledEnv,)}
+class EpisodeEndState:
+    """Any other env, only at an episode's end (its next move is a reset, not yet made).
+
+    There, a gymnasium env's future is its reset and what follows, and it draws all of that from
+    its generators: ``np_random`` (which every state carries, ``_rng_state``) and any numpy or
+    ``random.Random`` generator it holds as an attribute of its own (saved here). Its wrappers
+    travel as in every state, and so does the pending autoreset. Its dynamic state (positions, a
+    physics world, a game engine) is not here, and does not matter since the reset rebuilds it:
+    ``capture`` takes this only at an episode's end, and ``restore`` refuses one that claims
+    another moment. What it cannot know: randomness drawn from anywhere else (numpy's or
+    ``random``'s global generators, an engine's own RNG that its reset does not reseed, counters
+    kept across episodes by the base env)."""
+
+    name = "episode-end"
+
+    @staticmethod
+    def matches(base: Any) -> bool:
+        return True
+
+    @staticmethod
+    def save(base: Any, resets_next: bool) -> Any:
+        name = type(base).__qualname__
+        generators = {
+            key: _encode(value, f"{name}.{key}")
+            for key, value in _attrs(base).items()
+            if key not in _RNG_ATTRIBUTES and _is_generator(value)
+        }
+        return {"generators": generators}
+
+    @staticmethod
+    def load(base: Any, payload: Any) -> None:
+        generators = payload.get("generators") if isinstance(payload, dict) else None
+        if not isinstance(generators, dict):
+            raise StateError(f"an episode-end state for {_class_name(base)} without its generators")
+        decoded = {key: _decode(value) for key, value in generators.items()}
+        for key, value in decoded.items():
+            named = isinstance(key, str) and key.isidentifier() and not key.startswith("__")
+            if not named or key in _SKIP or key in _RNG_ATTRIBUTES:
+                raise StateError(f"the state sets {key!r:.60} on {_class_name(base)}, which a state of it never holds")
+            current = _attrs(base).get(key, getattr(type(base), key, None))
+            if not _is_generator(value) or not (current is None or _is_generator(current)):
+                raise StateError(
+                    f"the state sets {key!r:.60} on {_class_name(base)} to something other than a generator, "
+                    "which an episode-end state never holds"
+                )
+        for key, value in decoded.items():
+            setattr(base, key, value)
+
+
+ADAPTERS = (OwnState, AleState, MujocoState)  # complete: a state of theirs is one at any moment
+_BY_NAME = {adapter.name: adapter for adapter in ADAPTERS + (PickledEnv, EpisodeEndState)}
+_RNG_ATTRIBUTES = ("_np_random", "np_random")  # the base env's generator, carried by ``_rng_state``
 
 
 def _one_argument(method: Callable) -> bool:
@@ -496,16 +566,30 @@ def _one_argument(method: Callable) -> bool:
     return len(required) <= 1 and (len(params) >= 1 or any(p.kind is p.VAR_POSITIONAL for p in params))
 
 
-def _adapter(base: Any, allow_pickle: bool) -> Any:
+def carries_mid_episode(env: Any) -> bool:
+    """Whether ``env``'s state can be taken at any moment (an adapter knows its base env), not
+    only at an episode's end; what a server tells the agent at its handshake (recycling)."""
+    try:
+        base = _chain(env)[-1]
+        return any(adapter.matches(base) for adapter in ADAPTERS)
+    except Exception:
+        return False
+
+
+def _adapter(base: Any, allow_pickle: bool, episode_end: bool) -> Any:
     for adapter in ADAPTERS:
         if adapter.matches(base):
             return adapter
     if allow_pickle:
         return PickledEnv
+    if episode_end:
+        return EpisodeEndState
     raise StateError(
-        f"{_class_name(base)} has no state adapter (there are: own get_state/set_state, ALE, MuJoCo): "
-        "give the env get_state()/set_state(state) methods, or ask for allow_pickle=True (the env is "
-        "then pickled inside its runtime; the agent only ever sees bytes)"
+        f"{_class_name(base)} has no state adapter (there are: own get_state/set_state, ALE, MuJoCo) and "
+        "its episode is under way: such an env has a state only at an episode's end (its generators; in "
+        "NextStep or Disabled mode, after the step that ended it: in SameStep the step resets it at once). "
+        "Take it there, give the env get_state()/set_state(state) methods, or ask for allow_pickle=True "
+        "(the env is then pickled inside its runtime; the agent only ever sees bytes)"
     )
 
 
@@ -523,11 +607,17 @@ def _rng_state(base: Any) -> Any:
 
 
 def _restore_rng(base: Any, saved: Any) -> None:
+    """The generator back, and gymnasium's ``np_random_seed`` beside it (a fresh env that was
+    never reset holds it only as its class's default, not as an attribute of its own)."""
     own = _attrs(base)
     name = "_np_random" if "_np_random" in own or "np_random" not in own else "np_random"
-    setattr(base, name, _decode(saved["np_random"]))
-    if saved.get("seed") is not None and "_np_random_seed" in own:
-        setattr(base, "_np_random_seed", saved["seed"])
+    rng = _decode(saved["np_random"])
+    if not _is_generator(rng):
+        raise StateError(f"a state's generator for {_class_name(base)} is not a generator")
+    setattr(base, name, rng)
+    seed = saved.get("seed")
+    if isinstance(seed, int) and ("_np_random_seed" in own or hasattr(type(base), "_np_random_seed")):
+        setattr(base, "_np_random_seed", seed)
 
 
 def _spec_kwargs(env: Any) -> dict:
@@ -541,6 +631,15 @@ def _spec_kwargs(env: Any) -> dict:
 
 
 # -- capture and restore ------------------------------------------------------------------------
+class Restored(NamedTuple):
+    """What ``restore`` hands back, as it was when the state was taken."""
+
+    obs: Any  # the observation the env had last returned
+    info: dict
+    autoreset: bool  # the server was to reset the env at its next step
+    episode_end: bool  # only the episode's end travelled (``EpisodeEndState``): reset before it steps
+
+
 def capture(
     env: Any,
     env_id: str,
@@ -548,12 +647,16 @@ def capture(
     info: Optional[dict] = None,
     allow_pickle: bool = False,
     autoreset: bool = False,
+    episode_end: bool = False,
 ) -> bytes:
     """The state of ``env`` (which last returned ``obs``) as bytes. ``autoreset``: the server was
-    to reset the env at its next step (its episode had ended), which a restore must resume."""
+    to reset the env at its next step (its episode had ended), which a restore must resume.
+    ``episode_end``: the env's episode ended and it was not reset since, so an env no adapter
+    knows has a state here (``EpisodeEndState``); anywhere else it is refused."""
     chain = _chain(env)
     base = chain[-1]
-    adapter = _adapter(base, allow_pickle)
+    wrappers = [[type(w).__qualname__] + _wrapper_state(w) for w in chain[:-1]]  # (its error comes first)
+    adapter = _adapter(base, allow_pickle, episode_end)
     state = {
         "format": FORMAT,
         "version": VERSION,
@@ -563,8 +666,8 @@ def capture(
         "adapter": adapter.name,
         "base": adapter.save(base, bool(autoreset)),
         "rng": _rng_state(base),
-        "wrappers": [[type(w).__qualname__] + _wrapper_state(w) for w in chain[:-1]],
-        "autoreset": bool(autoreset),
+        "wrappers": wrappers,
+        "autoreset": bool(autoreset or adapter is EpisodeEndState),
         "obs": obs,
         "info": info or {},
     }
@@ -574,9 +677,9 @@ def capture(
         raise StateError(f"the state of env {env_id!r} cannot be encoded: {exc}") from None
 
 
-def restore(env: Any, blob: Any, env_id: str, allow_pickle: bool = False) -> tuple:
-    """Put ``env`` into the state ``blob``; returns (the observation, the infos, whether the server
-    is to autoreset it at its next step) as they were when the state was taken.
+def restore(env: Any, blob: Any, env_id: str, allow_pickle: bool = False) -> Restored:
+    """Put ``env`` into the state ``blob``; returns the observation, the infos and whether the server
+    is to autoreset it at its next step as they were when the state was taken (``Restored``).
 
     Everything that can be checked is checked before the env is touched. A pickled state is
     refused unless ``allow_pickle``: unpickling runs whatever the blob says."""
@@ -600,13 +703,15 @@ def restore(env: Any, blob: Any, env_id: str, allow_pickle: bool = False) -> tup
         )
     if adapter is not PickledEnv and not adapter.matches(base):
         raise StateError(f"a state made by the {adapter.name} adapter does not fit {_class_name(base)}")
+    if adapter is EpisodeEndState and state.get("autoreset") is not True:
+        raise StateError("an episode-end state that is not at an episode's end: its env would go on without its state")
     wrappers = [(how, _decode(values)) for _, how, values in saved]
     adapter.load(base, state["base"])
     if state.get("rng") is not None:
         _restore_rng(base, state["rng"])
     for wrapper, (how, values) in zip(chain[:-1], wrappers):
         _restore_wrapper(wrapper, how, values)
-    return state.get("obs"), state.get("info") or {}, bool(state.get("autoreset"))
+    return Restored(state.get("obs"), state.get("info") or {}, bool(state.get("autoreset")), adapter is EpisodeEndState)
 
 
 def _checked(blob: Any, env: Any, env_id: str, chain: list) -> dict:

@@ -35,6 +35,12 @@ ERROR = "error"
 EXTRA = "extra"
 ACTIONS = "actions"  # per-env actions of spaces without a fixed layout, sent just before a step
 
+# What a server's handshake says of its envs' states ("states"; absent from older servers): every
+# env's can be taken at any moment (an adapter knows it), or some env's only at an episode's end,
+# where its generators are its state (``server/state.py``): recycling swaps that server only then.
+STATES_COMPLETE = "complete"
+STATES_AT_EPISODE_END = "episode-end"
+
 # Mailbox commands written into shared memory before the server's go bell is rung.
 CMD_NONE = 0
 CMD_STEP = 1

@@ -6,14 +6,12 @@ shows as a difference.
 """
 
 import time
-import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm.agent.recycle.recycler import recycle_seed
 from testkit.compare import assert_same, snapshot
 
 pytestmark = pytest.mark.integration
@@ -185,45 +183,6 @@ def test_a_spare_that_dies_restoring_its_states_is_restarted_in_place_and_nothin
     # a restart in place, ending no episode: logged, not counted in envs.restarts nor shown in the infos
     assert [(r["phase"], r["counted"], r["shown"]) for r in log] == [("recycle", False, None)], log
     assert min(recycles) >= 2, recycles
-
-
-def test_envs_without_states_are_reset_with_recycle_seed_in_next_step_and_left_alone_otherwise():
-    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 1, "recycle": {"episodes": 1}})
-    checked = 0
-    try:
-        envs.reset(seed=10)
-        with pytest.warns(RuntimeWarning, match="recycle_seed"):
-            for _ in range(3000):
-                obs, reward, terminated, truncated, infos = envs.step(envs.action_space.sample())
-                for i in np.flatnonzero(infos.get("_env_recycled", np.zeros(2, bool))):
-                    fresh = gym.make("CartPole-v1")
-                    expected, _ = fresh.reset(seed=recycle_seed(10 + i, envs.recycles[i]))
-                    fresh.close()
-                    assert np.array_equal(obs[i], expected) and reward[i] == 0.0
-                    assert not terminated[i] and not truncated[i]
-                    checked += 1
-                if checked >= 3:
-                    break
-        assert checked >= 3
-    finally:
-        envs.close()
-    envs = portal_shm.make_vec(
-        "CartPole-v1", 2, vector_kwargs={"autoreset_mode": "SameStep", "recycle": {"episodes": 1}}
-    )
-    try:
-        envs.reset(seed=10)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            deadline = time.monotonic() + 60
-            while not caught and time.monotonic() < deadline:  # until a spare is ready at an episode end
-                envs.step(envs.action_space.sample())
-                time.sleep(0.001)
-        assert "not recycled with autoreset_mode SameStep" in str(caught[0].message)
-        for _ in range(200):
-            envs.step(envs.action_space.sample())
-        assert envs.recycles == [0, 0]
-    finally:
-        envs.close()
 
 
 def test_recycle_is_refused_with_async_batches_and_checked_before_anything_starts():

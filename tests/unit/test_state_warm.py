@@ -21,7 +21,7 @@ def test_a_warmed_env_restores_without_reading_package_metadata(monkeypatch):
         raise AssertionError(f"read the metadata of {name} at restore")
 
     monkeypatch.setattr(importlib.metadata, "version", no_metadata)
-    restored_obs, _, _ = state.restore(LeakyEnv(leak_mb=0.0), blob, "leaky")
+    restored_obs = state.restore(LeakyEnv(leak_mb=0.0), blob, "leaky").obs
     assert (restored_obs == obs).all()
 
 

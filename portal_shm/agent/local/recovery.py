@@ -26,6 +26,15 @@ fresh one (a new process or container from the same spec) and lets the portal go
   the seed that env got at its last seeded ``reset`` and ``restarts`` counts its restarts so far
   (1 for the first); unseeded envs get ``None``. Runs stay reproducible: kill the same servers at
   the same steps and the same observations come back.
+- A failure in an autoreset's reset (NEXT_STEP: the step after an episode's end; SAME_STEP: the
+  step that ended it) is one like any other: truncated, ``env_restarted``, ``restart_seed``. The
+  env's generators at that end would make the fresh env's reset the one it would have been
+  (``server/state.py``: an episode-end state), but they are not carried: the agent would have to
+  fetch every env's state at every episode's end (a message per episode end on the hot path) to
+  hold one when a server dies, and a failure that reset itself causes (an env raising or crashing
+  on what its generators drew) would then come back on every fresh server until ``max_restarts``,
+  where a new seed moves past it. A recycled server's fresh one that fails is another matter: the
+  agent holds the states it swapped with, and gives them to the server started in its place.
 - Each env may be restarted ``max_restarts`` times over the portal's life; the next failure
   raises ``RestartLimitError`` (and so does a fresh server that cannot start or that describes
   other spaces than the one it replaces). Every fresh server started in place of a failed one

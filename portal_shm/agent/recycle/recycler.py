@@ -11,11 +11,11 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
   an episode it sends their states beside its results and holds (it reads only its control
   socket), and the spare is swapped in right after that step (one round trip: the states into
   the spare) while the old one is told CLOSE; servers past ``max_per_step`` retired in the same
-  step are told RESUME and go on. Otherwise (no state there,
-  or an older server) it is swapped before the step after one in which all its envs ended an
-  episode, or, with several envs per server, ``wait_steps`` steps after it came due (a bound,
-  since envs rarely end together); never before its spare is ready, so a swap never waits for a
-  start-up, and at most ``max_per_step`` servers are swapped in one step.
+  step are told RESUME and go on. Otherwise (a state that could not be taken there, or an older
+  server) it is swapped before the step after one in which all its envs ended an episode, or,
+  with several envs per server whose states are complete, ``wait_steps`` steps after it came due
+  (a bound, since envs rarely end together); never before its spare is ready, so a swap never
+  waits for a start-up, and at most ``max_per_step`` servers are swapped in one step.
 - The swap carries every env's state (``get_state``/``set_state``: base env, wrappers, RNG, the
   pending autoreset): the old server closes, the spare takes its mailbox and rows, the states go
   in, and the step goes to the fresh server. In NEXT_STEP the autoreset's reset then happens in
@@ -23,18 +23,27 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
   old one made: either way every transition is the one a run without recycling gives. Envs past
   the bound go on mid-episode from their state, exactly as well where the state adapter is
   complete (own ``get_state``, ALE, MuJoCo).
-- An env without a state adapter cannot carry its generator: in NEXT_STEP its server is swapped
-  only in a step where all its envs ended an episode, and the fresh envs are reset with
-  ``recycle_seed(seed, recycles)`` (from the env's last seed: reproducible, but not the trajectory
-  of a run without recycling; warned once). In SAME_STEP and DISABLED such servers are not
-  recycled (warned once).
+- An env no adapter knows (a plain gymnasium env) has a state only at an episode's end: its
+  generators, wrappers and pending autoreset (``server/state.py``, ``EpisodeEndState``), which
+  its server's handshake says (``STATES_AT_EPISODE_END``). Such a server is swapped only when it
+  retires, in a step where all its envs end an episode (in SAME_STEP the server takes the states
+  just before the step's reset, which the fresh server makes again), never past the bound nor a
+  step later (a user's reset may come between): exact in every mode. With several envs per
+  server that may take long; past the bound a warning says so once.
+- Envs whose state cannot be taken even there (a wrapper holding other than plain data) retire
+  without states; asked again at the swap, their server's error says why. In NEXT_STEP the server
+  is swapped at that end and the fresh envs are reset with ``recycle_seed(seed, recycles)`` (from
+  the env's last seed: reproducible, but not the trajectory of a run without recycling; warned
+  once). In SAME_STEP and DISABLED such servers are not recycled (warned once). Randomness outside
+  the generators (global generators, an engine's own RNG, state kept across episodes) cannot be
+  seen at all: such envs go on from their generators alone (README, Recycling).
 - The first step the fresh server answers has ``info["env_recycled"] = True`` for its envs (apart
   from ``env_restarted``, which a failure sets); ``envs.stats()`` counts ``recycles`` per env.
 - A spare that fails to start is stopped and started again later; after ``MAX_SPARE_FAILURES``
   in a row its server is no longer recycled (warned). A swap whose fresh server fails once the old
-  one closed is restarted cold in place, then given the states: the envs' episodes go on, so it
-  is not counted in ``restarts`` nor shown as ``env_restarted`` (it spends one of ``max_restarts``
-  and is in ``envs.restart_log`` as phase ``recycle``).
+  one closed is restarted cold in place, then given the states (episode-end states alike): the
+  envs' episodes go on, so it is not counted in ``restarts`` nor shown as ``env_restarted`` (it
+  spends one of ``max_restarts`` and is in ``envs.restart_log`` as phase ``recycle``).
 """
 
 from __future__ import annotations
@@ -135,6 +144,12 @@ class Recycler:
         self.fresh = []
         ends = ring.episode_ends(k).tolist()
         changed = bool(ends) or bool(self.handed)  # what ``_mark_retiring`` reads may have moved
+        ended = set(ends)
+        # Servers that stepped with CMD_RETIRE, all envs at an end, and handed no states: some
+        # state could not be taken (asked for again at the swap, whose error says why).
+        unhanded = {
+            j for j in self.retiring if j not in self.handed and all(i in ended for i in self.servers[j].env_indices)
+        }
         touched = set()
         for i in ends:
             j = int(self.server_of[i])
@@ -161,7 +176,7 @@ class Recycler:
         if self.warming:
             changed = self._poll_spares() or changed
         if self.due:
-            self._pick(set(ends), self.policy.max_per_step - swapped)
+            self._pick(ended, self.policy.max_per_step - swapped, unhanded)
             changed = True
         if changed:
             self._mark_retiring()
@@ -272,9 +287,17 @@ class Recycler:
         self.warming.discard(j)
         self.spares.discard(self.servers[j])
 
-    def _pick(self, ended: set[int], most: int) -> None:
+    def _at_ends_only(self, j: int) -> bool:
+        """Whether server ``j`` said some env of its has a state only at an episode's end: it is
+        swapped only when it retires (all its envs end an episode in one step), never past the
+        bound (mid-episode) nor before the step after an end (a reset may come between)."""
+        hello = self.servers[j].hello or {}
+        return hello.get("states") == P.STATES_AT_EPISODE_END and j not in self.stateless
+
+    def _pick(self, ended: set[int], most: int, unhanded: set[int]) -> None:
         """The due servers to swap before the next step (at most ``most``: the others swapped since
-        the last step count too): spare ready, envs at an end or past the bound."""
+        the last step count too): spare ready, envs at an end or past the bound; of servers whose
+        envs have states only at episode ends, those that retired without them (``unhanded``)."""
         chosen: list[tuple[int, int]] = []
         self.at_end = set()
         for j in sorted(self.due):
@@ -282,7 +305,19 @@ class Recycler:
                 continue
             wear = self.wear[j]
             wear.due_steps += 1
-            at_end = all(i in ended for i in self.servers[j].env_indices)
+            server = self.servers[j]
+            at_end = all(i in ended for i in server.env_indices)
+            if self._at_ends_only(j) and j not in unhanded:
+                if wear.due_steps > self.policy.wait_steps and len(server.env_indices) > 1:
+                    self._warn(
+                        "together",
+                        f"{server.describe()} is due, but its {len(server.env_indices)} envs have a state only at "
+                        f"an episode's end (no state adapter) and did not all end one in the same step within "
+                        f"wait_steps={self.policy.wait_steps}: it is swapped once they do. envs_per_server=1 "
+                        "swaps each env at its own episode's end; a state adapter (get_state/set_state) lets "
+                        "it go mid-episode",
+                    )
+                continue
             if at_end:
                 self.at_end.add(j)
             if at_end or (wear.due_steps > self.policy.wait_steps and j not in self.stateless):
@@ -344,20 +379,21 @@ class Recycler:
         self.due.discard(j)
 
     def _without_states(self, j: int, at_end: bool, cause: BaseException) -> bool:
-        """Whether a server whose envs have no state is swapped now (NEXT_STEP, all at an episode end)."""
+        """Whether a server whose envs' states cannot be taken is swapped now (NEXT_STEP, all at an
+        episode end)."""
         self.stateless.add(j)
         why = str(cause).splitlines()[0][:300]
         if self.mode is not AutoresetMode.NEXT_STEP:
             self._stop_recycling(j)
             self._warn(
                 "off",
-                f"envs without a state adapter are not recycled with autoreset_mode {self.mode.value} "
+                f"envs whose state cannot be taken are not recycled with autoreset_mode {self.mode.value} "
                 f"({why}); use NEXT_STEP, where they are reset in the fresh server with recycle_seed",
             )
             return False
         self._warn(
             "seeds",
-            f"recycled envs without a state adapter are reset with recycle_seed(seed, recycles) "
+            f"recycled envs whose state cannot be taken are reset with recycle_seed(seed, recycles) "
             f"in the fresh server: reproducible, but not the trajectory of a run without recycling ({why})",
         )
         return at_end
