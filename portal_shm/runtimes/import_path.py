@@ -7,8 +7,8 @@ working directory. The process, venv and micromamba backends pass these entries 
 config (``"import_path"``) rather than in ``PYTHONPATH``: the user's ``PYTHONPATH`` stays as they
 set it, and the env's own subprocesses (a game engine started with another Python) never inherit
 the agent's folders. The server puts them first on its ``sys.path``, in the agent's order
-(``portal_shm.server.import_path``). Containers and remote hosts have files of their own and get
-none.
+(``portal_shm.server.import_path``). Containers have files of their own and get none; a remote
+host is the agent of its own servers, which get the host's path.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ A backend that starts servers on the agent's own files (process, venv, micromamb
 agent's import path in the config (``"import_path"``, chosen by ``portal_shm.runtimes.import_path``);
 ``adopt`` puts it first on ``sys.path``, in the agent's order, as multiprocessing's spawn does for
 AsyncVectorEnv's workers, so ``"myenvs:cart"`` and the modules env factories name import here as
-they do in the agent. A runtime with files of its own (a container, a listener started apart, a
-host) gets none, and a miss there says so instead of pointing at the agent's folders.
+they do in the agent (on a remote host the agent is the host: its servers get its path). A runtime
+with files of its own (a container, a listener started apart) gets none, and a miss there says so
+instead of pointing at the agent's folders.
 
 Module state, as ``sys.path`` itself is: one server process serves one config.
 """
@@ -49,9 +50,9 @@ def advice(module: str) -> str:
     top = module.split(".")[0]
     if _adopted is not None:
         return (
-            "the agent's import path came first (its script's folder, working directory, PYTHONPATH): check the "
-            f"name, put {top}.py (or a package {top}/) where the agent's own 'import {module}' finds it, or "
-            "install it in the runtime"
+            "the import path of the program that started this server came first (the agent's: its script's "
+            f"folder, working directory, PYTHONPATH; on a remote host, the host's): check the name, put {top}.py "
+            f"(or a package {top}/) where that program's own 'import {module}' finds it, or install it in the runtime"
         )
     return (
         "this runtime does not share the agent's files (a container, a host, a listener started apart): "

@@ -162,7 +162,7 @@ def test_a_script_naming_its_own_env_steps_in_a_venv_when_run_from_another_folde
     assert all(version.startswith("1.") for version in result["numpy"]) and np.__version__.startswith("2.")
     message = run_from_elsewhere(tmp_path, env="myenvz:cart", backend=options)["not_found"]
     searched = message.split("(searched ", 1)[1].split(")", 1)[0].split(", ")
-    assert searched[0] == str(tmp_path) and "the agent's import path came first" in message
+    assert searched[0] == str(tmp_path) and "started this server came first (the agent's" in message
     assert not any(path.startswith(sys.prefix) for path in searched)  # the agent's venv is not the runtime's
 
 

@@ -26,7 +26,8 @@ def test_a_misnamed_entry_point_names_the_module_the_folders_searched_and_fittin
     searched = message.split("(searched ", 1)[1].split(")", 1)[0].split(", ")
     assert searched[0] == str(tmp_path)  # the script's folder, first, as in the agent
     assert searched[-1] == "the standard library" and sysconfig.get_paths()["purelib"] in searched
-    assert "put myenvz.py (or a package myenvz/) where the agent's own 'import myenvz' finds it" in message
+    assert "the import path of the program that started this server came first (the agent's" in message
+    assert "put myenvz.py (or a package myenvz/) where that program's own 'import myenvz' finds it" in message
     assert "pass an entry point" not in message  # what the user did already
     assert "[runtime: process pid" in message
 
