@@ -58,7 +58,8 @@ def make_vec_ma(
             ``player_0``, ``player_1``); a Dict action space's keys name them.
         vector_kwargs: the portal's (``batch_size``, ``autoreset_mode``, ``envs_per_server`` ...), as
             ``make_vec``'s.
-        env_kwargs: the env's own constructor arguments (``{"max_cycles": 25}``).
+        env_kwargs: the env's own constructor arguments (``{"max_cycles": 25}``), any names
+            (``env_id``, ``num_envs``, ``groups`` ... reach the env unchanged).
         make_vec_kwargs: options of the backend (``python=``, ``image=``, ``hosts=`` ...), as ``make_vec``'s.
     """
     if api not in ADAPTERS:
@@ -76,15 +77,13 @@ def make_vec_ma(
         if agents is not None:
             raise ValueError(f"agents= names the players of api='two_player'; a PettingZoo env ({api}) names its own")
         adapter_kwargs["info_action_mask"] = info_action_mask
-    clash = sorted(set(env_kwargs or {}) & set(adapter_kwargs))
-    if clash:
-        raise ValueError(f"env_kwargs {clash} clash with the adapter's own arguments: rename them in the env")
+    adapter_kwargs["env_kwargs"] = dict(env_kwargs or {})  # nested: any name reaches the env unchanged
     portal = make_vec(
         ADAPTERS[api],
         num_envs,
         backend=backend,
         vector_kwargs=vector_kwargs,
-        env_kwargs={**(env_kwargs or {}), **adapter_kwargs},
+        env_kwargs=adapter_kwargs,
         **make_vec_kwargs,
     )
     return MultiAgentPortal(portal)

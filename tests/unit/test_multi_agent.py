@@ -272,6 +272,27 @@ def test_bad_calls_name_the_fix():
     assert plain.closed
 
 
+NAMED = "portal_shm.server.example_envs:named_agents_env"
+
+
+def test_env_kwargs_of_any_name_reach_the_env_unchanged():
+    """An env whose own arguments are named like make_vec_ma's and the adapters' (env_id, num_envs,
+    groups, dead_obs) gets them as given, and the adapter keeps its own."""
+    made_with = {"env_id": "inner-7", "num_envs": 5, "groups": "mine", "num_agents": 2}
+    envs = portal_shm.make_vec_ma(NAMED, 2, env_kwargs=made_with)
+    try:
+        assert envs.portal.get_attr("made_with") == (made_with, made_with)
+        assert list(envs.groups) == ["a"] and envs.groups["a"].agents == ("a_0", "a_1")
+        assert envs.dead_obs == "zeros" and envs.num_envs == 2
+    finally:
+        envs.close()
+    env = multi_agent.parallel(NAMED, groups={"g": ["a_0", "a_1"]}, env_kwargs={"groups": "theirs", "num_agents": 2})
+    assert list(env.observation_space) == ["g"] and env.env.made_with["groups"] == "theirs"
+    assert multi_agent.two_player(MatchingPenniesEnv, env_kwargs={"rounds": 3}).env.env.rounds == 3
+    with pytest.raises(TypeError, match=r"env kwargs \['num_agents'\] are given both in env_kwargs and as keyword"):
+        multi_agent.parallel(NAMED, env_kwargs={"num_agents": 2}, num_agents=2)
+
+
 def test_leaving_env_refuses_an_action_for_an_absent_agent():
     """The test env's own guard, which the contract test relies on."""
     env = LeavingAgentsEnv(leave_at=1)
