@@ -50,8 +50,10 @@ def make_vec_ma(
         groups: ``{name: [agent, ...]}`` naming every possible agent once; default: agents grouped
             by identical (observation space, action space). Agents with different spaces cannot
             share a group.
-        dead_obs: what an agent's rows hold after it left: ``"zeros"`` or ``"last"`` (its last
-            observation, its final one where the env gave one).
+        dead_obs: what an agent's rows hold after the call it left on: ``"zeros"`` (the default
+            of every view, ``FlatAgents`` and ``portal_shm.sb3`` included) or ``"last"`` (its last
+            observation, kept). On the call it leaves, its rows hold its real last observation
+            either way (``final_obs`` of the flat view is that one).
         info_action_mask: take action masks from ``infos[agent]["action_mask"]`` (Discrete actions;
             masks in PettingZoo's observation dict are found without it).
         agents: ``api="two_player"``: the two players' names for a Tuple action space (default

@@ -45,9 +45,11 @@ Dead-agent contract (parallel envs; AEC below):
 - On the call an agent leaves (it drops out of ``agents``), its slot has mask 0, its reward for
   that step and PettingZoo's ``terminated``/``truncated`` for it (an agent that leaves with
   neither set counts as terminated): one of them is True exactly once.
-- While it is absent: mask 0, reward 0, both flags False, and its observation (and action mask)
-  is zeros (``dead_obs="zeros"``, the default) or the last one it had, its final one where the
-  env gave one (``dead_obs="last"``).
+- On that call its observation (and action mask) is its real last one: the final one where the
+  env gave one, else the last it had (a time limit bootstraps from it, in every view).
+- While it is absent after that: mask 0, reward 0, both flags False, and its observation (and
+  action mask) is zeros (``dead_obs="zeros"``, the default, SuperSuit's black death) or that
+  last one, kept (``dead_obs="last"``).
 - An agent that comes back (PettingZoo#661) has mask 1 again and ``info["returned"][group]``, a
   ``(k,)`` bool array, is True in its slot on the call it returns (the key is there only then).
 - The env's episode ends when ``agents`` is empty: ``truncated`` when every agent that ended on
