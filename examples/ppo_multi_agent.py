@@ -126,7 +126,7 @@ def as_tensor(batch_obs: np.ndarray, rows: int) -> torch.Tensor:
 def last_obs(result: MultiAgentResult, group: str, row: int, k: int) -> np.ndarray:
     """The last observation of the agent in ``row``, whose episode ended on this call: in
     ``final_obs`` when its env ended (SAME_STEP: the row already holds the next episode's), else
-    the row's own (``dead_obs="last"``: the agent left, its row keeps what it saw last)."""
+    the row's own (on the call an agent leaves, its row holds its last observation)."""
     env, agent = divmod(row, k)
     ended = result.infos.get("_final_obs")
     if ended is not None and ended[env]:
@@ -145,7 +145,6 @@ def main() -> None:
         args.num_envs,
         api=args.api,
         backend=args.backend,
-        dead_obs="last",  # an ended agent's row keeps its last observation: time limits bootstrap from it
         env_kwargs=json.loads(args.env_kwargs),
         vector_kwargs={"autoreset_mode": "SameStep"},
         **({"image": args.image} if args.backend == "docker" else {}),

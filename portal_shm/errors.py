@@ -39,7 +39,9 @@ class EnvError(PortalError):
 
 
 class EnvNotFoundError(EnvError):
-    """The env id or entry point does not exist in the env's runtime."""
+    """The env id or entry point does not exist in the env's runtime. The env side's message names
+    what it searched and what to do (it knows whether it shares the agent's files); this adds the
+    runtime."""
 
     def __init__(
         self,
@@ -52,10 +54,7 @@ class EnvNotFoundError(EnvError):
     ) -> None:
         super().__init__(env_index, phase, error_type, message, "", runtime)
         self.remote_traceback = remote_traceback
-        self.args = (
-            f"{message} [runtime: {runtime}]; install the package that registers it in that runtime, "
-            "or pass an entry point 'package.module:callable'",
-        )
+        self.args = (f"{message} [runtime: {runtime}]",)
 
 
 class ServerDiedError(PortalError):

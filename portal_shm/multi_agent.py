@@ -50,15 +50,18 @@ def make_vec_ma(
         groups: ``{name: [agent, ...]}`` naming every possible agent once; default: agents grouped
             by identical (observation space, action space). Agents with different spaces cannot
             share a group.
-        dead_obs: what an agent's rows hold after it left: ``"zeros"`` or ``"last"`` (its last
-            observation, its final one where the env gave one).
+        dead_obs: what an agent's rows hold after the call it left on: ``"zeros"`` (the default
+            of every view, ``FlatAgents`` and ``portal_shm.sb3`` included) or ``"last"`` (its last
+            observation, kept). On the call it leaves, its rows hold its real last observation
+            either way (``final_obs`` of the flat view is that one).
         info_action_mask: take action masks from ``infos[agent]["action_mask"]`` (Discrete actions;
             masks in PettingZoo's observation dict are found without it).
         agents: ``api="two_player"``: the two players' names for a Tuple action space (default
             ``player_0``, ``player_1``); a Dict action space's keys name them.
         vector_kwargs: the portal's (``batch_size``, ``autoreset_mode``, ``envs_per_server`` ...), as
             ``make_vec``'s.
-        env_kwargs: the env's own constructor arguments (``{"max_cycles": 25}``).
+        env_kwargs: the env's own constructor arguments (``{"max_cycles": 25}``), any names
+            (``env_id``, ``num_envs``, ``groups`` ... reach the env unchanged).
         make_vec_kwargs: options of the backend (``python=``, ``image=``, ``hosts=`` ...), as ``make_vec``'s.
     """
     if api not in ADAPTERS:
@@ -76,15 +79,13 @@ def make_vec_ma(
         if agents is not None:
             raise ValueError(f"agents= names the players of api='two_player'; a PettingZoo env ({api}) names its own")
         adapter_kwargs["info_action_mask"] = info_action_mask
-    clash = sorted(set(env_kwargs or {}) & set(adapter_kwargs))
-    if clash:
-        raise ValueError(f"env_kwargs {clash} clash with the adapter's own arguments: rename them in the env")
+    adapter_kwargs["env_kwargs"] = dict(env_kwargs or {})  # nested: any name reaches the env unchanged
     portal = make_vec(
         ADAPTERS[api],
         num_envs,
         backend=backend,
         vector_kwargs=vector_kwargs,
-        env_kwargs={**(env_kwargs or {}), **adapter_kwargs},
+        env_kwargs=adapter_kwargs,
         **make_vec_kwargs,
     )
     return MultiAgentPortal(portal)

@@ -411,16 +411,16 @@ def flat_agents_vec_env(
     + ``concat_vec_envs_v1`` give SB3.
 
     ``SB3VecEnv(make_vec_ma(...).flat(group))`` with the envs in SB3's SAME_STEP autoreset mode;
-    ``make_vec_ma_options`` are ``make_vec_ma``'s (``backend``, ``env_kwargs``, ``vector_kwargs``
-    ...; ``dead_obs`` defaults to ``"last"``, so SB3 bootstraps a time limit from the agents' real
-    last observations), ``group`` and ``others`` ``FlatAgents``'. Masked rows (agents that left) are rows with
-    reward 0, their actions never reach the env; ``infos[i]["agent_mask"]`` says which acted.
+    ``make_vec_ma_options`` are ``make_vec_ma``'s (``backend``, ``env_kwargs``, ``vector_kwargs``,
+    ``dead_obs`` ...), ``group`` and ``others`` ``FlatAgents``'. Masked rows (agents that left) are
+    rows with reward 0, their actions never reach the env; ``infos[i]["agent_mask"]`` says which
+    acted. ``terminal_observation`` is an ended agent's real last observation whatever ``dead_obs``
+    says, so SB3 bootstraps a time limit from it.
     """
     vector_kwargs = dict(make_vec_ma_options.pop("vector_kwargs", None) or {})
     mode = vector_kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP)
     if AutoresetMode(mode.value if isinstance(mode, AutoresetMode) else mode) != AutoresetMode.SAME_STEP:
         raise ValueError(f"SB3 runs SAME_STEP autoreset, not {mode}: leave autoreset_mode out of vector_kwargs")
-    make_vec_ma_options.setdefault("dead_obs", "last")  # terminal observations at a time limit: the real ones
     envs = make_vec_ma(env, num_envs, vector_kwargs=vector_kwargs, **make_vec_ma_options)
     try:
         return SB3VecEnv(envs.flat(group, others), copy=copy)

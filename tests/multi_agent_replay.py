@@ -8,7 +8,8 @@ import numpy as np
 
 class ParallelReplay:
     """One ParallelEnv stepped as a NextStep or SameStep autoreset vector env steps it, giving each
-    call's per-agent rows (dead-agent contract, ``dead_obs="zeros"``) as ``{agent: row}``."""
+    call's per-agent rows (dead-agent contract, ``dead_obs="zeros"``: an agent's real last observation
+    on the call it ends, zeros after) as ``{agent: row}``."""
 
     def __init__(self, env, seed: int, mode: str = "NextStep") -> None:
         self.env, self.mode, self.seed = env, mode, seed
@@ -47,7 +48,7 @@ class ParallelReplay:
         for a in self.env.possible_agents:
             alive = a in self.env.agents
             rows[a] = {
-                "obs": obs[a] if alive else self._zeros(a),
+                "obs": obs[a] if a in obs and (alive or a in live) else self._zeros(a),
                 "reward": float(rewards[a]) if a in live else 0.0,
                 "terminated": bool(terms.get(a, False)) if a in live and not alive else False,
                 "truncated": bool(truncs.get(a, False)) if a in live and not alive else False,

@@ -12,6 +12,7 @@ from typing import Optional
 from ..errors import PortalError
 from ..wire.launch import CONFIG_ENV_VAR, encode_config, read_tail
 from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode
+from .import_path import agent_import_path
 
 # ``python -m`` would put the working directory first on sys.path, so a checkout of portal-shm
 # there would shadow the runtime's own copy; this keeps it importable for env modules, but last.
@@ -54,9 +55,12 @@ class ProcessHandle(ServerHandle):
 class ProcessBackend(Backend):
     """Runs ``python -m portal_shm.server`` with ``python`` (the agent's own by default).
 
-    The server inherits the agent's environment variables and working directory. It runs in a
-    session of its own so that Ctrl-C in the terminal reaches only the agent, which then closes
-    the servers in order instead of racing them.
+    The server inherits the agent's environment variables and working directory, and looks up
+    named envs (``"myenvs:cart"``) and env factories' modules on the agent's import path as
+    AsyncVectorEnv's workers do: all of it under the agent's interpreter, only the agent's own
+    folders under another one (``runtimes/import_path.py`` says why). It runs in a session of its
+    own so that Ctrl-C in the terminal reaches only the agent, which then closes the servers in
+    order instead of racing them.
     """
 
     python: Optional[str] = None
@@ -67,9 +71,10 @@ class ProcessBackend(Backend):
 
     def start(self, launch: ServerLaunch) -> ServerHandle:
         python = self.python or sys.executable
+        same_interpreter = python == sys.executable
         env = dict(os.environ)
-        env[CONFIG_ENV_VAR] = encode_config(launch.config)
-        if python == sys.executable:
+        env[CONFIG_ENV_VAR] = encode_config({**launch.config, "import_path": agent_import_path(same_interpreter)})
+        if same_interpreter:
             package_parent = str(Path(__file__).resolve().parents[2])
             env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         with open(launch.log_path, "ab") as log:

@@ -13,7 +13,9 @@ covers the requirement strings (and the requirements file's text), not what they
 unpinned name, a local path or a file included with ``-r`` is installed as it was when the venv was
 built (``portal-shm env rm HASH`` makes the next portal rebuild it). Servers then
 start exactly as on the process backend: they inherit the agent's environment variables and
-working directory (so ``PYTHONPATH`` or a module in the working directory can provide env code).
+working directory, and look up named envs and factories' modules in the agent's own folders
+first (its script's, the working directory, ``PYTHONPATH``), never in its site-packages
+(``runtimes/import_path.py``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import inspect
 import os
 from typing import Any, Callable
 
+from .import_path import import_failure
+
 # Env ids whose registration lives in a plugin package that must be imported first.
 PLUGIN_MODULES = (
     ("ALE/", "ale_py"),
@@ -24,7 +26,13 @@ PLUGIN_MODULES = (
 
 
 class EnvNotFound(Exception):
-    """The spec names an env id or entry point that this runtime cannot find."""
+    """The spec names an env id or entry point that this runtime cannot find; the message says what
+    was searched and what to do (the agent adds only the runtime's name)."""
+
+
+REGISTERED_ADVICE = (
+    "install the package that registers it in that runtime, or pass an entry point 'package.module:callable'"
+)
 
 
 def load_entry_point(entry_point: str) -> Callable[..., Any]:
@@ -32,7 +40,7 @@ def load_entry_point(entry_point: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise EnvNotFound(f"entry point {entry_point!r}: cannot import module {module_name!r} ({exc})") from exc
+        raise EnvNotFound(import_failure(entry_point, module_name, exc)) from exc
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -88,11 +96,11 @@ def make_env(env_id: str, kwargs: dict) -> Any:
     try:
         import gym  # legacy runtimes
     except ImportError:
-        raise EnvNotFound(f"unknown env id {env_id!r}: {gym_error}") from None
+        raise EnvNotFound(f"unknown env id {env_id!r}: {gym_error}; {REGISTERED_ADVICE}") from None
     try:
         return gym.make(env_id, **kwargs)
     except gym.error.Error as exc:
-        raise EnvNotFound(f"unknown env id {env_id!r}: {gym_error}; legacy gym: {exc}") from exc
+        raise EnvNotFound(f"unknown env id {env_id!r}: {gym_error}; legacy gym: {exc}; {REGISTERED_ADVICE}") from exc
 
 
 def _accepts_seed(reset: Callable) -> bool:

@@ -444,6 +444,14 @@ class LeavingAgentsEnv:
         pass
 
 
+def named_agents_env(env_id: str = "", num_envs: int = 1, groups: Any = None, num_agents: int = 3) -> LeavingAgentsEnv:
+    """A ``LeavingAgentsEnv`` made by a function whose arguments are named like ``make_vec_ma``'s and
+    its adapters' own (``env_id``, ``num_envs``, ``groups``); ``made_with`` holds what it got."""
+    env = LeavingAgentsEnv(num_agents=num_agents)
+    env.made_with = {"env_id": env_id, "num_envs": num_envs, "groups": groups, "num_agents": num_agents}
+    return env
+
+
 class MatchingPenniesEnv(gym.Env):
     """Both players' actions in one Dict, one reward (the first player's, zero-sum): the DIAMBRA 2P
     shape, for ``portal_shm.server.multi_agent:two_player``.

@@ -18,10 +18,12 @@ import zmq
 from ..wire import protocol as P
 from ..wire.launch import CONFIG_ENV_VAR, decode_config
 from .envs import LegacyEnv, is_legacy, make_env
+from .import_path import adopt
 from .loop import AgentGone, EnvServer, error_message
 
 
 def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
+    adopt(config.get("import_path"))
     spec = config.get("env") or {}
     kwargs = dict(spec.get("kwargs") or {})
     factories = _load_factories(spec) if spec.get("factories") else None
@@ -42,9 +44,8 @@ def _load_factories(spec: dict) -> list:
     """The env factories (callables) the agent shipped for this server's envs, one per env.
 
     They come pickled with cloudpickle in a file of the agent's private run directory: code the
-    agent sends to the runtime it started, never the other way round. The agent's import paths go
-    first on ``sys.path`` (as multiprocessing's spawn does), so that modules the factories name
-    import here as they do in the agent.
+    agent sends to the runtime it started, never the other way round. The modules they name import
+    on the agent's import path, which ``_create_envs`` put first on ``sys.path`` (``import_path.py``).
     """
     try:
         import cloudpickle  # noqa: F401  (unpickling its output needs it importable)
@@ -55,8 +56,6 @@ def _load_factories(spec: dict) -> list:
         ) from None
     import pickle
 
-    paths = [p for p in spec.get("sys_path") or [] if isinstance(p, str)]
-    sys.path[:] = paths + [p for p in sys.path if p not in paths]
     if spec.get("registry"):
         _add_registrations(spec["registry"])
     with open(spec["factories"], "rb") as handle:

@@ -33,6 +33,7 @@ from portal_shm.runtimes.venv import (
     venv_hash,
     venv_python,
 )
+from tests.named_env_script import run_from_elsewhere
 
 pytestmark = pytest.mark.build  # builds venvs and micromamba envs from the package index
 
@@ -148,6 +149,21 @@ def test_env_fns_are_shipped_to_a_venv_with_cloudpickle(legacy_venv, tmp_path, m
     bare = VenvBackend(requirements=[], cache_dir=str(tmp_path / "bare"))  # only the env server's own dependencies
     with pytest.raises(portal_shm.EnvError, match="cloudpickle is not installed"):
         VectorPortal([factory], backend=bare)
+
+
+def test_a_script_naming_its_own_env_steps_in_a_venv_when_run_from_another_folder(legacy_venv, tmp_path):
+    """``cd / && python /tmp/.../myenvs.py`` calling ``make_vec("myenvs:cart", 2, backend="venv", ...)``:
+    the venv's server finds ``myenvs`` in the script's folder, and still only its own numpy 1, not
+    the agent's numpy 2 (the agent's site-packages stay out of the venv)."""
+    backend, _, _ = legacy_venv
+    options = {"backend": "venv", "requirements": list(REQUIREMENTS), "cache_dir": backend.cache_dir}
+    result = run_from_elsewhere(tmp_path, backend=options)
+    assert result.get("shape") == [2, 4], result
+    assert all(version.startswith("1.") for version in result["numpy"]) and np.__version__.startswith("2.")
+    message = run_from_elsewhere(tmp_path, env="myenvz:cart", backend=options)["not_found"]
+    searched = message.split("(searched ", 1)[1].split(")", 1)[0].split(", ")
+    assert searched[0] == str(tmp_path) and "started this server came first (the agent's" in message
+    assert not any(path.startswith(sys.prefix) for path in searched)  # the agent's venv is not the runtime's
 
 
 def test_second_creation_is_a_cache_hit(legacy_venv):

@@ -13,15 +13,16 @@ SPREAD = "mpe2.simple_spread_v3:parallel_env"
 LEAVING = "portal_shm.server.example_envs:LeavingAgentsEnv"
 
 
-def test_flat_mpe_equals_pettingzoos_loop_with_same_step_autoreset():
+@pytest.mark.parametrize("dead_obs", ["zeros", "last"])
+def test_flat_mpe_equals_pettingzoos_loop_with_same_step_autoreset(dead_obs):
     """3 envs x 3 agents = 9 rows; 10-step episodes, so 22 steps cross two autoresets. At the time limit
-    the rows are truncated, ``final_obs`` is each agent's last observation (``dead_obs="last"``) and the
-    row already holds the next episode's first one."""
+    the rows are truncated, ``final_obs`` is each agent's real last observation (whatever ``dead_obs``
+    says, as SuperSuit's vector envs give it) and the row already holds the next episode's first one."""
     num_envs, seed, cycles = 3, 5, 10
     envs = portal_shm.make_vec_ma(
         SPREAD,
         num_envs,
-        dead_obs="last",
+        dead_obs=dead_obs,
         env_kwargs={"max_cycles": cycles},
         vector_kwargs={"autoreset_mode": "SameStep"},
     )
@@ -72,7 +73,9 @@ def test_masked_rows_of_a_leaving_agent_get_reward_0_and_their_actions_never_rea
             mask = infos["agent_mask"]
             if t == 10:
                 assert terminated[leaver].all() and not mask[leaver].any() and (reward[leaver] == 3).all()
-                np.testing.assert_array_equal(np.stack(infos["final_obs"][leaver]), obs[leaver])  # its dead row
+                final = np.stack(infos["final_obs"][leaver])
+                assert (final[:, 0] == 10).all() and (final[:, 1] == 1).all()  # its real last observation
+                np.testing.assert_array_equal(final, obs[leaver])  # which its row holds on this call
                 assert infos["_final_obs"].tolist() == [False, True, False, False, True, False]
             elif 10 < t < 20:
                 assert not mask[leaver].any() and (reward[leaver] == 0).all() and (obs[leaver] == 0).all()
@@ -99,7 +102,8 @@ def test_sb3_vec_env_over_the_flat_view_has_one_env_per_agent():
         assert [info["env_id"] for info in infos] == [0, 0, 0, 1, 1, 1]  # the ended step's infos
         assert not any(info["agent_mask"] for info in infos) and all(info["agent_mask"] for info in vec.reset_infos)
         final = np.stack([info["terminal_observation"] for info in infos])
-        assert final.shape == (6, 18) and not (final == 0).all(axis=1).any()  # dead_obs="last": the real ones
+        assert final.shape == (6, 18) and not (final == 0).all(axis=1).any()  # the real ones
+        assert vec.venv.envs.dead_obs == "zeros"  # make_vec_ma's default, as in every other view
         assert not np.array_equal(final, obs)  # obs: the next episode's first
         assert vec.env_method("__repr__", indices=[0, 2])[0] == vec.env_method("__repr__", indices=[1])[0]
     finally:

@@ -135,6 +135,28 @@ def test_a_presets_env_id_argument_is_checked_as_an_env_id():
     refused("not registered", env_id="portal_shm.presets:atari", env_kwargs={"env_id": "NoSuchEnv-v0"})
 
 
+def test_the_multi_agent_adapters_nested_env_kwargs_are_checked_as_the_inner_envs_own():
+    """make_vec_ma nests the env's kwargs (any names reach it): a host checks them against the inner
+    env's arguments and its path rule, as it checks a preset's env kwargs; an inner ``env_id`` is an env."""
+    policy = HostPolicy(entry_points=("portal_shm.server.multi_agent:*", "portal_shm.server.example_envs:*"))
+    adapter, inner = "portal_shm.server.multi_agent:parallel", "portal_shm.server.example_envs:named_agents_env"
+
+    def nested(env_kwargs, policy=policy):
+        return grant(policy, env_id=adapter, env_kwargs={"env_id": inner, "groups": None, "env_kwargs": env_kwargs})
+
+    given = {"num_envs": 3, "groups": "theirs", "num_agents": 2, "env_id": "CartPole-v1"}
+    assert nested(given).env_kwargs["env_kwargs"] == given
+    with pytest.raises(HostPolicyError, match=f"env kwarg 'bogus' is not an argument of '{inner}'"):
+        nested({"bogus": 1})
+    with pytest.raises(HostPolicyError, match="env kwarg groups='/etc/passwd' names a path on the host"):
+        nested({"groups": "/etc/passwd"})
+    assert nested({"groups": "/srv/maps"}, HostPolicy(entry_points=policy.entry_points, env_kwargs=("groups",)))
+    with pytest.raises(HostPolicyError, match="not registered on this host"):
+        nested({"env_id": "NoSuchEnv-v0"})
+    with pytest.raises(HostPolicyError, match="env kwargs must be a dict"):
+        nested([1])
+
+
 # -- env kwargs ------------------------------------------------------------------------------------
 
 

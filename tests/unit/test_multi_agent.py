@@ -102,7 +102,9 @@ def test_an_agent_that_leaves_and_comes_back_follows_the_dead_agent_contract(dea
                 assert (reward == 2 + leaver).all()
             elif t < 20:
                 assert not batch.mask[rows].any() and not batch.terminated[rows].any() and (reward == 0).all()
-            if 10 <= t < 20:
+            if t == 10:  # its real last observation on the call it ends, whatever dead_obs says
+                assert (obs[:, 0] == 10).all() and (obs[:, 1] == leaver).all()
+            elif 10 < t < 20:
                 assert (obs == 0).all() if dead_obs == "zeros" else (obs[:, 0] == 10).all()
             if t == 20:  # back: mask 1, a fresh observation, no reward for the step it missed, the flag
                 assert batch.mask[rows].all() and (reward == 0).all() and (obs[:, 0] == 20).all()
@@ -217,7 +219,7 @@ def test_two_player_game_gives_each_player_its_reward():
                 rows = slice(2 * e, 2 * e + 2)
                 np.testing.assert_array_equal(batch.reward[rows], [reward, -reward])
                 np.testing.assert_array_equal(batch.terminated[rows], [done, done])
-                np.testing.assert_array_equal(batch.obs[rows], [obs, obs] if not done else np.zeros((2, 2)))
+                np.testing.assert_array_equal(batch.obs[rows], [obs, obs])  # when done too: the real last one
     finally:
         envs.close()
 
@@ -237,9 +239,11 @@ def test_groups_that_force_different_spaces_together_are_refused():
         multi_agent.aec("classic/no_such_game-v1")
 
 
-def test_turn_based_adapter_steps_past_ended_agents_with_their_rewards():
-    """In-process: a won game of tic-tac-toe ends on the winning move with both players' rewards."""
-    env = multi_agent.aec(TICTACTOE, dead_obs="last")
+@pytest.mark.parametrize("dead_obs", ["zeros", "last"])
+def test_turn_based_adapter_steps_past_ended_agents_with_their_rewards(dead_obs):
+    """In-process: a won game of tic-tac-toe ends on the winning move with both players' rewards and
+    final boards."""
+    env = multi_agent.aec(TICTACTOE, dead_obs=dead_obs)
     obs, _ = env.reset(seed=0)
     for move in (0, 3, 1, 4):
         assert obs["player"]["mask"].sum() == 1
@@ -249,7 +253,7 @@ def test_turn_based_adapter_steps_past_ended_agents_with_their_rewards():
     fields = obs["player"]
     assert terminated and not truncated and reward == 0.0
     assert fields["reward"].tolist() == [1.0, -1.0] and fields["terminated"].all() and not fields["mask"].any()
-    assert fields["obs"][0, 0, :, 0].tolist() == [1, 1, 1]  # "last": the winner's final board, its pieces
+    assert fields["obs"][0, 0, :, 0].tolist() == [1, 1, 1]  # the winner's final board, its pieces
 
 
 def test_bad_calls_name_the_fix():
@@ -270,6 +274,27 @@ def test_bad_calls_name_the_fix():
     with pytest.raises(ValueError, match="needs envs served by portal_shm.server.multi_agent"):
         portal_shm.MultiAgentPortal(plain)
     assert plain.closed
+
+
+NAMED = "portal_shm.server.example_envs:named_agents_env"
+
+
+def test_env_kwargs_of_any_name_reach_the_env_unchanged():
+    """An env whose own arguments are named like make_vec_ma's and the adapters' (env_id, num_envs,
+    groups, dead_obs) gets them as given, and the adapter keeps its own."""
+    made_with = {"env_id": "inner-7", "num_envs": 5, "groups": "mine", "num_agents": 2}
+    envs = portal_shm.make_vec_ma(NAMED, 2, env_kwargs=made_with)
+    try:
+        assert envs.portal.get_attr("made_with") == (made_with, made_with)
+        assert list(envs.groups) == ["a"] and envs.groups["a"].agents == ("a_0", "a_1")
+        assert envs.dead_obs == "zeros" and envs.num_envs == 2
+    finally:
+        envs.close()
+    env = multi_agent.parallel(NAMED, groups={"g": ["a_0", "a_1"]}, env_kwargs={"groups": "theirs", "num_agents": 2})
+    assert list(env.observation_space) == ["g"] and env.env.made_with["groups"] == "theirs"
+    assert multi_agent.two_player(MatchingPenniesEnv, env_kwargs={"rounds": 3}).env.env.rounds == 3
+    with pytest.raises(TypeError, match=r"env kwargs \['num_agents'\] are given both in env_kwargs and as keyword"):
+        multi_agent.parallel(NAMED, env_kwargs={"num_agents": 2}, num_agents=2)
 
 
 def test_leaving_env_refuses_an_action_for_an_absent_agent():

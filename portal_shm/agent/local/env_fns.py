@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import site
 import sys
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -123,25 +122,6 @@ def envs_per_server(num_envs: int, requested: Optional[int], max_concurrency: Op
     return max(default, math.ceil(num_envs / max_concurrency))
 
 
-def _import_paths() -> list[str]:
-    """The agent's own import paths (outside its interpreter's installation), in order.
-
-    The env server puts them first on its ``sys.path`` before unpickling, as multiprocessing's
-    spawn does for its children, so a factory that names a module of the agent's project (a test
-    module, a package on PYTHONPATH) finds it in the env runtime too.
-    """
-    installation = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    installation.update(os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()])
-    paths: list[str] = []
-    for entry in sys.path:
-        path = os.path.realpath(entry or os.getcwd())
-        if any(path == root or path.startswith(root + os.sep) for root in installation):
-            continue
-        if path not in paths:
-            paths.append(path)
-    return paths
-
-
 def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) -> dict[str, Any]:
     """Pickle one server's factories into the run directory; returns the server's env config."""
     import cloudpickle
@@ -159,7 +139,6 @@ def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) ->
         "kwargs": {},
         "legacy": specs[0].legacy,
         "factories": path,
-        "sys_path": _import_paths(),
     }
     registry = _registrations(run_dir)
     if registry:

@@ -10,7 +10,8 @@ Masked rows (agents that left, or are not to move in a turn-based env) stay rows
 vector env's size is fixed: they hold the dead-agent contract's values (reward 0, flags False,
 zero or last observation), their actions are never passed to the env, and ``infos["agent_mask"]``
 says which rows acted. A row's episode ends when its agent's does (PettingZoo's flags for it, True
-exactly once); the env resets when its last agent has ended.
+exactly once), with the agent's real last observation, as SuperSuit's vector envs give it; the env
+resets when its last agent has ended.
 """
 
 from __future__ import annotations
@@ -41,11 +42,10 @@ class FlatAgents(VectorEnv):
     ``infos`` hold, per row: ``agent_mask`` (the agent acts on this row's next action),
     ``returned`` (it came back on this call), ``env_id`` (the env the row belongs to) and the
     group's ``action_mask`` where it has one. With ``autoreset_mode="SameStep"``, rows whose flags
-    are set have ``final_obs``: the ended episode's last observation for an env that ended on the
-    call, else the row's observation (its dead observation: the agent left mid-episode), and
-    ``final_info`` (``env_id``, ``agent_mask`` False). ``dead_obs="last"`` makes the final
-    observation at a time limit the agent's real one (bootstrapping needs it; zeros otherwise). The
-    portal's per-env infos (``infos["agents"]`` ...) are in ``last_result.infos``.
+    are set have ``final_obs``, the agent's real last observation whatever ``dead_obs`` says (the
+    ended episode's, for an env that ended on the call; else the row's own, which holds it on the
+    call the agent leaves), and ``final_info`` (``env_id``, ``agent_mask`` False). The portal's
+    per-env infos (``infos["agents"]`` ...) are in ``last_result.infos``.
     """
 
     def __init__(self, envs: MultiAgentEnvs, group: Optional[str] = None, others: Optional[OthersPolicy] = None):

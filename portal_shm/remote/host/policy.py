@@ -305,11 +305,16 @@ class HostPolicy:
         if not isinstance(kwargs, dict):
             raise HostPolicyError(f"env kwargs must be a dict, got {type(kwargs).__name__}")
         check_plain(kwargs, "env kwargs")
+        nested = "env_id" in kwargs and "env_kwargs" in kwargs
         if "env_id" in kwargs:  # presets and compatibility wrappers make the env they are given
             self.check_env(kwargs["env_id"])  # (first: its constructor is looked up below)
+        if nested:  # the multi-agent adapters: the inner env's own kwargs, checked as its own
+            self.check_env_kwargs(kwargs["env_id"], kwargs["env_kwargs"])
         declared = None
         for key, value in kwargs.items():
             check_name(key, "env kwarg")
+            if nested and key == "env_kwargs":
+                value = None  # (checked above, against the inner env's names and the operator's patterns)
             self.check_size(key, value)
             if any(fnmatch.fnmatchcase(key, p) for p in self.env_kwargs):
                 continue

@@ -11,11 +11,14 @@ is ``portal_shm.make_vec_ma``, which builds the kwargs and gives per-agent views
     make_vec("portal_shm.server.multi_agent:two_player", 4, env_id="my_games:Fight2P")
 
 ``env_id`` is an id of PettingZoo's registry (``"butterfly/pistonball-v6"``, PettingZoo 1.27+) or
-the env's ``"package.module:callable"`` (a gymnasium id or entry point for ``two_player``); the other keyword arguments go to it, beside the adapter's own (``groups``,
-``dead_obs``, ``info_action_mask``). The PettingZoo package is imported only there, inside the
-env's runtime. The names follow the presets' convention (``env_id`` and the env's kwargs), so a
-remote host's policy checks the inner env and its kwargs against its allow-lists as it checks the
-preset's: an operator allows e.g. ``--entry-points 'portal_shm.server.multi_agent:*,mpe2.*:*'``.
+the env's ``"package.module:callable"`` (a gymnasium id or entry point for ``two_player``). The
+env's own kwargs go in ``env_kwargs={...}``, where any name reaches it unchanged (an env's own
+``env_id`` or ``groups`` included: ``make_vec_ma`` always passes them so); other keyword arguments
+than the adapter's own (``groups``, ``dead_obs``, ``info_action_mask``, ``env_kwargs``) go to it
+too. The PettingZoo package is imported only there, inside the env's runtime. The names follow
+the presets' convention (``env_id`` names the inner env), so a remote host's policy checks the
+inner env and its kwargs, nested ones as its own, against its allow-lists as it checks a preset's:
+an operator allows e.g. ``--entry-points 'portal_shm.server.multi_agent:*,mpe2.*:*'``.
 
 Layout. Possible agents are grouped by identical (observation space, action space), in their
 order (or as ``groups={"name": [agent, ...]}`` says; agents with different spaces in one group are
@@ -42,9 +45,11 @@ Dead-agent contract (parallel envs; AEC below):
 - On the call an agent leaves (it drops out of ``agents``), its slot has mask 0, its reward for
   that step and PettingZoo's ``terminated``/``truncated`` for it (an agent that leaves with
   neither set counts as terminated): one of them is True exactly once.
-- While it is absent: mask 0, reward 0, both flags False, and its observation (and action mask)
-  is zeros (``dead_obs="zeros"``, the default) or the last one it had, its final one where the
-  env gave one (``dead_obs="last"``).
+- On that call its observation (and action mask) is its real last one: the final one where the
+  env gave one, else the last it had (a time limit bootstraps from it, in every view).
+- While it is absent after that: mask 0, reward 0, both flags False, and its observation (and
+  action mask) is zeros (``dead_obs="zeros"``, the default, SuperSuit's black death) or that
+  last one, kept (``dead_obs="last"``).
 - An agent that comes back (PettingZoo#661) has mask 1 again and ``info["returned"][group]``, a
   ``(k,)`` bool array, is True in its slot on the call it returns (the key is there only then).
 - The env's episode ends when ``agents`` is empty: ``truncated`` when every agent that ended on
@@ -81,13 +86,17 @@ def parallel(
     groups: Optional[dict] = None,
     dead_obs: str = "zeros",
     info_action_mask: bool = False,
+    env_kwargs: Optional[dict] = None,
     **kwargs: Any,
 ) -> ParallelAdapter:
-    """A PettingZoo ParallelEnv (``env_id``, made with ``kwargs``) as one fixed-space gymnasium env."""
+    """A PettingZoo ParallelEnv (``env_id``, made with ``env_kwargs`` and ``kwargs``) as one
+    fixed-space gymnasium env."""
     from .adapter import load
     from .parallel_adapter import ParallelAdapter
 
-    return ParallelAdapter(load(env_id, kwargs, "parallel"), groups, dead_obs, info_action_mask)
+    return ParallelAdapter(
+        load(env_id, _env_kwargs(env_kwargs, kwargs), "parallel"), groups, dead_obs, info_action_mask
+    )
 
 
 def aec(
@@ -95,13 +104,14 @@ def aec(
     groups: Optional[dict] = None,
     dead_obs: str = "zeros",
     info_action_mask: bool = False,
+    env_kwargs: Optional[dict] = None,
     **kwargs: Any,
 ) -> AECAdapter:
     """A PettingZoo AECEnv (turn-based) as one fixed-space gymnasium env stepped decision by decision."""
     from .adapter import load
     from .aec_adapter import AECAdapter
 
-    return AECAdapter(load(env_id, kwargs, "aec"), groups, dead_obs, info_action_mask)
+    return AECAdapter(load(env_id, _env_kwargs(env_kwargs, kwargs), "aec"), groups, dead_obs, info_action_mask)
 
 
 def two_player(
@@ -109,6 +119,7 @@ def two_player(
     agents: Optional[Sequence[str]] = None,
     groups: Optional[dict] = None,
     dead_obs: str = "zeros",
+    env_kwargs: Optional[dict] = None,
     **kwargs: Any,
 ) -> ParallelAdapter:
     """A 2-player zero-sum gymnasium env with one scalar reward (the first player's) as two agents
@@ -118,5 +129,19 @@ def two_player(
     from .parallel_adapter import ParallelAdapter
     from .two_players import TwoPlayerEnv
 
+    kwargs = _env_kwargs(env_kwargs, kwargs)
     game = env_id(**kwargs) if callable(env_id) else make_env(env_id, kwargs)
     return ParallelAdapter(TwoPlayerEnv(game, agents), groups, dead_obs)
+
+
+def _env_kwargs(nested: Optional[dict], flat: dict) -> dict:
+    """The env's kwargs: ``env_kwargs`` (any names, ``env_id`` and ``groups`` included) beside the
+    flat ones (names the adapter does not take itself)."""
+    if nested is None:
+        return flat
+    if not isinstance(nested, dict):
+        raise TypeError(f"env_kwargs must be a dict of the env's keyword arguments, got {type(nested).__name__}")
+    twice = sorted(set(nested) & set(flat))
+    if twice:
+        raise TypeError(f"env kwargs {twice} are given both in env_kwargs and as keyword arguments: give them once")
+    return {**flat, **nested}

@@ -38,7 +38,10 @@ def load(env_id: EnvSource, kwargs: dict, api: str) -> Any:
     except Exception as exc:
         if type(exc).__name__ not in ("NameNotFound", "FailedToImport"):
             raise
-        raise EnvNotFound(f"PettingZoo env {env_id!r} ({api}): {exc}") from exc
+        raise EnvNotFound(
+            f"PettingZoo env {env_id!r} ({api}): {exc}; install the package that holds it in that runtime, "
+            "or pass the env's entry point 'package.module:callable'"
+        ) from exc
 
 
 class MultiAgentAdapter(gym.Env):

@@ -189,8 +189,10 @@ class AgentSlots:
 
     Two buffers take turns, so the observation returned by one call stays intact while the next
     is written (SameStep autoreset packs the final observation after ``reset`` has returned). A
-    call writes the slots of the agents it has news of; every other slot keeps what it held, so a
-    dead agent's observation stays zeros or its last one, as ``dead_obs`` chose at its end.
+    call writes the slots of the agents it has news of; every other slot keeps what it held. On the
+    call an agent's episode ends its slot holds its real last observation, whatever ``dead_obs``
+    says (a time limit bootstraps from it, as from SuperSuit's rows); from the next call on it
+    holds ``dead_obs``: zeros (SuperSuit's black death) or that last observation, kept.
     """
 
     def __init__(self, groups: list, dead_obs: str) -> None:
@@ -202,6 +204,7 @@ class AgentSlots:
         self.buffers = [_drop_batch(create_empty_array(self.space, 1, fn=np.zeros)) for _ in range(2)]
         self.turn = 0
         self.touched: set = set()
+        self.ended: set = set()  # agents whose episode ended on the last call: dead from the next
         self.returned: dict = {}
         self.infos: dict = {}
 
@@ -211,19 +214,21 @@ class AgentSlots:
 
     def begin(self, fresh: bool = False) -> None:
         """Start a call: the other buffer, rewards 0, flags and masks False, no news yet; ``fresh``
-        (a reset): every slot zeros, so nothing of the last episode shows in the new one."""
+        (a reset): every slot zeros, so nothing of the last episode shows in the new one; else the
+        agents that ended on the last call get their dead observation (``dead_obs``)."""
         self.turn ^= 1
         for group in self.groups:
             fields = self.current[group.name]
             fields["reward"][:] = 0.0
             for flag in FLAGS:
                 fields[flag][:] = False
-            if fresh:
-                for i in range(len(group.agents)):
-                    _zero(fields["obs"], i)
-                    if group.mask_source is not None:
-                        _zero(fields["action_mask"], i)
-        self.touched = set(self.where) if fresh else set()
+        zeroed = set(self.where) if fresh else self.ended if self.dead_obs == "zeros" else set()
+        for agent in zeroed:
+            group, i = self.where[agent]
+            _zero(self.current[group.name]["obs"], i)
+            if group.mask_source is not None:
+                _zero(self.current[group.name]["action_mask"], i)
+        self.touched, self.ended = set(zeroed), set()
         self.returned, self.infos = {}, {}
 
     def observe(self, agent: str, obs: Any, info: Any = None) -> None:
@@ -266,19 +271,15 @@ class AgentSlots:
         has_obs: bool = False,
         info: Any = None,
     ) -> None:
-        """The agent's episode ended on this call: its flags, and its slot zeroed, or its final
-        observation (and the mask of its ``info``) where the env gave one, else kept."""
+        """The agent's episode ended on this call: its flags, and its final observation (and the
+        mask of its ``info``) where the env gave one, else the last it had: its real last one."""
         group, i = self.where[agent]
         fields = self.current[group.name]
         fields["terminated"][i] = terminated or not truncated  # one that leaves without a flag is terminated
         fields["truncated"][i] = truncated
-        if self.dead_obs == "zeros":
-            _zero(fields["obs"], i)
-            if group.mask_source is not None:
-                _zero(fields["action_mask"], i)
-            self.touched.add(agent)
-        elif has_obs:
+        if has_obs:
             self.observe(agent, final_obs, info)
+        self.ended.add(agent)
 
     def came_back(self, agent: str) -> None:
         group, i = self.where[agent]
