@@ -8,12 +8,14 @@ The marks (invisible on GitHub):
   against a real ``portal-shm host`` started here on 127.0.0.1 with a home of its own (``box``),
   the agent with another home; ``scp`` becomes ``cp`` between the two homes.
 
-Blocks run with fewer envs and steps (``SHRINK``) unless ``PORTAL_SHM_README_FULL=1``.
+Blocks run with fewer envs and steps (``SHRINK``) unless ``PORTAL_SHM_README_FULL=1``. A block that
+imports a package of ``OPTIONAL`` is skipped, with the reason, where that package is not installed.
 """
 
 from __future__ import annotations
 
 import getpass
+import importlib.util
 import os
 import pathlib
 import re
@@ -38,6 +40,9 @@ SHRINK = [
     ('"ALE/Pong-v5",\n    256,', '"ALE/Pong-v5",\n    8,'),
     ('{"batch_size": 32}', '{"batch_size": 4}'),
 ]
+
+# Packages of extras that a dev install may lack (torchrl needs Python 3.10+): name -> how to get it.
+OPTIONAL = {"torchrl": "pip install torchrl (the torchrl extra; Python 3.10+)"}
 
 MARK = re.compile(r"^<!-- (not run|run): (.+?) -->$")
 HOST_MARK = "with a host on 127.0.0.1 as box"
@@ -161,6 +166,9 @@ def _env(home: pathlib.Path) -> dict:
 @pytest.mark.integration  # whole programs: Pong, SB3, remote hosts
 @pytest.mark.parametrize("block", _runnable(), ids=lambda b: b.id)
 def test_block_runs(block, tmp_path):
+    for name, how in OPTIONAL.items():
+        if re.search(rf"^(from|import) {name}\b", block.code, re.M) and importlib.util.find_spec(name) is None:
+            pytest.skip(f"README {block.id} needs {name}, not installed: {how}")
     home = tmp_path / "home"
     home.mkdir()
     _run(block, tmp_path, _env(home))

@@ -1,10 +1,11 @@
 """pytest plugin: gymnasium's ``AsyncVectorEnv`` is ``portal_shm.VectorPortal`` for the whole run.
 
-Loaded with ``-p portal_shm_as_async`` (``run_gymnasium_vector_suite.py`` does this), so the patch
-is in place before any test module runs ``from gymnasium.vector import AsyncVectorEnv``; the
-registry's ``gym.make_vec(..., vectorization_mode="async")`` then builds a VectorPortal as well.
-This module lives outside any ``tests`` package on purpose: gymnasium's test suite is a package
-named ``tests`` too.
+Loaded with ``-p portal_shm_as_async`` (``run_gymnasium_vector_suite.py`` and
+``run_torchrl_gym_suite.py`` do this), so the patch is in place before any test module runs
+``from gymnasium.vector import AsyncVectorEnv``; the registry's
+``gym.make_vec(..., vectorization_mode="async")`` then builds a VectorPortal as well. This module
+lives outside any ``tests`` package on purpose: gymnasium's test suite is a package named ``tests``
+too.
 """
 
 from __future__ import annotations
