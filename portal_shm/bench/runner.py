@@ -196,7 +196,7 @@ def run_cell(
                 samples.append(sample)
                 progress.advance(sample)
         if options.alloc_steps > 0 and options.batch_size is None:
-            for name in (s for s in built if is_portal(s)):
+            for name in (s for s in built if is_portal(s) or s == "portal-views"):
                 progress.status(f"{sc.name} N={n}: allocation check of {name}")
                 alloc = measure.agent_allocations(
                     built[name], actions[name], options.alloc_steps, options.warmup, options.seconds

@@ -276,6 +276,10 @@ def test_report_follows_the_schema(tiny_report, tmp_path):
     assert report["summary"][0]["x_baseline"]["median"] == 1.0
     (alloc,) = report["allocations"]
     assert alloc["system"] == "portal-process" and alloc["steps"] == 20 and alloc["steps_with_obs_sized_alloc"] == 0
+    # the default copies one batch per step (into arrays the client owns), ring views none
+    (target,) = [t for t in report["targets"] if "fresh arrays" in t["target"]]
+    assert target["target"] == "null:8x8x1 N=2: portal-process one batch of fresh arrays per step, none retained"
+    assert target["ok"] and 0 < target["value"] <= 1
     assert report["leftover_shm"] == [] and report["errors"] == []
 
 
