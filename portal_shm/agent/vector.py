@@ -81,8 +81,9 @@ class VectorPortal(PortalVectorEnv):
         copy: True (default, as AsyncVectorEnv) returns fresh arrays every call; False returns
             read-only ring views, valid for ``ring_depth - 1`` further calls (see the module
             docstring), for code that copies each batch into its own storage at once.
-        context, daemon: accepted for AsyncVectorEnv code and ignored: env servers are always fresh
+        context: accepted for AsyncVectorEnv code and ignored: env servers are always fresh
             processes (like the "spawn" start method) that exit when the agent does.
+        daemon: accepted for AsyncVectorEnv code and ignored, as ``context``.
         worker: not supported (there is no worker loop to replace); must be None.
         observation_mode: ``"same"`` (all envs have equal observation spaces), ``"different"``
             (one shape and dtype, other bounds, e.g. two versions of an env side by side) or a tuple

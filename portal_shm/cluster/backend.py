@@ -37,7 +37,10 @@ class RayBackend(LinkOptions):
         counts: envs per host, in order (default: spread evenly).
         runtime: the runtime of the envs on the nodes (``"process"``, ``"docker"`` with ``image``,
             ``"venv"``, ``"micromamba"``), with ``runtime_options``, as for ``backend="remote"``.
-        compression, heartbeat_interval, heartbeat_timeout, connect_timeout: as ``RemoteBackend``'s.
+        compression: as ``RemoteBackend``'s.
+        heartbeat_interval: as ``RemoteBackend``'s.
+        heartbeat_timeout: as ``RemoteBackend``'s.
+        connect_timeout: as ``RemoteBackend``'s.
         placement_timeout: seconds to wait for Ray to place the hosts (start and replacement).
         host_policy: what the hosts let this portal run (a ``HostPolicy``; default: the defaults of
             ``portal-shm host``: registered ids and the presets). The driver places the hosts, so

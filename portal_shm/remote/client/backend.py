@@ -58,8 +58,12 @@ class RemoteBackend(LinkOptions):
         client_key: this agent's ``.key_secret`` file (default ``~/.config/portal-shm/keys/USER@HOSTNAME.key_secret``,
             what ``portal-shm keys create`` makes; ``agent.key_secret`` there when only that exists).
         host_key: the hosts' public key (Z85 or a ``.key`` file), or one per host, pinned.
-        runtime, runtime_options, compression, heartbeat_interval, heartbeat_timeout,
-            connect_timeout: ``LinkOptions``'.
+        runtime: where the host runs the envs (``LinkOptions``).
+        runtime_options: options of that runtime (``LinkOptions``).
+        compression: of observations on the wire (``LinkOptions``).
+        heartbeat_interval: seconds between heartbeats (``LinkOptions``).
+        heartbeat_timeout: seconds of silence that lose a host (``LinkOptions``).
+        connect_timeout: seconds to reach a host (``LinkOptions``).
     """
 
     hosts: Optional[Sequence[str]] = None

@@ -155,8 +155,10 @@ class HostPolicy:
         entry_points: globs over ``module:callable`` (``--entry-points``); default: the project's presets.
         images: globs over docker images (``--images``); default: images labelled as portal-shm env
             images (``portal-shm build`` labels what it builds).
-        max_mem, max_cpus, max_pids: caps of a container's ``mem_limit``, ``cpus`` and
-            ``pids_limit``; containers get the cap when the agent asks for none.
+        max_mem: cap of a container's ``mem_limit``; containers get the cap when the agent asks
+            for none (as for the two below).
+        max_cpus: cap of a container's ``cpus``.
+        max_pids: cap of a container's ``pids_limit``.
         pythons: interpreters the process and venv runtimes offer, by name (``--python NAME=PATH``).
         venvs: venvs by name, as their requirements (``--venv NAME='REQ REQ'``, or ``NAME=@FILE``).
         micromambas: micromamba envs by name, as their spec file (``--micromamba NAME=SPEC.yml``).

@@ -1,10 +1,11 @@
-"""README.md as a newcomer uses it: its set-up commands are CI's, and every ``python`` and ``bash``
-block runs as it stands, or says in an HTML comment just above it why it cannot run here.
+"""README.md and the docs site (``docs/``) as a newcomer uses them: README's set-up commands are CI's,
+every ``python`` and ``bash`` block of every page runs as it stands, or says in an HTML comment just
+above it why it cannot run here, and every page is in the site's navigation.
 
 The marks (invisible on GitHub):
 
 - ``<!-- not run: REASON -->``: a second machine, Docker, a benchmark of minutes, ...
-- ``<!-- run: with a host on 127.0.0.1 as box ... -->``: the remote walk-through, run in order
+- ``<!-- run: with a host on 127.0.0.1 as box ... -->``: the remote walk-through (docs/backends/remote.md), run in order
   against a real ``portal-shm host`` started here on 127.0.0.1 with a home of its own (``box``),
   the agent with another home; ``scp`` becomes ``cp`` between the two homes.
 
@@ -32,6 +33,8 @@ from tests.host_daemon import HostDaemon
 
 ROOT = pathlib.Path(__file__).parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README] + sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.parts)
 FULL = os.environ.get("PORTAL_SHM_README_FULL") == "1"
 
 # (as written, as run here): the same code on fewer envs and steps. Each must match some block.
@@ -54,21 +57,24 @@ class Block:
     code: str
     line: int
     mark: Optional[tuple] = None  # ("not run" | "run", text)
+    page: str = "README.md"
 
     @property
     def id(self) -> str:
         first = next((line for line in self.code.splitlines() if line.strip()), "")
-        return f"line{self.line}:{first[:40]}"
+        return f"{self.page}:{self.line}:{first[:40]}"
 
 
-def readme_blocks() -> list:
-    """Every fenced block of README.md with its language and the mark just above it, if any."""
+def page_blocks(path: pathlib.Path) -> list:
+    """Every fenced block of one page with its language and the mark just above it, if any."""
     blocks, current, above = [], None, None
-    for number, line in enumerate(README.read_text().splitlines(), start=1):
+    page = path.relative_to(ROOT).as_posix()
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
         if current is None:
             fence = re.match(r"^```(\w*)\s*$", line)
             if fence:
-                current = Block(fence.group(1), "", number, MARK.match(above).groups() if above else None)
+                mark = MARK.match(above).groups() if above else None
+                current = Block(fence.group(1), "", number, mark, page)
             elif line.strip():
                 above = line.strip() if MARK.match(line.strip()) else None
         elif line.startswith("```"):
@@ -79,12 +85,17 @@ def readme_blocks() -> list:
     return blocks
 
 
+def all_blocks() -> list:
+    """The blocks of README.md, then of every docs page, in order."""
+    return [block for path in PAGES for block in page_blocks(path)]
+
+
 def _runnable() -> list:
-    return [b for b in readme_blocks() if b.lang in ("python", "bash") and b.mark is None]
+    return [b for b in all_blocks() if b.lang in ("python", "bash") and b.mark is None]
 
 
 def _with_host() -> list:
-    return [b for b in readme_blocks() if b.mark and b.mark[0] == "run"]
+    return [b for b in all_blocks() if b.mark and b.mark[0] == "run"]
 
 
 def shrunk(code: str) -> str:
@@ -121,17 +132,17 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_every_block_runs_or_says_why_not():
-    blocks = [b for b in readme_blocks() if b.lang in ("python", "bash")]
+    blocks = [b for b in all_blocks() if b.lang in ("python", "bash")]
     for block in blocks:
         if block.mark is None:
             continue
         kind, text = block.mark
         if kind == "not run":
-            assert len(text) >= 10, f"README {block.id}: say why it is not run"
+            assert len(text) >= 10, f"{block.id}: say why it is not run"
         else:
-            assert text.startswith(HOST_MARK), f"README {block.id}: unknown mark 'run: {text}'"
+            assert text.startswith(HOST_MARK), f"{block.id}: unknown mark 'run: {text}'"
     assert _runnable() and _with_host()
-    assert not [b.id for b in readme_blocks() if b.lang == "" and "import " in b.code and b.mark is None], (
+    assert not [b.id for b in all_blocks() if b.lang == "" and "import " in b.code and b.mark is None], (
         "a block of code without its language: mark it ```python or ```bash"
     )
 
@@ -150,7 +161,7 @@ def _run(block: Block, cwd: pathlib.Path, env: dict, code: Optional[str] = None)
     else:
         command = ["bash", "-euo", "pipefail", "-c", code]
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"README {block.id} failed:\n{code}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{block.id} failed:\n{code}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
 def _env(home: pathlib.Path) -> dict:
@@ -168,7 +179,7 @@ def _env(home: pathlib.Path) -> dict:
 def test_block_runs(block, tmp_path):
     for name, how in OPTIONAL.items():
         if re.search(rf"^(from|import) {name}\b", block.code, re.M) and importlib.util.find_spec(name) is None:
-            pytest.skip(f"README {block.id} needs {name}, not installed: {how}")
+            pytest.skip(f"{block.id} needs {name}, not installed: {how}")
     home = tmp_path / "home"
     home.mkdir()
     _run(block, tmp_path, _env(home))
@@ -176,7 +187,7 @@ def test_block_runs(block, tmp_path):
 
 @pytest.mark.integration
 def test_remote_walk_through_runs_against_a_host_on_loopback(tmp_path):
-    """The agent's blocks of "Envs on another machine", in order, against a host on 127.0.0.1."""
+    """The agent's blocks of the remote walk-through, in order, against a host on 127.0.0.1."""
     box, agent = tmp_path / "box", tmp_path / "agent"
     box.mkdir()
     agent.mkdir()
@@ -198,10 +209,10 @@ def test_remote_walk_through_runs_against_a_host_on_loopback(tmp_path):
 
 @pytest.mark.build  # builds the wheel and installs it
 def test_install_lines_work_from_a_checkout(tmp_path):
-    """portal-shm is not on a package index: the README installs it from the checkout or its wheel,
-    built as it says, and pip takes the wheel with the extras it names."""
+    """portal-shm is not on a package index: the docs install it from the checkout or its wheel,
+    built as they say, and pip takes the wheel with the extras they name."""
     index_installs = [
-        line for b in readme_blocks() for line in b.code.splitlines() if re.search(r"pip install .*'portal-shm\[", line)
+        line for b in all_blocks() for line in b.code.splitlines() if re.search(r"pip install .*'portal-shm\[", line)
     ]
     assert index_installs == []
     source = tmp_path / "checkout"
@@ -209,7 +220,7 @@ def test_install_lines_work_from_a_checkout(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source)
     shutil.copytree(ROOT / "portal_shm", source / "portal_shm", ignore=shutil.ignore_patterns("__pycache__"))
-    build = next(b for b in readme_blocks() if "pip wheel . --no-deps -w dist/" in b.code)
+    build = next(b for b in all_blocks() if "pip wheel . --no-deps -w dist/" in b.code)
     wheel_line = next(line for line in build.code.splitlines() if line.startswith("pip wheel"))
     subprocess.run(["bash", "-c", wheel_line], cwd=source, check=True, capture_output=True, timeout=300)
     (wheel,) = (source / "dist").glob("portal_shm-*.whl")
@@ -219,7 +230,7 @@ def test_install_lines_work_from_a_checkout(tmp_path):
         assert "portal_shm/remote/host/daemon.py" in archive.namelist()
     installs = [
         line.split("#")[0].strip()
-        for b in readme_blocks()
+        for b in all_blocks()
         for line in b.code.splitlines()
         if "pip install" in line and "portal_shm-*.whl" in line
     ]
@@ -236,3 +247,36 @@ def test_install_lines_work_from_a_checkout(tmp_path):
             timeout=300,
         )
         assert done.returncode == 0 and "Would install portal-shm" in done.stdout, done.stdout + done.stderr
+
+
+def _nav_pages() -> list:
+    import yaml
+
+    class _Loader(yaml.SafeLoader):  # mkdocs.yml names a Python function with a !!python/name tag
+        pass
+
+    _Loader.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_Loader)
+
+    def walk(entries: list) -> list:
+        found = []
+        for entry in entries:
+            value = entry if isinstance(entry, str) else next(iter(entry.values()))
+            found += walk(value) if isinstance(value, list) else [value]
+        return found
+
+    return walk(config["nav"])
+
+
+def test_every_docs_page_is_in_the_nav_and_every_nav_entry_exists():
+    nav = _nav_pages()
+    pages = sorted(p.relative_to(DOCS).as_posix() for p in PAGES[1:])
+    assert sorted(set(nav)) == sorted(nav), "a page is twice in mkdocs.yml's nav"
+    assert [p for p in nav if not (DOCS / p).is_file()] == [], "mkdocs.yml's nav names a page that does not exist"
+    assert [p for p in pages if p not in nav] == [], "a docs page is missing from mkdocs.yml's nav"
+
+
+def test_readme_links_point_at_files_that_exist():
+    links = re.findall(r"\]\(((?:docs/|[A-Z]+\.md)[^)#\s]*)(?:#[^)\s]*)?\)", README.read_text())
+    assert links
+    assert [link for link in links if not (ROOT / link).exists()] == []
