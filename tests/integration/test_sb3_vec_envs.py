@@ -3,7 +3,7 @@
 Nothing of SB3 is copied here: the module (and SB3's pytest settings, its ``pyproject.toml``) is
 taken at test time from the sdist of the installed version, downloaded with pip (pip's cache
 answers repeat runs offline), or from ``PORTAL_SHM_SB3_SOURCE`` (an SB3 checkout or sdist at that
-version). It runs twice in a pytest subprocess: once with SB3's own ``SubprocVecEnv`` (the
+version). It runs twice, side by side, each in a pytest subprocess: once with SB3's own ``SubprocVecEnv`` (the
 reference), once with ``stable_baselines3.common.vec_env.SubprocVecEnv`` replaced by the drop-in
 before the module imports it. A conftest written beside the extracted module does the swap and
 records which tests built a ``SubprocVecEnv``. Every test that passes with SB3's class must pass
@@ -113,21 +113,31 @@ def sb3_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _from_sdist(sdists[0], root / "src")
 
 
-def _run(directory: Path, chosen: str) -> tuple[dict, set]:
+def _start(directory: Path, chosen: str) -> subprocess.Popen:
+    """SB3's module in a pytest subprocess with the chosen class (SB3's, or the drop-in)."""
+    (directory / f"{chosen}.built").write_text("")
+    (directory / "tests" / "conftest.py").write_text(SHIM)
+    env = dict(os.environ, PORTAL_SHM_SB3_CLASS=chosen, PORTAL_SHM_SB3_BUILT=str(directory / f"{chosen}.built"))
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", MODULE, "-q", "-p", "no:cacheprovider",
+         f"--junitxml={directory / f'{chosen}.xml'}", "-o", "timeout=300"],
+        cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _collect(directory: Path, chosen: str, process: subprocess.Popen) -> tuple[dict, set]:
     """Outcome per test id ('passed', 'failed', 'skipped'), and the tests that built a SubprocVecEnv
     (checked to be the chosen class: SB3's, or the drop-in)."""
     report, built = directory / f"{chosen}.xml", directory / f"{chosen}.built"
-    built.write_text("")
-    (directory / "tests" / "conftest.py").write_text(SHIM)
-    env = dict(os.environ, PORTAL_SHM_SB3_CLASS=chosen, PORTAL_SHM_SB3_BUILT=str(built))
-    env.pop("PYTEST_ADDOPTS", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", MODULE, "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         "-o", "timeout=300"],
-        cwd=directory, env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=1800)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     if not report.exists():
-        raise AssertionError(f"SB3's tests did not run ({chosen}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise AssertionError(f"SB3's tests did not run ({chosen}):\n{output[-6000:]}")
     outcomes = {}
     for case in ET.parse(report).iter("testcase"):
         name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
@@ -140,10 +150,19 @@ def _run(directory: Path, chosen: str) -> tuple[dict, set]:
     return outcomes, {name for name in outcomes if name.split("::", 1)[1] in tests}
 
 
-@pytest.mark.timeout(1800)  # SB3's module twice: ~2 min each here, more on a loaded machine
+@pytest.mark.timeout(1800)  # SB3's module twice, side by side: ~2 min here, more on a loaded machine
 def test_sb3s_vec_env_tests_pass_with_the_drop_in_as_with_sb3s_subproc_vec_env(sb3_tests: Path) -> None:
-    reference, reference_built = _run(sb3_tests, "sb3")
-    drop_in, drop_in_built = _run(sb3_tests, "drop-in")
+    # Both runs at once: they share no file but the shim, and most of each is waiting on
+    # subprocesses, so together they take little more than one.
+    runs = {chosen: _start(sb3_tests, chosen) for chosen in ("sb3", "drop-in")}
+    try:
+        reference, reference_built = _collect(sb3_tests, "sb3", runs["sb3"])
+        drop_in, drop_in_built = _collect(sb3_tests, "drop-in", runs["drop-in"])
+    finally:
+        for process in runs.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
     def count(outcomes: dict, names: set) -> dict:
         return {kind: sum(outcomes[name] == kind for name in names) for kind in ("passed", "failed", "skipped")}
