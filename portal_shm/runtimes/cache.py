@@ -58,8 +58,9 @@ ENV_SIDE = ("__init__.py", "version.py", "presets.py", "wire", "server")
 def server_modules() -> dict[str, str]:
     """Relative path -> path of the files an env runtime needs: ``portal_shm.wire`` and ``.server``.
 
-    Whole folders rather than a list of modules: import-linter (pyproject.toml) keeps the env side
-    from importing anything outside them, so what is here is all it can need.
+    Whole folders, subfolders included (``server/multi_agent``), rather than a list of modules:
+    import-linter (pyproject.toml) keeps the env side from importing anything outside them, so what
+    is here is all it can need.
     """
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     found: dict[str, str] = {}
@@ -68,9 +69,12 @@ def server_modules() -> dict[str, str]:
         if os.path.isfile(path):
             found[entry] = path
             continue
-        for name in sorted(os.listdir(path)):
-            if name.endswith(".py"):
-                found[f"{entry}/{name}"] = os.path.join(path, name)
+        for folder, subfolders, names in os.walk(path):
+            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+            relative = os.path.relpath(folder, package).replace(os.sep, "/")
+            for name in names:
+                if name.endswith(".py"):
+                    found[f"{relative}/{name}"] = os.path.join(folder, name)
     return dict(sorted(found.items()))
 
 

@@ -22,6 +22,7 @@ from ..errors import PortalError
 from ..wire.launch import CONFIG_ENV_VAR, encode_config
 from .agent_container import LABEL_AGENT_CONTAINER, host_path, own_container_id, socket_problem
 from .backend import Backend, ServerHandle, ServerLaunch
+from .cache import server_digest
 
 LABEL_PREFIX = "portal-shm"
 LABEL_OWNER = f"{LABEL_PREFIX}.owner-pid"
@@ -30,6 +31,7 @@ LABEL_SERVER = f"{LABEL_PREFIX}.server"
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
 LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
 LABEL_ENV_IMAGE = f"{LABEL_PREFIX}.env-image"  # set by portal-shm build: what hosts serve by default
+LABEL_SERVER_DIGEST = f"{LABEL_PREFIX}.server-digest"  # set by portal-shm build: the env-server code inside
 NOBODY = 65534
 
 
@@ -40,6 +42,7 @@ class DefaultImage(str):
 
 DEFAULT_IMAGE = DefaultImage("portal-shm/ale")
 _warned_default_image = False
+_warned_stale_images: set = set()
 
 
 def warn_default_image() -> None:
@@ -59,6 +62,23 @@ def warn_default_image() -> None:
         'to choose, e.g. make_vec(..., backend="docker", image="portal-shm/vizdoom") or portal-shm run --image',
         UserWarning,
         stacklevel=level,
+    )
+
+
+def warn_if_stale(image: str, labels: dict) -> None:
+    """Say once per image when ``portal-shm build`` made it from other env-server code than this
+    agent's: within one protocol version such a server starts, and then misreads what changed
+    (a new option, a nested argument) in ways no handshake can name."""
+    built_from = labels.get(LABEL_SERVER_DIGEST)
+    if not built_from or built_from == server_digest() or image in _warned_stale_images:
+        return
+    _warned_stale_images.add(image)
+    warnings.warn(
+        f"docker image {image!r} holds portal-shm's env server from other code than this agent's "
+        f"(built from another checkout or version): if its envs misbehave, rebuild it with this one "
+        f"(portal-shm build NAME|DIR -t {image})",
+        UserWarning,
+        stacklevel=2,
     )
 
 
@@ -244,7 +264,7 @@ class DockerBackend(Backend):
             kwargs["pids_limit"] = self.pids_limit
         kwargs.update(dict(self.extra_run_args))
         try:
-            client.images.get(self.image)
+            warn_if_stale(self.image, client.images.get(self.image).labels or {})
         except docker.errors.ImageNotFound:
             raise PortalError(
                 f"docker image {self.image!r} not found locally: build it first "

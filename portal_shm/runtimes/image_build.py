@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import PortalError
-from .docker import LABEL_ENV_IMAGE, LABEL_PREFIX, docker_client
+from .cache import server_digest
+from .docker import LABEL_ENV_IMAGE, LABEL_PREFIX, LABEL_SERVER_DIGEST, docker_client
 
 DEFAULT_BASE = "portal-shm/base:bookworm"
 BASE_ENV_VAR = "PORTAL_SHM_BASE_IMAGE"
@@ -110,10 +111,12 @@ def assemble_context(image_dir: Path, target: Path) -> None:
 def build_labels(image_dir: Path) -> dict:
     """The env-image label (what hosts serve by default) on every image but an agent's: an image
     whose Dockerfile labels itself ``portal-shm.agent-image`` holds the docker CLI and runs training
-    commands, so no host should offer it to agents as an env runtime."""
-    if f"{LABEL_PREFIX}.agent-image" in (image_dir / "Dockerfile").read_text():
-        return {}
-    return {LABEL_ENV_IMAGE: "1"}
+    commands, so no host should offer it to agents as an env runtime. Every image carries the
+    digest of the env-server code copied in, so an agent can tell an image built from other code."""
+    labels = {LABEL_SERVER_DIGEST: server_digest()}
+    if f"{LABEL_PREFIX}.agent-image" not in (image_dir / "Dockerfile").read_text():
+        labels[LABEL_ENV_IMAGE] = "1"
+    return labels
 
 
 def default_base(client: object) -> Optional[str]:

@@ -41,11 +41,15 @@ def docker_client():
 
 
 def ensure_image(client, name: str, tag: str) -> str:
+    from portal_shm.runtimes.cache import server_digest
+    from portal_shm.runtimes.docker import LABEL_SERVER_DIGEST
     from portal_shm.runtimes.image_build import build_image
 
     try:
-        client.images.get(tag)
+        current = client.images.get(tag).labels.get(LABEL_SERVER_DIGEST) == server_digest()
     except Exception:
+        current = False
+    if not current:  # missing, or built from other env-server code (a machine that kept older images)
         build_image(name, tag)
     return tag
 

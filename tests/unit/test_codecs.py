@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import portal_shm
 from portal_shm.agent.contract.spaces import schema_to_space
 from portal_shm.runtimes.cache import server_modules
 from portal_shm.wire import protocol as P
@@ -168,6 +169,18 @@ def test_env_side_is_the_wire_and_server_folders():
         "wire/launch.py",
     } <= set(ENV_SIDE)
     assert not any(name.startswith(("agent/", "runtimes/", "cli/")) for name in ENV_SIDE)
+
+
+def test_env_side_holds_every_module_of_its_folders_subfolders_included():
+    package = pathlib.Path(portal_shm.__file__).parent
+    on_disk = {
+        path.relative_to(package).as_posix()
+        for folder in ("server", "wire")
+        for path in (package / folder).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert "server/multi_agent/parallel_adapter.py" in on_disk
+    assert on_disk <= set(ENV_SIDE), sorted(on_disk - set(ENV_SIDE))
 
 
 def test_env_side_imports_no_agent_dependencies():

@@ -101,10 +101,11 @@ class HostProcess:
     def log(self) -> str:
         return "".join(self.lines)
 
-    def wait_for_log(self, text: str, seconds: float) -> bool:
+    def wait_for_log(self, text: str, seconds: float, since: int = 0) -> bool:
+        """Whether ``text`` shows in the log (past its first ``since`` characters) within ``seconds``."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if text in self.log:
+            if text in self.log[since:]:
                 return True
             time.sleep(0.05)
         return False
