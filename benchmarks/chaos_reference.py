@@ -2,12 +2,14 @@
 the actions the agent sent.
 
 A portal promises SyncVectorEnv's results, less one documented exception: when a server fails and
-is restarted (README "Reliability"), its envs' episodes end in that step as truncated, reward 0,
+is restarted (docs/concepts/errors.md), its envs' episodes end in that step as truncated, reward 0,
 with the last observation and ``info["env_restarted"]``; in NextStep mode the next step returns the
 fresh env's reset observation, reset with ``restart_seed(seed, restarts)``. So each env gets a
 one-env SyncVectorEnv stepped with that env's actions, and after a restart a fresh one reset with
-that seed, as ``tests/integration/test_recovery.py`` does. A recycle is no exception at all: the
-recycled env's steps are checked like any other.
+that seed, as ``tests/integration/test_recovery.py`` does. A server that fails right after its
+envs ended an episode is instead restored from their episode-end states and makes the step again:
+that restart shows ``env_restarted`` on a step equal to the reference's, which counts as RESTARTED
+too. A recycle is no exception at all: the recycled env's steps are checked like any other.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class EnvReplay:
         """One step's transition of this env: OK, RESTARTED (a documented truncation) or LOST."""
         if restarted:
             self.restarts += 1
+            if not self.diverged and self._same_step(action, obs, reward, terminated, truncated):
+                return RESTARTED  # restored at an episode's end: the step made again, exactly
             self.pending_reset = True
             same = truncated and not terminated and reward == 0.0 and np.array_equal(obs, self.last)
             return RESTARTED if same and not self.diverged else self._verdict(False, "restart", obs)
@@ -63,6 +67,12 @@ class EnvReplay:
             self.diverged = False
             same = np.array_equal(obs, self.last) and reward == 0.0 and not terminated and not truncated
             return self._verdict(same, "reset after restart", obs)
+        same = self._same_step(action, obs, reward, terminated, truncated)
+        return self._verdict(same, "step", obs)
+
+    def _same_step(self, action: Any, obs: Any, reward: float, terminated: bool, truncated: bool) -> bool:
+        """Step the reference with ``action``: whether the portal's transition is its transition.
+        The reference moves on either way (a restart that cut the episode replaces it)."""
         r_obs, r_reward, r_terminated, r_truncated, _ = self.env.step(np.asarray([action]))
         same = (
             np.array_equal(obs, r_obs[0])
@@ -70,8 +80,9 @@ class EnvReplay:
             and terminated == r_terminated[0]
             and truncated == r_truncated[0]
         )
-        self.last = r_obs[0].copy()
-        return self._verdict(same, "step", obs)
+        if same:
+            self.last = r_obs[0].copy()
+        return bool(same)
 
     def _verdict(self, same: bool, what: str, obs: Any) -> str:
         if same and not self.diverged:

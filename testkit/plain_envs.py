@@ -7,10 +7,14 @@ adapter, their randomness only from generators they and their wrappers hold, as 
 ``OrderEnforcing`` and ``NoisyObservation`` (noise from a generator of its own and from the env's
 ``np_random``, a bonus from a ``random.Random``). ``opaque_walk`` adds ``Tally``, a wrapper whose
 state is an object no env state can carry: what recycling still swaps without states.
+``crashing_walk`` adds ``CrashOnToken``: its process exits in a reset, or in an episode's first
+step, when a token file exists (tests/integration/test_restart_exact.py picks the moment by
+writing it); without a token it is ``plain_walk`` with one more wrapper.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Optional
 
@@ -88,6 +92,46 @@ class Tally(gym.Wrapper):
         return self.env.step(action)
 
 
+class CrashOnToken(gym.Wrapper):
+    """Exits the process (as a segfault would end it) in ``phase`` (``"reset"``, or ``"first_step"``
+    of an episode) when it can claim ``token_path``: the file holds how many crashes are left, and
+    one process claims it at a time (a rename), so each crash happens once, in one env."""
+
+    def __init__(self, env: gym.Env, token_path: str = "", phase: str = "reset"):
+        super().__init__(env)
+        self.token_path, self.phase = str(token_path), str(phase)
+        self.first = False
+
+    def _maybe_exit(self, phase: str) -> None:
+        if phase != self.phase or not self.token_path:
+            return
+        claimed = f"{self.token_path}.{os.getpid()}"
+        try:
+            os.rename(self.token_path, claimed)
+        except FileNotFoundError:
+            return
+        with open(claimed) as handle:
+            left = int(handle.read() or 1) - 1
+        if left > 0:
+            with open(claimed, "w") as handle:
+                handle.write(str(left))
+            os.rename(claimed, self.token_path)
+        else:
+            os.unlink(claimed)
+        os._exit(3)
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        self._maybe_exit("reset")
+        self.first = True
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.first:
+            self._maybe_exit("first_step")
+        self.first = False
+        return self.env.step(action)
+
+
 def plain_walk(max_length: int = 12, max_episode_steps: int = 10) -> gym.Env:
     env = gym.wrappers.TimeLimit(gym.wrappers.OrderEnforcing(PlainWalkEnv(max_length)), max_episode_steps)
     return NoisyObservation(env)
@@ -95,3 +139,9 @@ def plain_walk(max_length: int = 12, max_episode_steps: int = 10) -> gym.Env:
 
 def opaque_walk(max_length: int = 12, max_episode_steps: int = 10) -> gym.Env:
     return Tally(plain_walk(max_length, max_episode_steps))
+
+
+def crashing_walk(
+    token_path: str = "", phase: str = "reset", max_length: int = 12, max_episode_steps: int = 10
+) -> gym.Env:
+    return CrashOnToken(plain_walk(max_length, max_episode_steps), token_path, phase)

@@ -320,6 +320,8 @@ class VectorPortal(PortalVectorEnv):
             "observation_schema": spaces.obs_schema,
             "action_schema": spaces.act_schema,
             "spin": server_spin(self.spin_wait, len(session.servers)),
+            # lockstep restarts resume from the envs' episode-end states (``local/recovery.py``)
+            "end_states": self.options.on_env_failure == "restart" and not self.batched,
         }
         ring = session.attach(layout, settings, timeout)
         return RingViews(

@@ -21,6 +21,7 @@ from ..wire import protocol as P
 from ..wire import stats as S
 from ..wire import trees
 from ..wire.doorbell import Bell, Waiter, close_all, spin_until
+from ..wire.end_states import MAX_STATE_BYTES, end_states_path
 from ..wire.handoff import fetch_descriptors
 from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.ring import Ring
@@ -108,6 +109,10 @@ class EnvServer:
         # Envs no state adapter knows: their state is taken only at an episode's end (``state.py``).
         self.end_only = [not carries_mid_episode(env) for env in envs]
         self.last_var_obs: list = [None] * len(envs)
+        self.end_states = False  # (attach may ask for them)
+        self.ends_due: Optional[tuple] = None  # (the step's command number, its at_end) to write after it
+        self.ends: dict = {}  # env index -> [command number of the step that ended its episode, state]
+        self.ends_path: Optional[str] = None
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 2000)
@@ -196,6 +201,11 @@ class EnvServer:
         if attach.get("cmd") != P.ATTACH:
             raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
         self.autoreset_mode = attach["autoreset_mode"]
+        # An agent that restarts failed servers exactly: every env's state at its episode's end
+        # is written once the step's results are out (``write_end_states``), for a fresh server.
+        self.end_states = attach.get("end_states") is True and bool(self.config.get("run_dir"))
+        if self.end_states:
+            self.ends_path = end_states_path(self.config["run_dir"], self.config["ring_token"])
         # Agents that number their commands (``seq``) say how long to spin for the next one.
         spin = attach.get("spin")
         self.spin: Optional[float] = float(spin) if isinstance(spin, (int, float)) else None
@@ -291,6 +301,8 @@ class EnvServer:
             if cmd == P.CMD_STEP or cmd == P.CMD_STEP_ACTIONS:
                 self.step(int(mailbox[SLOT]), cmd == P.CMD_STEP_ACTIONS)
                 self.done.ring()
+                if self.ends_due is not None:
+                    self.write_end_states()
             elif cmd == P.CMD_CONTROL:
                 try:
                     message = self.recv()
@@ -302,6 +314,8 @@ class EnvServer:
             elif cmd & P.CMD_RETIRE:
                 held = self.step(int(mailbox[SLOT]), cmd & ~P.CMD_RETIRE == P.CMD_STEP_ACTIONS, retire=True)
                 self.done.ring()
+                if self.ends_due is not None:
+                    self.write_end_states()
                 if held and self.hold():
                     return
 
@@ -313,6 +327,11 @@ class EnvServer:
             except Exception:
                 pass
         close_all((self.go, self.done))
+        if self.ends_path is not None:
+            try:
+                os.unlink(self.ends_path)
+            except OSError:
+                pass
         if self.ring is not None:
             self.ring.close()
         if agent_gone or not self.agent_alive():  # (it may have died while the envs closed)
@@ -362,7 +381,8 @@ class EnvServer:
         ``retire`` (recycling): when every env ended its episode here, their states go beside the
         results and the server then holds (``hold``); returns whether it sent them. In SAME_STEP
         an env whose state exists only at an episode's end (``end_only``) is captured just
-        before the step resets it, its one moment.
+        before the step resets it, its one moment. ``end_states`` (attach): the states of the
+        envs whose episode ended here are due, written once the results are out (``write_end_states``).
         """
         self.last_slot = k
         mailbox = self.mailbox
@@ -384,7 +404,8 @@ class EnvServer:
             self.whole_obs,
         )
         count = len(envs)
-        at_end: Any = {} if retire else None  # SAME_STEP: end_only envs' states taken before their reset
+        # SAME_STEP: end_only envs' states taken before their reset
+        at_end: Any = {} if retire or self.end_states else None
         rewards, terminateds, truncateds, lengths = [0.0] * count, [False] * count, [False] * count, [0] * count
         for j in range(count):
             env, i = envs[j], indices[j]
@@ -433,6 +454,8 @@ class EnvServer:
             mailbox[EXTRA] = 0
             return False
         states = self._states_to_retire(at_end) if retire and all(autoreset) else None
+        if self.end_states and any(autoreset) and states is None:
+            self.ends_due = (int(self._words[SEQ]), at_end)
         if states is not None:
             self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "held": True})
         elif extras:
@@ -472,6 +495,38 @@ class EnvServer:
         except Exception:
             return None
         return None if None in states else states
+
+    def write_end_states(self) -> None:
+        """After a step's results are out (its doorbell rung): the states of the envs whose episode
+        ended in it, stamped with its command number, into this server's file (``wire/end_states.py``:
+        the agent reads it if this server fails), taken where a fresh server restoring one and
+        making the next step again gives what this server gives: at the end (NEXT_STEP, or SAME_STEP
+        before the reset of an ``end_only`` env) or just after SAME_STEP's reset. Taken here, the
+        cost is off the step's path (the agent is busy with the batch meanwhile). An env whose
+        state cannot be taken (a wrapper holding what is not plain data) is left out: its restart
+        ends its episode instead."""
+        if self.ends_due is None:
+            return
+        (seq, at_end), self.ends_due = self.ends_due, None
+        ends = self.ends
+        same_step = self.autoreset_mode == SAME_STEP
+        for j, ended in enumerate(self.autoreset):
+            if not ended:
+                continue
+            try:
+                state = at_end.get(j) if self.end_only[j] and same_step else self._capture(j, False)
+            except Exception:
+                state = None
+            if state is not None and len(state) <= MAX_STATE_BYTES:
+                ends[self.env_indices[j]] = [seq, state]
+        if ends and self.ends_path is not None:
+            scratch = f"{self.ends_path}.tmp"
+            try:
+                with open(scratch, "wb") as handle:
+                    handle.write(P.packb({"ends": ends}))
+                os.replace(scratch, self.ends_path)
+            except OSError:
+                self.ends_path = None  # a run directory it may not write (another user's): restarts end episodes
 
     def _state_before_reset(self, j: int, obs: Any) -> Optional[bytes]:
         """SAME_STEP: env ``j``'s state at the end of the episode its step just ended, before the

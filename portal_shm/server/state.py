@@ -125,15 +125,22 @@ def _versions(chain: list, adapter: Any) -> dict:
     chain (gymnasium or gym, ale_py ...), the adapter's and numpy's (arrays and generators), and
     Python's for the message. Not every installed package: a Pong state does not depend on
     ViZDoom being installed beside it."""
-    modules = {type(link).__module__.partition(".")[0] for link in chain} | {"numpy"}
-    modules |= set(_ADAPTER_MODULES.get(adapter.name, ()))
+    modules = {type(link).__module__.partition(".")[0] for link in chain}
+    return dict(_versions_of(frozenset(modules), adapter.name))
+
+
+@functools.lru_cache(maxsize=256)
+def _versions_of(modules: frozenset, adapter_name: str) -> tuple:
+    """``_versions`` for the top-level modules of a chain's classes: the same every time a
+    runtime asks (what it imported does not change under it)."""
+    wanted = set(modules) | {"numpy"} | set(_ADAPTER_MODULES.get(adapter_name, ()))
     out = {"python": "%d.%d" % sys.version_info[:2]}
-    for module in sorted(modules - {"portal_shm", "__main__", "builtins"}):
+    for module in sorted(wanted - {"portal_shm", "__main__", "builtins"}):
         name = _DISTRIBUTIONS.get(module, module)
         version = _installed_version(name)
         if version is not None:
             out[name] = version
-    return out
+    return tuple(out.items())
 
 
 @functools.lru_cache(maxsize=None)
@@ -262,10 +269,17 @@ def _is_generator(value: Any) -> bool:
 def _is_configuration(value: Any) -> bool:
     """Fixed by the constructor's arguments, so the target env already holds an equal one:
     functions, classes, spaces, specs and the classes of ``_CONFIGURATION``."""
-    if isinstance(value, _CONFIG_TYPES) or _class_name(value) in _CONFIGURATION:
+    return _configuration_type(type(value))
+
+
+@functools.lru_cache(maxsize=1024)
+def _configuration_type(cls: type) -> bool:
+    """``_is_configuration`` by the value's class alone, so asked once per class: an exact restart
+    takes a state at every episode's end (``loop.py``), where this ran for every attribute."""
+    if issubclass(cls, _CONFIG_TYPES) or f"{cls.__module__}.{cls.__qualname__}" in _CONFIGURATION:
         return True
-    for cls in type(value).__mro__:
-        if (cls.__name__ == "Space" and ".spaces" in cls.__module__) or cls.__name__ in ("EnvSpec", "WrapperSpec"):
+    for base in cls.__mro__:
+        if (base.__name__ == "Space" and ".spaces" in base.__module__) or base.__name__ in ("EnvSpec", "WrapperSpec"):
             return True
     return False
 

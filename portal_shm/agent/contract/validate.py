@@ -18,11 +18,13 @@ import numpy as np
 from ...errors import ServerProtocolError
 from ...wire import protocol as P
 from ...wire.dtypes import RING_KINDS, allowed, safe_dtype
+from ...wire.end_states import MAX_STATE_BYTES
 from ...wire.schema import CONTAINER_KINDS, MAX_SCHEMA_DEPTH
 
 MAX_LEAF_BYTES = 1 << 30  # one env's observation leaf: a 1 GiB frame is already absurd
 MAX_LEAVES = 4096
 MAX_TEXT = 64 * 1024  # error messages and tracebacks are clipped to this many characters
+MAX_END_STATE_BYTES = MAX_STATE_BYTES  # one env's state at an episode's end, for an exact restart
 
 
 def _fail(what: str) -> ServerProtocolError:
@@ -192,6 +194,18 @@ def check_blobs(blobs: Any, env_indices: list[int], who: str) -> dict[int, bytes
     ):
         raise _fail(f"{who} sent invalid infos beside the ring")
     return blobs
+
+
+def check_end_states(states: Any, env_indices: list[int], who: str) -> dict[int, bytes]:
+    """{env index: state at its episode's end} a failed server left for an exact restart
+    (``wire/end_states.py``), for this server's envs only; one over ``MAX_END_STATE_BYTES`` is
+    not taken (that env's restart then ends its episode, as it would without a state)."""
+    if not isinstance(states, dict) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i in env_indices and isinstance(b, bytes)
+        for i, b in states.items()
+    ):
+        raise _fail(f"{who} left invalid episode-end states")
+    return {i: b for i, b in states.items() if len(b) <= MAX_END_STATE_BYTES}
 
 
 def check_reply(message: dict[str, Any], env_indices: list[int], who: str) -> tuple[dict[int, bytes], list[Any]]:

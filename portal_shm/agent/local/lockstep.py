@@ -23,6 +23,7 @@ from ...wire import protocol as P
 from ...wire.doorbell import spin_until
 from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING
 from ..contract.infos import add_info
+from ..contract.restarts import restart_infos
 from ..contract.validate import check_blobs
 from .control import POLL_SLICE
 from .health import Health
@@ -88,6 +89,8 @@ class Lockstep:
         self.step_timeout = recovery.step_timeout
         self.recycler = recycler
         self.slot = -1
+        self.posted: tuple[int, Optional[list[dict[str, Any]]]] = (P.CMD_STEP, None)  # the step's command, actions
+        self.step_seqs: dict[int, int] = {}  # server -> command number of its part of the step
 
     def _next_slot(self) -> int:
         """The slot the next call writes; with ``copy=False``, a client still holding its views
@@ -174,6 +177,7 @@ class Lockstep:
         prev, self.slot = self.slot, k
         if messages is not None:
             cmd = P.CMD_STEP_ACTIONS
+        self.posted = (cmd, messages)
         plan = self.recycler.plan() if self.recycler is not None else None
         owing: list[ServerLink] = []
         for server in self.servers:
@@ -202,6 +206,7 @@ class Lockstep:
         if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
             return  # a restarted server's envs: reset instead of step, or end the episode
         server.post(cmd, k, pending=True)
+        self.step_seqs[server.index] = server.seq
 
     def _action_messages(self, actions: Any) -> list[dict[str, Any]]:
         """Actions without a fixed layout: one message per server, each env's action as msgpack."""
@@ -222,6 +227,7 @@ class Lockstep:
         errors: list[EnvError] = []
         recovery = self.recovery
         failed: list[tuple[ServerLink, Optional[BaseException]]] = []
+        redoable: set[int] = set()  # failed in a plain step: may be made again from episode-end states
         # Servers own ascending env ranges: batching each one's infos as soon as it is done
         # keeps env order (as gymnasium's) and hides the work behind the slower servers.
         for server in self.servers:
@@ -246,12 +252,21 @@ class Lockstep:
             except RESTARTABLE as exc:
                 if recovery.enabled:
                     failed.append((server, exc))
+                    redoable.add(server.index)
                 elif isinstance(exc, EnvError):
                     errors.append(exc)
                 else:
                     raise
-        # -- recovery: restart failed servers, end their envs' episodes in this slot --
+        # -- recovery: restart failed servers; make the step again, or end their envs' episodes --
         for server, cause in failed:
+            redo = cause is not None and server.index in redoable
+            states = recovery.redo_states(server, self.step_seqs.get(server.index, -1)) if redo else None
+            if states is not None and cause is not None:
+                try:
+                    infos = self._redo(server, k, states, cause, timeout, infos)
+                    continue
+                except RESTARTABLE as exc:  # the fresh server failed the step as well
+                    cause = exc
             infos = recovery.end_episodes(server, k, infos, cause)
         if errors:
             self.health.raise_env_errors(errors)
@@ -259,6 +274,55 @@ class Lockstep:
             infos = self.recycler.after_step(k, infos)
         reward, terminated, truncated = self.ring.results(k, self.copy)
         return self.ring.observations(k, self.copy), reward, terminated, truncated, infos
+
+    def _redo(
+        self,
+        server: ServerLink,
+        k: int,
+        states: dict[int, bytes],
+        cause: BaseException,
+        timeout: Optional[float],
+        infos: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Restart ``server`` (failed in step ``k``, right after all its envs ended an episode), put
+        its envs back at those ends and make step ``k`` again with the same actions (still in the
+        slot): the step gives what the failed server would have, and shows the restart."""
+        recovery = self.recovery
+        recovery.restart(server, cause)
+        server.channel.send(
+            {
+                "cmd": P.SET_STATE,
+                "slot": k,
+                "prev_slot": (k - 1) % self.ring.ring_depth,
+                "envs": list(states),
+                "states": list(states.values()),
+                "allow_pickle": False,
+                "in_ring": True,  # the step about to be made again writes the slot
+            },
+            server.check_alive,
+        )
+        server.post_control()
+        reply = server.recv(timeout, "restore of a restarted env")
+        if reply["cmd"] == P.ERROR:
+            raise server.error(reply)
+        if reply["cmd"] != P.REPLY:
+            raise ServerProtocolError(f"{server.describe()} answered set_state with {reply['cmd']!r:.40}")
+        cmd, messages = self.posted
+        if messages is not None:
+            server.channel.send(messages[server.index], server.check_alive)
+        server.post(cmd, k, pending=True)
+        self.step_seqs[server.index] = server.seq
+        self._wait_done(server, None if timeout is None else time.monotonic() + timeout)
+        extras: dict[int, bytes] = {}
+        if server.mailbox[STATUS] == STATUS_ERROR or server.mailbox[EXTRA]:
+            errors = self._step_message(server, timeout, extras)
+            if errors:
+                raise errors[0]
+        infos = self.ring.gather(k, extras, infos, server.env_indices)
+        for i, info in restart_infos(server.env_indices, cause, {}).items():
+            infos = add_info(infos, info, i, self.ring.num_envs)
+        recovery.shown(server.index, "step")
+        return infos
 
     def _step_message(self, server: ServerLink, timeout: Optional[float], extras: dict[int, bytes]) -> list[EnvError]:
         """The message a server sent beside its step: its env errors, or infos blobs into ``extras``

@@ -26,15 +26,20 @@ fresh one (a new process or container from the same spec) and lets the portal go
   the seed that env got at its last seeded ``reset`` and ``restarts`` counts its restarts so far
   (1 for the first); unseeded envs get ``None``. Runs stay reproducible: kill the same servers at
   the same steps and the same observations come back.
-- A failure in an autoreset's reset (NEXT_STEP: the step after an episode's end; SAME_STEP: the
-  step that ended it) is one like any other: truncated, ``env_restarted``, ``restart_seed``. The
-  env's generators at that end would make the fresh env's reset the one it would have been
-  (``server/state.py``: an episode-end state), but they are not carried: the agent would have to
-  fetch every env's state at every episode's end (a message per episode end on the hot path) to
-  hold one when a server dies, and a failure that reset itself causes (an env raising or crashing
-  on what its generators drew) would then come back on every fresh server until ``max_restarts``,
-  where a new seed moves past it. A recycled server's fresh one that fails is another matter: the
-  agent holds the states it swapped with, and gives them to the server started in its place.
+- Exact restarts at an episode's boundary (lockstep portals): with this policy each server sends
+  the states of the envs whose episode ended in a step beside that step's results (the env's
+  generators and its wrappers' at the end, ``server/state.py``; plain envs need no adapter), and
+  the agent holds them until the next step. When a server fails in the step right after all of
+  its envs ended an episode (NEXT_STEP: the autoreset step, where resets run; SAME_STEP: the
+  first step of the new episodes), the fresh server is given those states and makes that step
+  again with the same actions: its results are the ones the failed server would have given, the
+  envs' episodes are not cut (no truncation), and ``env_restarted`` with ``env_failure`` still
+  shows in the step's infos and the restart counts. A fresh server that fails the step again (a
+  failure its generators cause comes back with them) ends the episodes as below, with
+  ``restart_seed``, which moves past it. A failure anywhere else in an episode ends the episode:
+  its state was not taken there (taking it at every step would cost the hot path). Async batches
+  and remote hosts end the episode too. A recycled server's fresh one that fails is restored
+  the same way: the agent holds the states it swapped with.
 - Each env may be restarted ``max_restarts`` times over the portal's life; the next failure
   raises ``RestartLimitError`` (and so does a fresh server that cannot start or that describes
   other spaces than the one it replaces). Every fresh server started in place of a failed one
@@ -65,6 +70,7 @@ fresh one (a new process or container from the same spec) and lets the portal go
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
@@ -72,9 +78,10 @@ from gymnasium.vector import AutoresetMode
 
 from ...errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
 from ...wire import protocol as P
+from ...wire.end_states import end_states_path, max_file_bytes
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos, restart_seed
-from ..contract.validate import check_reply
+from ..contract.validate import check_end_states, check_reply
 from .ring_views import RingViews, SavedRows
 from .session import PortalSession, ServerLink
 
@@ -240,6 +247,31 @@ class Recovery:
         if seeds is None:
             seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in server.env_indices]
         return {"cmd": P.RESET, "slot": k, "prev_slot": prev, "seeds": seeds, "options": None, "mask": None}
+
+    # -- exact restarts at an episode's boundary --------------------------------------------
+    def redo_states(self, server: ServerLink, step_seq: int) -> Optional[dict[int, bytes]]:
+        """The states to restart the failed ``server`` from and make its failed step (command
+        number ``step_seq``) again: those it wrote for every env of it at the command just before,
+        a step that ended all their episodes (no call or reset between); else None. Read from the
+        file it leaves them in (``wire/end_states.py``), which is then removed."""
+        if not self.enabled or self.busy(server.index):
+            return None
+        path = end_states_path(self.session.resources.run_dir, server.token)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(max_file_bytes(len(server.env_indices)) + 1)
+            os.unlink(path)
+        except OSError:
+            return None
+        try:
+            ends = P.unpackb(data).get("ends")
+            seqs = {i: entry[0] for i, entry in ends.items()}
+            states = check_end_states({i: entry[1] for i, entry in ends.items()}, server.env_indices, server.describe())
+        except (P.ProtocolError, AttributeError, TypeError, IndexError, KeyError, ServerProtocolError):
+            return None  # not what a server writes: nothing to resume from (the restart ends the episodes)
+        if not all(i in states and seqs.get(i) == step_seq - 1 for i in server.env_indices):
+            return None
+        return {i: states[i] for i in server.env_indices}
 
     # -- steps -----------------------------------------------------------------------------
     def begin_step(self, server: ServerLink, k: int) -> bool:
