@@ -15,6 +15,7 @@ def test_a_warmed_env_restores_without_reading_package_metadata(monkeypatch):
     obs, *_ = env.step(1)
     blob = state.capture(env, "leaky", obs)
     state._installed_version.cache_clear()
+    state._versions_of.cache_clear()
     state.warm([env])
 
     def no_metadata(name):
@@ -31,6 +32,7 @@ def test_without_warming_the_restore_reads_it(monkeypatch):
     obs, _ = env.reset(seed=3)
     blob = state.capture(env, "leaky", obs)
     state._installed_version.cache_clear()
+    state._versions_of.cache_clear()
     read = []
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: read.append(name) or real(name))

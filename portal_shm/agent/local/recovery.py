@@ -26,10 +26,10 @@ fresh one (a new process or container from the same spec) and lets the portal go
   the seed that env got at its last seeded ``reset`` and ``restarts`` counts its restarts so far
   (1 for the first); unseeded envs get ``None``. Runs stay reproducible: kill the same servers at
   the same steps and the same observations come back.
-- Exact restarts at an episode's boundary (lockstep portals): with this policy each server sends
-  the states of the envs whose episode ended in a step beside that step's results (the env's
-  generators and its wrappers' at the end, ``server/state.py``; plain envs need no adapter), and
-  the agent holds them until the next step. When a server fails in the step right after all of
+- Exact restarts at an episode's boundary (lockstep portals): with this policy each server writes
+  the states of the envs whose episode ended in a step to a file in the run directory once that
+  step's results are out (the env's generators and its wrappers' at the end, ``server/state.py``;
+  plain envs need no adapter; ``wire/end_states.py``), read only if it fails. When a server fails in the step right after all of
   its envs ended an episode (NEXT_STEP: the autoreset step, where resets run; SAME_STEP: the
   first step of the new episodes), the fresh server is given those states and makes that step
   again with the same actions: its results are the ones the failed server would have given, the
