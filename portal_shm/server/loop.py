@@ -21,7 +21,7 @@ from ..wire import protocol as P
 from ..wire import stats as S
 from ..wire import trees
 from ..wire.doorbell import Bell, Waiter, close_all, spin_until
-from ..wire.end_states import MAX_STATE_BYTES, end_states_path
+from ..wire.end_states import MAX_STATE_BYTES, end_states_path, write_record
 from ..wire.handoff import fetch_descriptors
 from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.ring import Ring
@@ -113,6 +113,7 @@ class EnvServer:
         self.ends_due: Optional[tuple] = None  # (the step's command number, its at_end) to write after it
         self.ends: dict = {}  # env index -> [command number of the step that ended its episode, state]
         self.ends_path: Optional[str] = None
+        self.ends_fd: Optional[int] = None
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 2000)
@@ -206,6 +207,10 @@ class EnvServer:
         self.end_states = attach.get("end_states") is True and bool(self.config.get("run_dir"))
         if self.end_states:
             self.ends_path = end_states_path(self.config["run_dir"], self.config["ring_token"])
+            try:
+                self.ends_fd = os.open(self.ends_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                self.end_states = False  # a run directory it may not write (another user's): restarts end episodes
         # Agents that number their commands (``seq``) say how long to spin for the next one.
         spin = attach.get("spin")
         self.spin: Optional[float] = float(spin) if isinstance(spin, (int, float)) else None
@@ -327,7 +332,8 @@ class EnvServer:
             except Exception:
                 pass
         close_all((self.go, self.done))
-        if self.ends_path is not None:
+        if self.ends_fd is not None and self.ends_path is not None:
+            os.close(self.ends_fd)
             try:
                 os.unlink(self.ends_path)
             except OSError:
@@ -519,14 +525,11 @@ class EnvServer:
                 state = None
             if state is not None and len(state) <= MAX_STATE_BYTES:
                 ends[self.env_indices[j]] = [seq, state]
-        if ends and self.ends_path is not None:
-            scratch = f"{self.ends_path}.tmp"
+        if ends and self.ends_fd is not None:
             try:
-                with open(scratch, "wb") as handle:
-                    handle.write(P.packb({"ends": ends}))
-                os.replace(scratch, self.ends_path)
+                write_record(self.ends_fd, P.packb({"ends": ends}))
             except OSError:
-                self.ends_path = None  # a run directory it may not write (another user's): restarts end episodes
+                pass  # (a full disk): this server's restarts end episodes
 
     def _state_before_reset(self, j: int, obs: Any) -> Optional[bytes]:
         """SAME_STEP: env ``j``'s state at the end of the episode its step just ended, before the

@@ -78,7 +78,7 @@ from gymnasium.vector import AutoresetMode
 
 from ...errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
 from ...wire import protocol as P
-from ...wire.end_states import end_states_path, max_file_bytes
+from ...wire.end_states import end_states_path, max_file_bytes, read_record
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos, restart_seed
 from ..contract.validate import check_end_states, check_reply
@@ -257,11 +257,12 @@ class Recovery:
         if not self.enabled or self.busy(server.index):
             return None
         path = end_states_path(self.session.resources.run_dir, server.token)
+        data = read_record(path, max_file_bytes(len(server.env_indices)))
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(max_file_bytes(len(server.env_indices)) + 1)
             os.unlink(path)
         except OSError:
+            pass
+        if data is None:
             return None
         try:
             ends = P.unpackb(data).get("ends")
