@@ -132,7 +132,8 @@ class AtariFrames(gym.Wrapper):
     its frames on the emulator directly (``direct``): what ``AtariEnv.step`` does per frame, less
     the screen of every frame (only the last two are pooled, and they are written into this
     wrapper's buffers) and the wrappers' per-frame calls. Same frames, rewards and flags, checked
-    against the frame-by-frame path in tests/unit/test_presets_direct.py; 14 % of a Pong step here.
+    against the frame-by-frame path in tests/unit/test_presets_direct.py; a Pong step 1.11x faster
+    here (benchmarks/atari_direct_frames.py).
     """
 
     def __init__(
