@@ -21,8 +21,8 @@ scenarios: null:AxBxC (a null env returning a preallocated uint8 frame: transpor
 gymnasium id (ALE/Pong-v5, VizdoomBasic-v1, ...) or your own entry point package.module:callable.
 systems: portal-<backend> for each --backends; --against sync (gymnasium SyncVectorEnv), async
 (AsyncVectorEnv, shared_memory=True), portal-fns (VectorPortal(env_fns), the drop-in for AsyncVectorEnv),
-portal-views (ring views, copy=False, beside the default's fresh arrays), envpool, portal-env (where
-installed; else skipped with why).
+portal-views (ring views, copy=False, beside the default's fresh arrays), envpool, ale-vector (ale_py's
+AtariVectorEnv, C++ threads), portal-env (where installed; else skipped with why).
 method: per (scenario, N) every system is built, then they run interleaved round by round (A B A B ...),
 each run a warm-up then --seconds of random actions; game scenarios add raw (one env, plain loop) and
 ceiling (one plain loop per core, summed). Ratios to --baseline are taken pair by pair per round.

@@ -13,6 +13,7 @@ AGAINST = (
     "async",
     "portal-fns",
     "envpool",
+    "ale-vector",
     "portal-env",
     "portal-lockstep",
     "portal-views",

@@ -117,6 +117,24 @@ def _note_envpool(sc: Scenario) -> Optional[str]:
     return differences(sc)
 
 
+def _build_ale_vector(sc: Scenario, n: int, options: BenchOptions) -> Any:
+    from .ale_vector_system import AleVector
+
+    return AleVector(sc, n, options)
+
+
+def _check_ale_vector(sc: Scenario, options: BenchOptions) -> Optional[str]:
+    from .ale_vector_system import unsupported
+
+    return unsupported(sc)
+
+
+def _note_ale_vector(sc: Scenario) -> Optional[str]:
+    from .ale_vector_system import differences
+
+    return differences(sc)
+
+
 def _build_portal_env(sc: Scenario, n: int, options: BenchOptions) -> Any:
     from .portal_env_system import PortalEnvVector
 
@@ -207,6 +225,16 @@ SYSTEMS: dict = {
             _build_envpool,
             check=_check_envpool,
             note=_note_envpool,
+        ),
+        System(
+            "ale-vector",
+            "ale_py AtariVectorEnv (C++ threads in the agent's process)",
+            "ale_py",
+            "ale-py",
+            "pip install ale-py",
+            _build_ale_vector,
+            check=_check_ale_vector,
+            note=_note_ale_vector,
         ),
         System(
             "portal-env",
