@@ -13,8 +13,6 @@ portal_shm.envpool to ALE's vector env.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import time
 from typing import Any, Callable
 
@@ -33,47 +31,31 @@ def envpool_itself(game: str, n: int, batch: int, seed: int) -> Any:
     return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=n, batch_size=batch, seed=seed)
 
 
-class AleVector:
-    """ALE's vector env set to envpool's Atari defaults, with envpool's async API."""
+# envpool's Atari defaults (portal_shm/envpool/tasks.py) in the words of ALE's vector env.
+TRAINING = dict(
+    img_height=84,
+    img_width=84,
+    grayscale=True,
+    stack_num=4,
+    frameskip=4,
+    maxpool=True,
+    noop_max=30,
+    episodic_life=False,
+    reward_clipping=False,
+    use_fire_reset=True,
+    repeat_action_probability=0.0,
+    max_num_frames_per_episode=27000 * 4,
+)
 
-    def __init__(self, game: str, n: int, batch: int, seed: int) -> None:
-        from ale_py.vector_env import AtariVectorEnv
 
-        rom = re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower()
-        self.env = AtariVectorEnv(
-            rom,
-            n,
-            batch_size=batch,
-            num_threads=os.cpu_count() or 1,
-            img_height=84,
-            img_width=84,
-            grayscale=True,
-            stack_num=4,
-            frameskip=4,
-            maxpool=True,
-            noop_max=30,
-            episodic_life=False,
-            reward_clipping=False,
-            use_fire_reset=True,
-            repeat_action_probability=0.0,
-            max_num_frames_per_episode=27000 * 4,
-        )
-        self.seed, self.first = seed, None
+def ale_vector(game: str, n: int, batch: int, seed: int) -> Any:
+    """ALE's vector env (``portal-shm bench``'s ale-vector system) set to envpool's Atari defaults."""
+    from portal_shm.bench import BenchOptions, parse_scenarios
+    from portal_shm.bench.ale_vector_system import AleVector
 
-    def async_reset(self) -> None:
-        self.first = self.env.reset(seed=self.seed)
-
-    def recv(self) -> tuple:
-        if self.first is not None:
-            (obs, info), self.first = self.first, None
-            return obs, None, None, None, info
-        return self.env.recv()
-
-    def send(self, actions: Any, env_ids: Any) -> None:
-        self.env.send(actions)
-
-    def close(self) -> None:
-        self.env.close()
+    scenarios = parse_scenarios([f"ALE/{game}-v5"])
+    options = BenchOptions(scenarios, num_envs=[n], batch_size=batch, seed=seed)
+    return AleVector(scenarios[0], n, options, config=TRAINING)
 
 
 def run(envs: Any, seconds: float, rng: np.random.Generator, started: bool) -> float:
@@ -102,7 +84,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     batch = args.batch_size or args.num_envs
-    makers: dict[str, Callable[..., Any]] = {"portal_shm.envpool": portal, "ale-vector": AleVector}
+    makers: dict[str, Callable[..., Any]] = {"portal_shm.envpool": portal, "ale-vector": ale_vector}
     try:
         import envpool  # noqa: F401
 

@@ -64,9 +64,10 @@ def differences(sc: Scenario) -> Optional[str]:
 class AleVector:
     """``AtariVectorEnv`` with the vector API the harness steps (lockstep), plus ``async_reset`` and
     ``send``/``recv`` for async batches: ALE applies a ``send`` to the envs of the last batch it
-    handed out, which is the batch the harness answers."""
+    handed out, which is the batch the harness answers. ``config``: its settings (``ALE_V5_RAW``
+    unless told; benchmarks/atari_training_config.py gives envpool's Atari defaults)."""
 
-    def __init__(self, sc: Scenario, n: int, options: BenchOptions) -> None:
+    def __init__(self, sc: Scenario, n: int, options: BenchOptions, config: Optional[dict] = None) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
         reason = unsupported(sc)
@@ -76,7 +77,7 @@ class AleVector:
         self.batch_size = options.batch_size or n
         self.seed = options.seed
         self._env = AtariVectorEnv(
-            rom_name(sc), n, batch_size=self.batch_size, num_threads=os.cpu_count() or 1, **ALE_V5_RAW
+            rom_name(sc), n, batch_size=self.batch_size, num_threads=os.cpu_count() or 1, **(config or ALE_V5_RAW)
         )
         self.single_action_space = self._env.single_action_space
         self.single_observation_space = self._env.single_observation_space

@@ -109,11 +109,10 @@ class EnvServer:
         # Envs no state adapter knows: their state is taken only at an episode's end (``state.py``).
         self.end_only = [not carries_mid_episode(env) for env in envs]
         self.last_var_obs: list = [None] * len(envs)
-        self.end_states = False  # (attach may ask for them)
         self.ends_due: Optional[tuple] = None  # (the step's command number, its at_end) to write after it
         self.ends: dict = {}  # env index -> [command number of the step that ended its episode, state]
         self.ends_path: Optional[str] = None
-        self.ends_fd: Optional[int] = None
+        self.ends_fd: Optional[int] = None  # open while the agent asks for end states (attach)
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 2000)
@@ -204,13 +203,12 @@ class EnvServer:
         self.autoreset_mode = attach["autoreset_mode"]
         # An agent that restarts failed servers exactly: every env's state at its episode's end
         # is written once the step's results are out (``write_end_states``), for a fresh server.
-        self.end_states = attach.get("end_states") is True and bool(self.config.get("run_dir"))
-        if self.end_states:
+        if attach.get("end_states") is True and self.config.get("run_dir"):
             self.ends_path = end_states_path(self.config["run_dir"], self.config["ring_token"])
             try:
                 self.ends_fd = os.open(self.ends_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError:
-                self.end_states = False  # a run directory it may not write (another user's): restarts end episodes
+                pass  # a run directory it may not write (another user's): restarts end episodes
         # Agents that number their commands (``seq``) say how long to spin for the next one.
         spin = attach.get("spin")
         self.spin: Optional[float] = float(spin) if isinstance(spin, (int, float)) else None
@@ -332,7 +330,7 @@ class EnvServer:
             except Exception:
                 pass
         close_all((self.go, self.done))
-        if self.ends_fd is not None and self.ends_path is not None:
+        if self.ends_fd is not None:
             os.close(self.ends_fd)
             try:
                 os.unlink(self.ends_path)
@@ -387,8 +385,9 @@ class EnvServer:
         ``retire`` (recycling): when every env ended its episode here, their states go beside the
         results and the server then holds (``hold``); returns whether it sent them. In SAME_STEP
         an env whose state exists only at an episode's end (``end_only``) is captured just
-        before the step resets it, its one moment. ``end_states`` (attach): the states of the
-        envs whose episode ended here are due, written once the results are out (``write_end_states``).
+        before the step resets it, its one moment. With end states asked for (``ends_fd``), the
+        states of the envs whose episode ended here are due, written once the results are out
+        (``write_end_states``).
         """
         self.last_slot = k
         mailbox = self.mailbox
@@ -411,7 +410,7 @@ class EnvServer:
         )
         count = len(envs)
         # SAME_STEP: end_only envs' states taken before their reset
-        at_end: Any = {} if retire or self.end_states else None
+        at_end: Any = {} if retire or self.ends_fd is not None else None
         rewards, terminateds, truncateds, lengths = [0.0] * count, [False] * count, [False] * count, [0] * count
         for j in range(count):
             env, i = envs[j], indices[j]
@@ -460,7 +459,7 @@ class EnvServer:
             mailbox[EXTRA] = 0
             return False
         states = self._states_to_retire(at_end) if retire and all(autoreset) else None
-        if self.end_states and any(autoreset) and states is None:
+        if self.ends_fd is not None and any(autoreset) and states is None:
             self.ends_due = (int(self._words[SEQ]), at_end)
         if states is not None:
             self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "held": True})
@@ -494,38 +493,38 @@ class EnvServer:
         reset), or None where one could not be taken (a wrapper's state that is not plain data):
         the agent then asks for them, and learns why, the way it does of an older server."""
         try:
-            states = [
-                at_end.get(j) if self.end_only[j] and self.autoreset_mode == SAME_STEP else self._capture(j, False)
-                for j in range(len(self.envs))
-            ]
+            states = [self._state_at_end(j, at_end) for j in range(len(self.envs))]
         except Exception:
             return None
         return None if None in states else states
 
+    def _state_at_end(self, j: int, at_end: dict) -> Optional[bytes]:
+        """Env ``j``'s state after the step that ended its episode, taken where a fresh server
+        restoring it resumes as this one would: SAME_STEP's ``end_only`` envs before their reset
+        (``at_end``, None if it could not be taken), every other env now."""
+        if self.end_only[j] and self.autoreset_mode == SAME_STEP:
+            return at_end.get(j)
+        return self._capture(j, False)
+
     def write_end_states(self) -> None:
         """After a step's results are out (its doorbell rung): the states of the envs whose episode
         ended in it, stamped with its command number, into this server's file (``wire/end_states.py``:
-        the agent reads it if this server fails), taken where a fresh server restoring one and
-        making the next step again gives what this server gives: at the end (NEXT_STEP, or SAME_STEP
-        before the reset of an ``end_only`` env) or just after SAME_STEP's reset. Taken here, the
-        cost is off the step's path (the agent is busy with the batch meanwhile). An env whose
-        state cannot be taken (a wrapper holding what is not plain data) is left out: its restart
-        ends its episode instead."""
-        if self.ends_due is None:
-            return
+        the agent reads it if this server fails; ``_state_at_end``). Taken here, the cost is off the
+        step's path (the agent is busy with the batch meanwhile). An env whose state cannot be
+        taken (a wrapper holding what is not plain data) is left out: its restart ends its episode
+        instead. Called only with states due (``ends_due``)."""
         (seq, at_end), self.ends_due = self.ends_due, None
         ends = self.ends
-        same_step = self.autoreset_mode == SAME_STEP
         for j, ended in enumerate(self.autoreset):
             if not ended:
                 continue
             try:
-                state = at_end.get(j) if self.end_only[j] and same_step else self._capture(j, False)
+                state = self._state_at_end(j, at_end)
             except Exception:
                 state = None
             if state is not None and len(state) <= MAX_STATE_BYTES:
                 ends[self.env_indices[j]] = [seq, state]
-        if ends and self.ends_fd is not None:
+        if ends:
             try:
                 write_record(self.ends_fd, P.packb({"ends": ends}))
             except OSError:

@@ -15,8 +15,9 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import portal_shm
-from portal_shm.agent.contract.validate import MAX_END_STATE_BYTES, check_end_states
+from portal_shm.agent.contract.validate import check_end_states
 from portal_shm.errors import ServerProtocolError
+from portal_shm.wire.end_states import MAX_STATE_BYTES
 from testkit.compare import assert_same, snapshot
 from testkit.plain_envs import crashing_walk
 
@@ -137,7 +138,7 @@ def test_a_server_of_several_envs_not_all_at_an_end_ends_their_episodes(tmp_path
 def test_episode_end_states_from_a_server_are_checked():
     envs = [4, 5]
     assert check_end_states({4: b"s", 5: b"t"}, envs, "server 2") == {4: b"s", 5: b"t"}
-    assert check_end_states({4: b"x" * (MAX_END_STATE_BYTES + 1), 5: b"t"}, envs, "server 2") == {5: b"t"}
+    assert check_end_states({4: b"x" * (MAX_STATE_BYTES + 1), 5: b"t"}, envs, "server 2") == {5: b"t"}
     for bad in ([b"s"], {3: b"s"}, {4: "s"}, {True: b"s"}, None):
         with pytest.raises(ServerProtocolError, match="server 2 left invalid episode-end states"):
             check_end_states(bad, envs, "server 2")

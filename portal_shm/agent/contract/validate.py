@@ -24,7 +24,6 @@ from ...wire.schema import CONTAINER_KINDS, MAX_SCHEMA_DEPTH
 MAX_LEAF_BYTES = 1 << 30  # one env's observation leaf: a 1 GiB frame is already absurd
 MAX_LEAVES = 4096
 MAX_TEXT = 64 * 1024  # error messages and tracebacks are clipped to this many characters
-MAX_END_STATE_BYTES = MAX_STATE_BYTES  # one env's state at an episode's end, for an exact restart
 
 
 def _fail(what: str) -> ServerProtocolError:
@@ -188,24 +187,27 @@ def check_blobs(blobs: Any, env_indices: list[int], who: str) -> dict[int, bytes
     """{env index: encoded infos} sent beside the ring, for this server's envs only."""
     if blobs is None:
         return {}
-    if not isinstance(blobs, dict) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i in env_indices and isinstance(b, bytes)
-        for i, b in blobs.items()
-    ):
+    if not _bytes_per_env(blobs, env_indices):
         raise _fail(f"{who} sent invalid infos beside the ring")
-    return blobs
+    checked: dict[int, bytes] = blobs
+    return checked
+
+
+def _bytes_per_env(value: Any, env_indices: list[int]) -> bool:
+    """Whether ``value`` is {env index of ``env_indices``: bytes}."""
+    return isinstance(value, dict) and all(
+        isinstance(i, int) and not isinstance(i, bool) and i in env_indices and isinstance(b, bytes)
+        for i, b in value.items()
+    )
 
 
 def check_end_states(states: Any, env_indices: list[int], who: str) -> dict[int, bytes]:
     """{env index: state at its episode's end} a failed server left for an exact restart
-    (``wire/end_states.py``), for this server's envs only; one over ``MAX_END_STATE_BYTES`` is
-    not taken (that env's restart then ends its episode, as it would without a state)."""
-    if not isinstance(states, dict) or not all(
-        isinstance(i, int) and not isinstance(i, bool) and i in env_indices and isinstance(b, bytes)
-        for i, b in states.items()
-    ):
+    (``wire/end_states.py``), for this server's envs only; one over ``MAX_STATE_BYTES`` is not
+    taken (that env's restart then ends its episode, as it would without a state)."""
+    if not _bytes_per_env(states, env_indices):
         raise _fail(f"{who} left invalid episode-end states")
-    return {i: b for i, b in states.items() if len(b) <= MAX_END_STATE_BYTES}
+    return {i: b for i, b in states.items() if len(b) <= MAX_STATE_BYTES}
 
 
 def check_reply(message: dict[str, Any], env_indices: list[int], who: str) -> tuple[dict[int, bytes], list[Any]]:

@@ -259,14 +259,14 @@ class Lockstep:
                     raise
         # -- recovery: restart failed servers; make the step again, or end their envs' episodes --
         for server, cause in failed:
-            redo = cause is not None and server.index in redoable
-            states = recovery.redo_states(server, self.step_seqs.get(server.index, -1)) if redo else None
-            if states is not None and cause is not None:
-                try:
-                    infos = self._redo(server, k, states, cause, timeout, infos)
-                    continue
-                except RESTARTABLE as exc:  # the fresh server failed the step as well
-                    cause = exc
+            if cause is not None and server.index in redoable:
+                states = recovery.redo_states(server, self.step_seqs.get(server.index, -1))
+                if states is not None:
+                    try:
+                        infos = self._redo(server, k, states, cause, timeout, infos)
+                        continue
+                    except RESTARTABLE as exc:  # the fresh server failed the step as well
+                        cause = exc
             infos = recovery.end_episodes(server, k, infos, cause)
         if errors:
             self.health.raise_env_errors(errors)
@@ -302,11 +302,7 @@ class Lockstep:
             server.check_alive,
         )
         server.post_control()
-        reply = server.recv(timeout, "restore of a restarted env")
-        if reply["cmd"] == P.ERROR:
-            raise server.error(reply)
-        if reply["cmd"] != P.REPLY:
-            raise ServerProtocolError(f"{server.describe()} answered set_state with {reply['cmd']!r:.40}")
+        server.expect(P.REPLY, timeout, "restore of a restarted env")
         cmd, messages = self.posted
         if messages is not None:
             server.channel.send(messages[server.index], server.check_alive)
