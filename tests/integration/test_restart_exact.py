@@ -19,6 +19,7 @@ from portal_shm.agent.contract.validate import check_end_states
 from portal_shm.errors import ServerProtocolError
 from portal_shm.wire.end_states import MAX_STATE_BYTES
 from testkit.compare import assert_same, snapshot
+from testkit.hosts import HostProcess, Keys
 from testkit.plain_envs import crashing_walk
 
 pytestmark = pytest.mark.integration
@@ -84,6 +85,36 @@ def test_a_server_dying_after_an_episode_end_is_restored_and_the_run_equals_sync
     assert not token.exists(), "a crash was never made"
     assert sum(restarts) == len(crash_at) == restarted.sum(), (restarts, restarted.sum())
     assert [(r["phase"], r["counted"], r["attempts"], r["shown"]) for r in log] == [("step", True, 1, "step")] * 3
+    assert_same(got, expected)
+
+
+def test_an_env_server_of_a_remote_host_is_restored_the_same_way(tmp_path):
+    """A host serves each agent through a local portal with the agent's options, so a server of
+    the host dying right after an episode end is repaired there, exactly (a host lost as a whole
+    ends its envs' episodes: remote/client/recovery.py)."""
+    mode, n, steps, seed = "NextStep", 2, 80, 7
+    token = tmp_path / "token"
+    expected = _reference(mode, n, steps, seed)
+    keys = Keys(str(tmp_path / "keys"))
+    host = HostProcess(keys, "--entry-points", "testkit.plain_envs:*", "--env-kwargs", "token_path")
+    try:
+        envs = portal_shm.make_vec(
+            CRASHING,
+            n,
+            backend="remote",
+            hosts=[host.address],
+            **keys.options(),
+            env_kwargs={"token_path": str(token), "phase": PHASE[mode]},
+            vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1},
+        )
+        try:
+            got, restarted = _run(envs, steps, seed, (20, 50), token)
+        finally:
+            envs.close()
+    finally:
+        host.stop()
+    assert not token.exists(), "a crash was never made"
+    assert restarted.sum() == 2
     assert_same(got, expected)
 
 

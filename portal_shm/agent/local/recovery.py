@@ -38,7 +38,8 @@ fresh one (a new process or container from the same spec) and lets the portal go
   failure its generators cause comes back with them) ends the episodes as below, with
   ``restart_seed``, which moves past it. A failure anywhere else in an episode ends the episode:
   its state was not taken there (taking it at every step would cost the hot path). Async batches
-  and remote hosts end the episode too. A recycled server's fresh one that fails is restored
+  end the episode too; a remote host's own portal repairs its servers this way, while a host lost
+  as a whole ends its envs' episodes. A recycled server's fresh one that fails is restored
   the same way: the agent holds the states it swapped with.
 - Each env may be restarted ``max_restarts`` times over the portal's life; the next failure
   raises ``RestartLimitError`` (and so does a fresh server that cannot start or that describes
