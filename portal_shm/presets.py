@@ -6,6 +6,26 @@ configs, scripts and images that spell the short path keep working.
 
 from __future__ import annotations
 
-from .server.presets import AreaResize, AtariFrames, ScreenOnly, StackFrames, area_weights, atari, grayscale, vizdoom
+from .server.presets import (
+    AreaResize,
+    AtariFrames,
+    ScreenOnly,
+    StackFrames,
+    area_weights,
+    atari,
+    atari_vector,
+    grayscale,
+    vizdoom,
+)
 
-__all__ = ["AreaResize", "AtariFrames", "ScreenOnly", "StackFrames", "area_weights", "atari", "grayscale", "vizdoom"]
+__all__ = [
+    "AreaResize",
+    "AtariFrames",
+    "ScreenOnly",
+    "StackFrames",
+    "area_weights",
+    "atari",
+    "atari_vector",
+    "grayscale",
+    "vizdoom",
+]

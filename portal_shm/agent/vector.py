@@ -555,10 +555,18 @@ class VectorPortal(PortalVectorEnv):
 
     @property
     def servers(self) -> list[dict[str, Any]]:
-        """Where each env lives: server index, env indices, runtime description, and the server's
-        process id on this host (a container's init process; None where unknown, e.g. remote)."""
+        """Where each env lives: server index, env indices, runtime description, the server's
+        process id on this host (a container's init process; None where unknown, e.g. remote) and
+        what steps its envs (``hosting``: ``per-env``, or a native vector env such as
+        ``ale_py.AtariVectorEnv``; None from older servers)."""
         return [
-            {"server": s.index, "envs": list(s.env_indices), "runtime": s.handle.describe(), "pid": s.handle.host_pid()}
+            {
+                "server": s.index,
+                "envs": list(s.env_indices),
+                "runtime": s.handle.describe(),
+                "pid": s.handle.host_pid(),
+                "hosting": (s.hello or {}).get("hosting"),
+            }
             for s in self._session.servers
             if s.handle is not None
         ]

@@ -34,6 +34,8 @@ are here.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -43,6 +45,7 @@ from ..cluster.backend import option_names as ray_option_names
 from ..remote.client.backend import option_names as remote_option_names
 from ..runtimes.backend import Backend
 from ..runtimes.registry import BACKENDS, backend_option_names
+from ..server.native_ale import vector_settings
 from .pool import EnvPool, EnvSpec
 from .tasks import (
     ATARI_DEFAULTS,
@@ -135,27 +138,42 @@ def make(
     if batch < num_envs:
         vector_kwargs["batch_size"] = batch
     threads = int(values["num_threads"])
-    if threads > 0:
-        if num_envs % threads or "envs_per_server" in vector_kwargs:
-            raise ValueError(
-                f"num_threads={threads} runs {threads} env servers, so num_envs={num_envs} must be a multiple of "
-                "it (and vector_kwargs must not set envs_per_server as well); num_threads=0 picks one per core"
-            )
-        vector_kwargs["envs_per_server"] = num_envs // threads
     if env_seed is not None:
         seed = list(env_seed)
     if isinstance(seed, (list, tuple, np.ndarray)) and len(seed) != num_envs:
         raise ValueError(f"a list of seeds needs one per env: got {len(seed)} for num_envs={num_envs}")
     env_kwargs = preset_kwargs(spec, values)
     backend_options = {key: options[key] for key in options if key in backend_names}
-    portal = make_vec(
-        f"portal_shm.presets:{spec.family}",
-        num_envs,
-        backend=backend,
-        vector_kwargs=vector_kwargs,
-        env_kwargs=env_kwargs,
-        **backend_options,
-    )
+    native = native_layout(spec, env_kwargs, backend, vector_kwargs, num_envs, batch, threads)
+    portal = None
+    if native is not None:
+        portal = make_vec(
+            "portal_shm.presets:atari_vector",
+            num_envs,
+            backend=backend,
+            vector_kwargs={**vector_kwargs, "envs_per_server": native["envs_per_server"]},
+            env_kwargs={**env_kwargs, "num_threads": native["num_threads"]},
+            **backend_options,
+        )
+        if any(str(server.get("hosting")).startswith("per-env") for server in portal.servers):
+            portal.close()  # this runtime has no ALE vector env: a server per core instead, as below
+            portal = None
+    if portal is None:
+        if threads > 0:
+            if num_envs % threads or "envs_per_server" in vector_kwargs:
+                raise ValueError(
+                    f"num_threads={threads} runs {threads} env servers, so num_envs={num_envs} must be a multiple "
+                    "of it (and vector_kwargs must not set envs_per_server as well); num_threads=0 picks one per core"
+                )
+            vector_kwargs["envs_per_server"] = num_envs // threads
+        portal = make_vec(
+            f"portal_shm.presets:{spec.family}",
+            num_envs,
+            backend=backend,
+            vector_kwargs=vector_kwargs,
+            env_kwargs=env_kwargs,
+            **backend_options,
+        )
     try:
         reshape = None
         shape = portal.single_observation_space.shape
@@ -172,6 +190,39 @@ def make(
     except BaseException:
         portal.close()
         raise
+
+
+def native_layout(
+    spec: Task,
+    env_kwargs: dict,
+    backend: Union[str, Backend],
+    vector_kwargs: dict,
+    num_envs: int,
+    batch: int,
+    threads: int,
+) -> Optional[dict]:
+    """Where ALE's own vector env can host the games (``presets.atari_vector``): one env server per
+    batch (``envs_per_server``), ALE's C++ threads inside it (``num_threads``: envpool's
+    ``num_threads`` over the servers, one per core by default), so each step is one call in the
+    runtime. None where it cannot: not Atari, options it has no equivalent for, the caller fixed
+    ``envs_per_server``, or this agent's own runtime (``backend="process"``) lacks it."""
+    if spec.family != "atari" or "envs_per_server" in vector_kwargs:
+        return None
+    options = {key: value for key, value in env_kwargs.items() if key != "env_id"}
+    if isinstance(vector_settings(spec.env_id, options), str):
+        return None
+    if backend == "process" and not _has_module("ale_py.vector_env"):
+        return None
+    servers = num_envs // batch
+    total = threads if threads > 0 else len(os.sched_getaffinity(0))
+    return {"envs_per_server": batch, "num_threads": max(1, min(batch, total // servers or 1))}
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def make_gymnasium(task_id: str, **kwargs: Any) -> EnvPool:

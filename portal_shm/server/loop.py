@@ -27,6 +27,7 @@ from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
+from .native import batch_of, hosting
 from .recording import check_renders, frame_rings, stepping_envs
 from .state import capture, carries_mid_episode, restore, warm
 from .stats import ServerCounters
@@ -103,6 +104,7 @@ class EnvServer:
         self.config = config
         self.env_indices = [int(i) for i in config["env_indices"]]
         self.envs = envs
+        self.native = batch_of(envs)  # a native vector env stepping all of them (``native.py``), or None
         # What the step loop steps: ``envs``, with ``Recorded`` stand-ins while their frames are captured.
         self.stepping = list(envs)
         self.autoreset = [False] * len(envs)
@@ -195,12 +197,15 @@ class EnvServer:
                 "standby": True,  # it can be attached as a spare before its swap (``stand_by``)
                 "retire": True,  # it knows CMD_RETIRE
                 "states": P.STATES_AT_EPISODE_END if any(self.end_only) else P.STATES_COMPLETE,
+                "hosting": hosting(self.envs),
             }
         )
         attach = self.recv()
         if attach.get("cmd") != P.ATTACH:
             raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
         self.autoreset_mode = attach["autoreset_mode"]
+        if self.native is not None:
+            self.native.configure(self.autoreset_mode)
         # An agent that restarts failed servers exactly: every env's state at its episode's end
         # is written once the step's results are out (``write_end_states``), for a fresh server.
         if attach.get("end_states") is True and self.config.get("run_dir"):
@@ -251,6 +256,9 @@ class EnvServer:
                 self.obs_var.append((index, _leaf_getter(path)))
         # Actions with a variable layout (Text, Graph, custom spaces...) come as a message instead.
         self.read_action = _action_reader(act_schema, views, [0]) if is_fixed(act_schema) else None
+        self.act_view = views.get("act.0")
+        if self.native is not None and (self.read_action is None or "act.1" in views or self.obs_var):
+            raise ValueError(f"{self.native.name} needs one fixed-layout action and observation per env")
         # The observation array itself when the observation is a single fixed-layout leaf
         # (a Box, Discrete...): the hot path then writes it without walking the tree.
         self.whole_obs = (
@@ -389,6 +397,8 @@ class EnvServer:
         states of the envs whose episode ended here are due, written once the results are out
         (``write_end_states``).
         """
+        if self.native is not None and not actions_by_message:
+            return self._step_native(k, retire)
         self.last_slot = k
         mailbox = self.mailbox
         sampled = not self.seq & _SAMPLE_MASK  # the agent counts the steps; the server only samples
@@ -469,6 +479,71 @@ class EnvServer:
         mailbox[STATUS] = STATUS_OK
         return states is not None
 
+    def _step_native(self, k: int, retire: bool) -> bool:
+        """``step`` of a native batch (``self.native``): all envs in one call, results written with one
+        numpy call each. An error fails every env of the server (they are one native env)."""
+        self.last_slot = k
+        mailbox, indices, autoreset = self.mailbox, self.env_indices, self.autoreset
+        count = len(indices)
+        errors: list = []
+        extras: dict = {}
+        lengths = [0] * count
+        sampled = not self.seq & _SAMPLE_MASK
+        if self.autoreset_mode == DISABLED and any(autoreset):
+            i = indices[autoreset.index(True)]
+            errors.append(
+                error_message(
+                    RuntimeError(
+                        f"env {i} ended its episode and autoreset_mode is DISABLED: "
+                        "call reset(options={'reset_mask': mask}) for it before stepping"
+                    ),
+                    i,
+                    "step",
+                )
+            )
+            obs = None
+        else:
+            start = time.perf_counter_ns() if sampled else 0
+            try:
+                obs, rewards, terminateds, truncateds, infos = self.native.step(self.act_rows(k))
+            except Exception as exc:
+                errors.append(error_message(exc, indices[0], "step"))
+                obs = None
+            if sampled:
+                share = (time.perf_counter_ns() - start) // max(count, 1)
+                self.counters.pending = [share] * count
+        if obs is None:
+            self._write_results(k, [0.0] * count, [False] * count, [False] * count, lengths, errors)
+            self.send(dict(errors[0], more=errors[1:]))
+            mailbox[STATUS] = STATUS_ERROR
+            mailbox[EXTRA] = 0
+            return False
+        self.whole_obs[k, self.rows] = obs
+        same_step = self.autoreset_mode == SAME_STEP
+        episodes = self.counters.episodes
+        for j in range(count):
+            if autoreset[j] and not same_step:
+                episodes[j] += 1
+            if any(infos[j]):
+                lengths[j] = self._blob(k, indices[j], infos[j], [], extras)
+        ended = terminateds | truncateds
+        if same_step:
+            for j in np.flatnonzero(ended):
+                episodes[j] += 1
+        self.autoreset = ended.tolist()
+        self._write_results(k, rewards, terminateds, truncateds, lengths, errors)
+        if sampled:
+            self.counters.commit_sample()
+        if extras:
+            self.send({"cmd": P.EXTRA, "blobs": extras})
+        mailbox[EXTRA] = 1 if extras else 0
+        mailbox[STATUS] = STATUS_OK
+        return False
+
+    def act_rows(self, k: int) -> np.ndarray:
+        """This server's actions of slot ``k``, as one array (a native batch's)."""
+        return self.act_view[k, self.rows]
+
     def hold(self) -> bool:
         """After sending its states (``CMD_RETIRE``): whether to close, as the agent answers.
 
@@ -535,12 +610,16 @@ class EnvServer:
         step resets it (restored, the reset is made again: ``reset``); None if it cannot be taken."""
         env = self.envs[j]
         try:
+            if self.native is not None:
+                raise env.refuse("the state")
             return capture(env, env_name(env), obs, None, False, True, episode_end=True)
         except Exception:
             return None
 
     def _capture(self, j: int, allow_pickle: bool) -> bytes:
         env = self.envs[j]
+        if self.native is not None:
+            raise env.refuse("the state")
         pending = self.autoreset[j]  # its episode ended: the next step resets it (SAME_STEP: it did)
         at_end = pending and self.autoreset_mode != SAME_STEP
         return capture(env, env_name(env), self._last_obs(j), None, allow_pickle, pending, episode_end=at_end)
@@ -674,7 +753,10 @@ class EnvServer:
         # A recycled server's states: slot k already holds what they show (its predecessor wrote it).
         in_ring = message.get("in_ring") is True
         self._reset_extras = {}
-        errors = []
+        errors: list = []
+        if self.native is not None and states is None:
+            self._reset_native(k, prev, seeds, mask, errors)
+            return errors
         for j, env in enumerate(self.envs):
             i = self.env_indices[j]
             payload: list = []
@@ -715,6 +797,31 @@ class EnvServer:
                     payload.append(self.last_var_obs[j])
                 self._publish(k, i, [], payload, self._reset_extras)
         return errors
+
+    def _reset_native(self, k: int, prev: int, seeds: list, mask: Optional[list], errors: list) -> None:
+        """``reset`` of a native batch: the envs in the mask in one call; the others keep their
+        observation (copied from slot ``prev``), as ``reset`` does for plain envs."""
+        chosen = [j for j in range(len(self.envs)) if mask is None or mask[j]]
+        if not chosen:
+            return
+        try:
+            obs, infos = self.native.reset(np.array(chosen), [seeds[j] for j in chosen])
+        except Exception as exc:
+            errors.append(error_message(exc, self.env_indices[chosen[0]], P.RESET))
+            return
+        rows, whole = self.rows, self.whole_obs
+        whole[k, rows] = obs
+        for position, j in enumerate(chosen):
+            i = self.env_indices[j]
+            self.counters.resets[j] += 1
+            if self.autoreset[j] and self.autoreset_mode != SAME_STEP:
+                self.counters.episodes[j] += 1
+            self.autoreset[j] = False
+            self._publish(k, i, [infos[position]], [], self._reset_extras)
+        for j, i in enumerate(self.env_indices):
+            if mask is not None and not mask[j]:
+                whole[k, i] = whole[prev, i]
+                self._publish(k, i, [], [], self._reset_extras)
 
 
 def _probe_agent(path: Optional[str], fd: Optional[int]) -> tuple:

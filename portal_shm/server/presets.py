@@ -39,6 +39,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import FrameStackObservation
 
+from .native import PerEnv, batched
+
 
 def area_weights(source: int, target: int) -> np.ndarray:
     """``(target, source)`` weights: each output pixel averages the input pixels it covers.
@@ -475,3 +477,33 @@ def vizdoom(
     env = gym.make(env_id, frame_skip=frame_skip, **options)
     env = ScreenOnly(env, tuple(size))
     return FrameStackObservation(env, stack) if stack > 1 else env
+
+
+@batched
+def atari_vector(num_envs: int = 1, env_id: str = "ALE/Pong-v5", *, num_threads: int = 1, **options: Any) -> Any:
+    """``atari``'s envs, all of an env server's stepped by ALE's own vector env (ale_py >= 0.10
+    ``AtariVectorEnv``: frame skip, max-pool, grey, resize and stack in C++, one call per step),
+    where this runtime has it and ``options`` map onto it (``native_ale.vector_settings``); else
+    ``num_envs`` of ``atari(env_id, **options)`` (numpy), and ``stats()`` says why.
+
+    A batched entry point: ``make_vec("portal_shm.presets:atari_vector", n, env_id=...)`` calls it
+    once per env server. Its envs have no per-env state or frames (ALE's vector env keeps none):
+    restarts and recycling end their episodes. ``num_threads``: ALE's threads per server (a portal
+    already runs a server per core).
+    """
+    _counts(num_envs=num_envs, num_threads=num_threads)
+    probe = dict(options)
+    for key in ("stack", "frame_skip"):
+        if key in probe:
+            _counts(**{key: probe[key]})
+    for key in ("noop_max", "noop_min"):
+        if key in probe:
+            _counts(**{key: probe[key]}, low=0)
+    if "screen_size" in probe:
+        _sizes(screen_size=probe["screen_size"])
+    from .native_ale import atari_batch
+
+    batch = atari_batch(num_envs, env_id, num_threads, options)
+    if isinstance(batch, str):
+        return PerEnv([atari(env_id, **options) for _ in range(num_envs)], batch)
+    return batch

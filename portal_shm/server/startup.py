@@ -17,9 +17,10 @@ import zmq
 
 from ..wire import protocol as P
 from ..wire.launch import CONFIG_ENV_VAR, decode_config
-from .envs import LegacyEnv, is_legacy, make_env
+from .envs import LegacyEnv, is_legacy, load_entry_point, make_env
 from .import_path import adopt
 from .loop import AgentGone, EnvServer, error_message
+from .native import is_batched, make_batched
 
 
 def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
@@ -27,6 +28,10 @@ def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
     spec = config.get("env") or {}
     kwargs = dict(spec.get("kwargs") or {})
     factories = _load_factories(spec) if spec.get("factories") else None
+    if factories is None:
+        batched_factory = factory if factory is not None else _batched_entry_point(spec.get("id"))
+        if batched_factory is not None and is_batched(batched_factory):
+            return make_batched(batched_factory, len(config["env_indices"]), kwargs)
     envs = []
     for j, _ in enumerate(config["env_indices"]):
         if factories is not None:
@@ -38,6 +43,11 @@ def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
             env = LegacyEnv(env)
         envs.append(env)
     return envs
+
+
+def _batched_entry_point(env_id: Optional[str]) -> Optional[Callable[..., Any]]:
+    """The entry point ``env_id`` names, where it is one (``module:callable``)."""
+    return load_entry_point(env_id) if isinstance(env_id, str) and ":" in env_id else None
 
 
 def _load_factories(spec: dict) -> list:

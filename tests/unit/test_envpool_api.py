@@ -135,7 +135,7 @@ def test_episodic_life_and_reward_clip_as_envpool_scripts_read_them():
         ({"max_num_players": 2}, ValueError, "max_num_players=2"),
         ({"base_path": "/x"}, ValueError, "base_path="),
         ({"noop_max": 0}, ValueError, "noop_max >= 1"),
-        ({"num_threads": 3, "num_envs": 4}, ValueError, "num_threads=3"),
+        ({"num_threads": 3, "num_envs": 4, "gray_scale": False}, ValueError, "num_threads=3"),
         ({"env_type": "dm"}, ValueError, "env_type='dm'"),
         ({"env_type": "jax"}, ValueError, "env_type='jax'"),
         ({"gym_reset_return_info": False}, ValueError, "gym_reset_return_info=False"),

@@ -165,6 +165,9 @@ def check_hello(message: dict[str, Any], env_count: int, who: str, spaces: bool 
     render_mode = message.get("render_mode")
     if render_mode is not None and not (isinstance(render_mode, str) and len(render_mode) <= 256):
         raise _fail(f"{who} sent an invalid render_mode")
+    hosting = message.get("hosting")
+    if hosting is not None and not (isinstance(hosting, str) and len(hosting) <= 300):
+        raise _fail(f"{who} sent an invalid hosting (what steps its envs)")
     return message
 
 

@@ -188,6 +188,7 @@ class StatsReader:
                     "busy": min(1.0, float(busy[j, S.BUSY_NS]) / 1e9 / span),
                     "cpu": cpu,
                     "rss_mb": None if rss is None else rss / 2**20,
+                    "hosting": (getattr(server, "hello", None) or {}).get("hosting"),
                 }
             )
         envs = []

@@ -1,0 +1,178 @@
+"""ALE's own vector env (ale_py >= 0.10 ``AtariVectorEnv``) hosting a server's Atari envs: frame
+skip, max-pool, grey, resize and frame stack in its C++ threads, one call per step for all of them.
+
+``atari_batch`` takes ``presets.atari``'s options and gives an ``AleBatch``, or the reason it cannot
+(no ``AtariVectorEnv`` in this runtime, or an option it has no equivalent for): the caller then
+makes per-env presets. The results are ``AtariVectorEnv``'s, equal to it in-process with the same
+settings and seeds (tests/integration/test_native_ale.py); they differ from the numpy preset's
+where the two differ (the resize's rounding, how the no-ops are drawn).
+
+Python 3.9 syntax: this runs in env runtimes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .native import NativeBatch
+
+
+def rom_name(env_id: str) -> str:
+    """ALE's ROM name of a gymnasium id: ``ALE/MsPacman-v5`` -> ``ms_pacman``."""
+    name = env_id.split("/")[-1].rsplit("-", 1)[0]
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def vector_settings(env_id: str, options: dict) -> Union[dict, str]:
+    """``presets.atari``'s options as ``AtariVectorEnv``'s keyword arguments, or why they cannot be.
+
+    Only what means the same in both is mapped: grey frames (AtariVectorEnv stacks RGB frames in
+    another layout), no ALE mode or difficulty (it has neither). A lost life: AtariVectorEnv's
+    ``episodic_life`` restarts the game at the next reset, which is the preset's
+    ``terminal_on_life_loss``, not its (envpool's) ``episodic_life`` that continues the game.
+    No-ops: AtariVectorEnv plays 0 to ``noop_max - 1`` single frames at a reset, the preset
+    ``noop_min`` to ``noop_max``: mapped where ``noop_min`` is 0. The envpool drop-in's options
+    (``envpool_infos``) pass as they are, envpool's values in AtariVectorEnv's reading of them
+    (what ALE's vector env given envpool's settings does, as benchmarks compare them)."""
+    options = dict(options)
+    if not env_id.startswith("ALE/") or not env_id.endswith("-v5"):
+        return f"env_id {env_id!r} is not an ALE v5 id"
+    if options.pop("episodic_life", False):
+        return "episodic_life continues the game after a lost life; AtariVectorEnv's restarts it"
+    envpool = bool(options.pop("envpool_infos", False))
+    noop_min, noop_max = int(options.pop("noop_min", 0)), int(options.pop("noop_max", 30))
+    if not envpool and noop_min != 0:
+        return f"noop_min={noop_min} (AtariVectorEnv's no-ops start at 0)"
+    if not options.pop("grayscale", True):
+        return "RGB frames (AtariVectorEnv stacks them channels-last)"
+    size = options.pop("screen_size", 84)
+    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    max_steps = options.pop("max_episode_steps", None)
+    frame_skip = int(options.pop("frame_skip", 4))
+    settings = {
+        "game": rom_name(env_id),
+        "img_height": int(height),
+        "img_width": int(width),
+        "grayscale": True,
+        "stack_num": int(options.pop("stack", 4)),
+        "frameskip": frame_skip,
+        "maxpool": frame_skip > 1,
+        "noop_max": noop_max if envpool else noop_max + 1,
+        "episodic_life": bool(options.pop("terminal_on_life_loss", False)),
+        "use_fire_reset": bool(options.pop("fire_reset", False)),
+        "repeat_action_probability": float(options.pop("repeat_action_probability", 0.25)),
+        "full_action_space": bool(options.pop("full_action_space", False)),
+        "max_num_frames_per_episode": 108000 if max_steps is None else int(max_steps) * frame_skip,
+        "reward_clipping": False,  # clipped here, so that envpool's info["reward"] keeps the game's
+    }
+    options.pop("reward_clip", None)
+    if options:
+        return f"options {sorted(options)} have no AtariVectorEnv equivalent"
+    return settings
+
+
+class AleBatch(NativeBatch):
+    """A server's Atari envs in one ``AtariVectorEnv`` of ``num_threads`` threads (one by default:
+    a portal runs a server per core)."""
+
+    name = "ale_py.AtariVectorEnv"
+
+    def __init__(
+        self, num_envs: int, settings: dict, reward_clip: bool, envpool_infos: bool, num_threads: int = 1
+    ) -> None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        self._make = lambda mode: AtariVectorEnv(
+            num_envs=num_envs, num_threads=num_threads, autoreset_mode=mode, **settings
+        )
+        self.vector = self._make("NextStep")
+        self.mode = "NextStep"
+        self.num_envs = num_envs
+        self.settings = settings
+        self.reward_clip = reward_clip
+        self.envpool_infos = envpool_infos
+        self.episodic_life = settings["episodic_life"]
+        self.single_observation_space = self.vector.single_observation_space
+        self.single_action_space = self.vector.single_action_space
+        self.metadata = {"autoreset_mode": "NextStep", "render_modes": []}
+        self.elapsed = np.zeros(num_envs, np.int64)
+        self.ended = np.zeros(num_envs, bool)
+
+    def configure(self, autoreset_mode: str) -> None:
+        mode = "SameStep" if autoreset_mode == "SameStep" else "NextStep"  # Disabled: the server refuses
+        if mode != self.mode:
+            self.vector.close()
+            self.vector, self.mode = self._make(mode), mode
+
+    def reset(self, indices: np.ndarray, seeds: Sequence[Optional[int]]) -> Tuple[np.ndarray, List[dict]]:
+        seed = np.array([-1 if s is None else int(s) for s in seeds], np.int64)
+        if len(indices) == self.num_envs:
+            obs, info = self.vector.reset(seed=seed)
+        else:
+            mask = np.zeros(self.num_envs, bool)
+            mask[indices] = True
+            obs, info = self.vector.reset(seed=seed, options={"reset_mask": mask})
+        self.elapsed[indices] = 0
+        self.ended[indices] = False
+        zeros = np.zeros(self.num_envs, np.float32)
+        infos = self._infos(info, zeros, np.zeros(self.num_envs, bool))
+        return obs, [infos[j] for j in indices]
+
+    def step(self, actions: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, List[list]]:
+        self.vector.send(actions)
+        obs, reward, terminated, truncated, info = self.vector.recv()
+        if self.mode == "NextStep":  # the step after an episode's end was its reset
+            self.elapsed[self.ended] = 0
+            self.elapsed[~self.ended] += 1
+        else:
+            self.elapsed += 1
+        ended = terminated | truncated
+        final_obs = info.pop("final_obs", None)
+        infos: List[list] = [[one] for one in self._infos(info, reward, terminated)]
+        if final_obs is not None and ended.any():  # SameStep: this info is the new episode's reset's
+            for j in np.flatnonzero(ended):
+                final = {"elapsed_step": int(self.elapsed[j])} if self.envpool_infos else {}
+                infos[j] = [{"final_obs": final_obs[j], "final_info": final}, infos[j][0]]
+                self.elapsed[j] = 0
+        self.ended = ended
+        if self.reward_clip:
+            reward = np.sign(reward)
+        return obs, reward, terminated, truncated, infos
+
+    def _infos(self, info: dict, reward: np.ndarray, terminated: np.ndarray) -> List[dict]:
+        lives = info["lives"].tolist()
+        if self.envpool_infos:
+            game_over = terminated & (info["lives"] == 0) if self.episodic_life else terminated
+            return [
+                {"lives": lives[j], "reward": float(reward[j]), "terminated": int(game_over[j]), "elapsed_step": int(e)}
+                for j, e in enumerate(self.elapsed.tolist())
+            ]
+        frames, episode_frames = info["frame_number"].tolist(), info["episode_frame_number"].tolist()
+        return [
+            {"lives": lives[j], "episode_frame_number": episode_frames[j], "frame_number": frames[j]}
+            for j in range(self.num_envs)
+        ]
+
+    def close(self) -> None:
+        self.vector.close()
+
+
+def atari_batch(num_envs: int, env_id: str, num_threads: int, options: dict) -> Union[AleBatch, str]:
+    """An ``AleBatch`` for ``presets.atari``'s options, or why there is none here."""
+    try:
+        import ale_py.vector_env  # noqa: F401
+    except ImportError:
+        return "this runtime's ale_py has no AtariVectorEnv (ale_py >= 0.10 has)"
+    settings = vector_settings(env_id, options)
+    if isinstance(settings, str):
+        return settings
+    return AleBatch(
+        num_envs,
+        settings,
+        bool(options.get("reward_clip", False)),
+        bool(options.get("envpool_infos", False)),
+        num_threads,
+    )
