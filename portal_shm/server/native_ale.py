@@ -74,6 +74,17 @@ def vector_settings(env_id: str, options: dict) -> Union[dict, str]:
     return settings
 
 
+def _ale_seed(seed: Optional[int]) -> int:
+    """A seed as ALE's vector env takes it: a 31-bit int as it is, -1 for none, and any other int
+    (a restart's seed, a user's 64-bit seed) folded into 31 bits by a ``SeedSequence``."""
+    if seed is None:
+        return -1
+    seed = int(seed)
+    if 0 <= seed < 2**31:
+        return seed
+    return int(np.random.SeedSequence(abs(seed)).generate_state(1)[0] >> 1)
+
+
 class AleBatch(NativeBatch):
     """A server's Atari envs in one ``AtariVectorEnv`` of ``num_threads`` threads (one by default:
     a portal runs a server per core)."""
@@ -108,7 +119,7 @@ class AleBatch(NativeBatch):
             self.vector, self.mode = self._make(mode), mode
 
     def reset(self, indices: np.ndarray, seeds: Sequence[Optional[int]]) -> Tuple[np.ndarray, List[dict]]:
-        seed = np.array([-1 if s is None else int(s) for s in seeds], np.int64)
+        seed = np.array([_ale_seed(s) for s in seeds], np.int64)
         if len(indices) == self.num_envs:
             obs, info = self.vector.reset(seed=seed)
         else:
