@@ -4,7 +4,9 @@ it is installed), interleaved round by round.
 
     python benchmarks/atari_training_config.py [--game Pong] [--num-envs 8] [--batch-size 8] [--seconds 5] [--rounds 5]
 
-Each system runs envpool's async API (``async_reset``, then ``recv`` a batch and ``send`` its
+``portal_shm.envpool`` hosts the games in ALE's vector env inside its env servers (one per batch);
+"per-env presets" is the same drop-in with the numpy preset per env (a server per core), what
+runtimes without ALE's vector env run. Each system runs envpool's async API (``async_reset``, then ``recv`` a batch and ``send`` its
 actions back); with ``--batch-size`` equal to ``--num-envs`` that is lockstep. ALE's vector env
 gets a thread per core. Prints each system's median env-steps/s and the median per-round ratio of
 portal_shm.envpool to ALE's vector env.
@@ -23,6 +25,24 @@ def portal(game: str, n: int, batch: int, seed: int) -> Any:
     import portal_shm.envpool as envpool
 
     return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=n, batch_size=batch, seed=seed)
+
+
+def portal_per_env(game: str, n: int, batch: int, seed: int) -> Any:
+    """``portal_shm.envpool`` with the per-env numpy preset (what runtimes without ALE's vector env
+    get): fixing ``envs_per_server`` (a server per core) turns the native hosting off."""
+    import os
+
+    import portal_shm.envpool as envpool
+
+    per_server = max(1, min(batch, n // len(os.sched_getaffinity(0))))
+    return envpool.make(
+        f"{game}-v5",
+        env_type="gymnasium",
+        num_envs=n,
+        batch_size=batch,
+        seed=seed,
+        vector_kwargs={"envs_per_server": per_server},
+    )
 
 
 def envpool_itself(game: str, n: int, batch: int, seed: int) -> Any:
@@ -84,7 +104,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     batch = args.batch_size or args.num_envs
-    makers: dict[str, Callable[..., Any]] = {"portal_shm.envpool": portal, "ale-vector": ale_vector}
+    makers: dict[str, Callable[..., Any]] = {
+        "portal_shm.envpool": portal,
+        "ale-vector": ale_vector,
+        "per-env presets": portal_per_env,
+    }
     try:
         import envpool  # noqa: F401
 
@@ -108,6 +132,8 @@ def main() -> None:
     print(
         f"portal_shm.envpool / ale-vector: median per-round ratio {ratio:.2f} ({args.game}, N={args.num_envs}, batch {batch})"
     )
+    ratio = np.median(np.array(sps["per-env presets"]) / np.array(sps["ale-vector"]))
+    print(f"per-env presets / ale-vector: median per-round ratio {ratio:.2f}")
 
 
 if __name__ == "__main__":

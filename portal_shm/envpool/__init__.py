@@ -88,7 +88,9 @@ def make(
     ``options`` are envpool's (``episodic_life``, ``reward_clip``, ``noop_max``, ``stack_num``, ...:
     the task's, with envpool's defaults) or the backend's (``image=`` for ``backend="docker"``,
     ``hosts=`` for ``"remote"``, ...). ``batch_size`` below ``num_envs`` gives envpool's async
-    batches; ``num_threads=k`` runs ``k`` env servers (``num_envs`` a multiple of ``k``).
+    batches. Atari games run in ALE's own vector env where it can host them (``native_layout``:
+    a server per batch, ``num_threads`` ALE threads over them); elsewhere in per-env presets, where
+    ``num_threads=k`` runs ``k`` env servers (``num_envs`` a multiple of ``k``).
     ``vector_kwargs`` go to the ``VectorPortal`` (``copy`` defaults to True here, see the module
     docstring). An option that does not apply raises, naming it and what to do instead.
     """
