@@ -205,8 +205,8 @@ def native_layout(
 ) -> Optional[dict]:
     """Where ALE's own vector env can host the games (``presets.atari_vector``): one env server per
     batch (``envs_per_server``), ALE's C++ threads inside it (``num_threads``: envpool's
-    ``num_threads`` over the servers, one per core by default), so each step is one call in the
-    runtime. None where it cannot: not Atari, options it has no equivalent for, the caller fixed
+    ``num_threads`` shared over the servers; by default a thread per core in each server), so each
+    step is one call in the runtime. None where it cannot: not Atari, options it has no equivalent for, the caller fixed
     ``envs_per_server``, or this agent's own runtime (``backend="process"``) lacks it."""
     if spec.family != "atari" or "envs_per_server" in vector_kwargs:
         return None
@@ -215,9 +215,11 @@ def native_layout(
         return None
     if backend == "process" and not _has_module("ale_py.vector_env"):
         return None
-    servers = num_envs // batch
-    total = threads if threads > 0 else len(os.sched_getaffinity(0))
-    return {"envs_per_server": batch, "num_threads": max(1, min(batch, total // servers or 1))}
+    # By default every server gets a thread per core: a server's batch then uses the cores the
+    # other servers leave idle while their batches travel through the agent (ALE's threads do not
+    # spin). An explicit num_threads is shared over the servers.
+    per_server = max(1, threads // (num_envs // batch)) if threads > 0 else len(os.sched_getaffinity(0))
+    return {"envs_per_server": batch, "num_threads": min(batch, per_server)}
 
 
 def _has_module(name: str) -> bool:
