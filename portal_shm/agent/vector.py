@@ -322,6 +322,8 @@ class VectorPortal(PortalVectorEnv):
             "spin": server_spin(self.spin_wait, len(session.servers)),
             # lockstep restarts resume from the envs' episode-end states (``local/recovery.py``)
             "end_states": self.options.on_env_failure == "restart" and not self.batched,
+            # it reads a server's infos as columns (one blob for all its envs: ``RingViews.gather``)
+            "columns": True,
         }
         ring = session.attach(layout, settings, timeout)
         return RingViews(

@@ -27,7 +27,7 @@ from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
-from .native import batch_of, hosting
+from .native import Columns, batch_of, hosting
 from .recording import check_renders, frame_rings, stepping_envs
 from .state import capture, carries_mid_episode, restore, warm
 from .stats import ServerCounters
@@ -206,6 +206,7 @@ class EnvServer:
         self.autoreset_mode = attach["autoreset_mode"]
         if self.native is not None:
             self.native.configure(self.autoreset_mode)
+        self.columns = attach.get("columns") is True  # the agent reads infos as columns (``_step_native``)
         # An agent that restarts failed servers exactly: every env's state at its episode's end
         # is written once the step's results are out (``write_end_states``), for a fresh server.
         if attach.get("end_states") is True and self.config.get("run_dir"):
@@ -372,10 +373,12 @@ class EnvServer:
             return
         self.info_len[k, i] = self._blob(k, i, infos, payload, extras)
 
-    def _blob(self, k: int, i: int, infos: list, payload: list, extras: dict) -> int:
-        """Encode the env's infos (and variable-layout obs) into its row, or into ``extras`` when
-        too big for it; returns the length to write to ``info_len`` (-1: spilled)."""
-        blob = P.packb([infos, payload[0] if payload else None])
+    def _blob(self, k: int, i: int, infos: list, payload: list, extras: dict, columns: Optional[dict] = None) -> int:
+        """Encode the env's infos (and variable-layout obs; and a native batch's ``columns``: the
+        infos of all this server's envs) into its row, or into ``extras`` when too big for it;
+        returns the length to write to ``info_len`` (-1: spilled)."""
+        entry = [infos, payload[0] if payload else None]
+        blob = P.packb(entry if columns is None else entry + [columns])
         if len(blob) <= self.info_capacity:
             self.info[k, i, : len(blob)] = np.frombuffer(blob, np.uint8)
             return len(blob)
@@ -524,6 +527,16 @@ class EnvServer:
         for j in range(count):
             if autoreset[j] and not same_step:
                 episodes[j] += 1
+        if isinstance(infos, Columns):
+            if self.columns:  # one blob for all: in the first env's row, beside its own infos
+                for j, own in infos.extras.items():
+                    if j:
+                        lengths[j] = self._blob(k, indices[j], own, [], extras)
+                lengths[0] = self._blob(k, indices[0], infos.extras.get(0, []), [], extras, dict(infos))
+                infos = None
+            else:
+                infos = infos.per_env(count)
+        for j in range(count if infos is not None else 0):
             if any(infos[j]):
                 lengths[j] = self._blob(k, indices[j], infos[j], [], extras)
         ended = terminateds | truncateds

@@ -36,7 +36,7 @@ class NativeBatch:
 
     A step's observations, rewards and flags are arrays of ``num_envs``; its infos one list per env
     as the server sends a plain env's: ``[info]``, or at a SAME_STEP episode end
-    ``[{"final_obs": ..., "final_info": ...}, reset_info]``.
+    ``[{"final_obs": ..., "final_info": ...}, reset_info]``; or ``Columns`` (cheaper to send).
     """
 
     name = "native"
@@ -54,12 +54,29 @@ class NativeBatch:
         the infos of those reset."""
         raise NotImplementedError
 
-    def step(self, actions: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, List[list]]:
+    def step(self, actions: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
         """One step of every env: observations, rewards, terminated, truncated, infos."""
         raise NotImplementedError
 
     def close(self) -> None:
         """Release the native env (called once, when the server closes its envs)."""
+
+
+class Columns(dict):
+    """A native batch's infos as columns: key -> one value per env (ints, floats, bools), the same
+    keys for every env; ``extras`` holds env position -> info dicts of that env alone (a SAME_STEP
+    episode end's ``final_obs``/``final_info``). An agent that reads columns gets them as one blob
+    for the server's envs; others get ``per_env()``, the lists a plain env's server sends."""
+
+    def __init__(self, columns: dict, extras: Optional[dict] = None) -> None:
+        super().__init__(columns)
+        self.extras = extras or {}
+
+    def per_env(self, count: int) -> List[list]:
+        rows: List[list] = [list(self.extras.get(j, [])) for j in range(count)]
+        for j in range(count):
+            rows[j].append({key: values[j] for key, values in self.items()})
+        return rows
 
 
 class BatchMember:

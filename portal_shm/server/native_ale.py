@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .native import NativeBatch
+from .native import Columns, NativeBatch
 
 
 def rom_name(env_id: str) -> str:
@@ -110,6 +110,7 @@ class AleBatch(NativeBatch):
         self.single_action_space = self.vector.single_action_space
         self.metadata = {"autoreset_mode": "NextStep", "render_modes": []}
         self.elapsed = np.zeros(num_envs, np.int64)
+        self.paddles = np.ones(num_envs, np.float32)
         self.ended = np.zeros(num_envs, bool)
 
     def configure(self, autoreset_mode: str) -> None:
@@ -129,12 +130,12 @@ class AleBatch(NativeBatch):
         self.elapsed[indices] = 0
         self.ended[indices] = False
         zeros = np.zeros(self.num_envs, np.float32)
-        infos = self._infos(info, zeros, np.zeros(self.num_envs, bool))
-        return obs, [infos[j] for j in indices]
+        rows = self._columns(info, zeros, np.zeros(self.num_envs, bool), {}).per_env(self.num_envs)
+        return obs, [rows[j][0] for j in indices]
 
-    def step(self, actions: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, List[list]]:
-        self.vector.send(actions)
-        obs, reward, terminated, truncated, info = self.vector.recv()
+    def step(self, actions: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Columns]:
+        self.vector.ale.send(actions, self.paddles)  # AtariVectorEnv.send's call, less its checks
+        obs, reward, terminated, truncated, info = self.vector.ale.recv()
         if self.mode == "NextStep":  # the step after an episode's end was its reset
             self.elapsed[self.ended] = 0
             self.elapsed[~self.ended] += 1
@@ -142,30 +143,34 @@ class AleBatch(NativeBatch):
             self.elapsed += 1
         ended = terminated | truncated
         final_obs = info.pop("final_obs", None)
-        infos: List[list] = [[one] for one in self._infos(info, reward, terminated)]
-        if final_obs is not None and ended.any():  # SameStep: this info is the new episode's reset's
+        extras = {}
+        if final_obs is not None and ended.any():  # SameStep: the other infos are the new episode's
             for j in np.flatnonzero(ended):
                 final = {"elapsed_step": int(self.elapsed[j])} if self.envpool_infos else {}
-                infos[j] = [{"final_obs": final_obs[j], "final_info": final}, infos[j][0]]
+                extras[int(j)] = [{"final_obs": final_obs[j], "final_info": final}]
                 self.elapsed[j] = 0
         self.ended = ended
+        columns = self._columns(info, reward, terminated, extras)
         if self.reward_clip:
             reward = np.sign(reward)
-        return obs, reward, terminated, truncated, infos
+        return obs, reward, terminated, truncated, columns
 
-    def _infos(self, info: dict, reward: np.ndarray, terminated: np.ndarray) -> List[dict]:
-        lives = info["lives"].tolist()
+    def _columns(self, info: dict, reward: np.ndarray, terminated: np.ndarray, extras: dict) -> Columns:
         if self.envpool_infos:
             game_over = terminated & (info["lives"] == 0) if self.episodic_life else terminated
-            return [
-                {"lives": lives[j], "reward": float(reward[j]), "terminated": int(game_over[j]), "elapsed_step": int(e)}
-                for j, e in enumerate(self.elapsed.tolist())
-            ]
-        frames, episode_frames = info["frame_number"].tolist(), info["episode_frame_number"].tolist()
-        return [
-            {"lives": lives[j], "episode_frame_number": episode_frames[j], "frame_number": frames[j]}
-            for j in range(self.num_envs)
-        ]
+            columns = {
+                "lives": info["lives"].tolist(),
+                "reward": reward.astype(float).tolist(),
+                "terminated": game_over.astype(int).tolist(),
+                "elapsed_step": self.elapsed.tolist(),
+            }
+        else:
+            columns = {
+                "lives": info["lives"].tolist(),
+                "episode_frame_number": info["episode_frame_number"].tolist(),
+                "frame_number": info["frame_number"].tolist(),
+            }
+        return Columns(columns, extras)
 
     def close(self) -> None:
         self.vector.close()

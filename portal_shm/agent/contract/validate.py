@@ -226,8 +226,11 @@ def check_reply(message: dict[str, Any], env_indices: list[int], who: str) -> tu
     return extras, results
 
 
-def decode_infos(blob: Any, env_index: int) -> tuple[list[dict[Any, Any]], Optional[dict[Any, Any]]]:
-    """One env's infos blob: (list of info dicts, variable-layout observation or None)."""
+def decode_infos(
+    blob: Any, env_index: int
+) -> tuple[list[dict[Any, Any]], Optional[dict[Any, Any]], Optional[dict[str, list[Any]]]]:
+    """One env's infos blob: (list of info dicts, variable-layout observation or None, and the
+    infos columns of its server's envs or None: a native batch's, in its first env's row)."""
     if not isinstance(blob, bytes):
         raise _fail(f"env {env_index} sent infos that are not bytes")
     try:
@@ -236,11 +239,27 @@ def decode_infos(blob: Any, env_index: int) -> tuple[list[dict[Any, Any]], Optio
         raise _fail(f"env {env_index} wrote corrupt infos: {exc}") from None
     if not (
         isinstance(entry, list)
-        and len(entry) == 2
+        and len(entry) in (2, 3)
         and isinstance(entry[0], list)
         and len(entry[0]) <= 2
         and all(isinstance(d, dict) for d in entry[0])
         and (entry[1] is None or isinstance(entry[1], dict))
+        and (len(entry) == 2 or _columns(entry[2]))
     ):
         raise _fail(f"env {env_index} wrote infos of an unexpected shape")
-    return entry[0], entry[1]
+    return entry[0], entry[1], entry[2] if len(entry) == 3 else None
+
+
+_COLUMN_VALUES = (int, float, bool)
+
+
+def _columns(value: Any) -> bool:
+    """Whether ``value`` is infos columns: {name: [plain number per env]}, no mask or final names."""
+    return isinstance(value, dict) and all(
+        isinstance(key, str)
+        and not key.startswith("_")
+        and key not in ("final_obs", "final_info")
+        and isinstance(values, list)
+        and all(type(v) in _COLUMN_VALUES for v in values)
+        for key, values in value.items()
+    )

@@ -197,13 +197,15 @@ class RingViews:
                 blob = self.info[k, i, :length].tobytes()
             else:
                 raise ServerProtocolError(f"env {i} wrote an invalid infos length {length}")
-            env_infos, var_obs = decode_infos(blob, i)
+            env_infos, var_obs, columns = decode_infos(blob, i)
             position = i if first < 0 else first + j
             for env_info in env_infos:
                 if env_info:
                     if self.var_spaces and "final_obs" in env_info:
                         env_info["final_obs"] = _revive(self.single_observation_space, env_info["final_obs"], i)
                     infos = self.add(infos, env_info, position, total, i)
+            if columns is not None:
+                infos = self.add_columns(infos, columns, i, envs, first, total)
             if var_obs is not None:
                 self.var_obs[i] = {
                     index: _revive(self.var_spaces.get(index), value, i) for index, value in var_obs.items()
@@ -220,6 +222,43 @@ class RingViews:
             return add_info(infos, env_info, position, total)
         except Exception as exc:
             raise ServerProtocolError(f"env {env}'s infos cannot be batched with the others': {exc}") from None
+
+    def add_columns(
+        self,
+        infos: dict[str, Any],
+        columns: dict[str, list[Any]],
+        env: int,
+        envs: Optional[list[int]],
+        first: int,
+        total: int,
+    ) -> dict[str, Any]:
+        """A native server's infos of all its envs (``envs``), written as columns in the row of its
+        first env: what ``add`` of each env's dict gives, with one numpy write per key."""
+        if not envs or env != envs[0]:
+            raise ServerProtocolError(f"env {env} wrote infos for envs of which it is not the first")
+        count = len(envs)
+        if any(len(values) != count for values in columns.values()):
+            raise ServerProtocolError(f"env {env}'s server wrote infos columns of another length than its envs")
+        start = envs[0] if first < 0 else first
+        rows: Any = slice(start, start + count)
+        if first < 0 and envs != list(range(start, start + count)):
+            rows = envs
+        if self.raw_infos:
+            return {**infos, **{key: values[-1] for key, values in columns.items()}}
+        try:
+            for key, values in columns.items():
+                array = infos.get(key)
+                if array is None:
+                    array = np.zeros(total, dtype=type(values[0]))  # typed by its first value, as add_info
+                array[rows] = values
+                mask = infos.get("_" + key)
+                if mask is None:
+                    mask = np.zeros(total, dtype=np.bool_)
+                mask[rows] = True
+                infos[key], infos["_" + key] = array, mask
+        except Exception as exc:
+            raise ServerProtocolError(f"env {env}'s server wrote infos columns that cannot be batched: {exc}") from None
+        return infos
 
     # -- what recycling reads and resets --------------------------------------------------------
     def episode_ends(self, k: int) -> np.ndarray:
