@@ -134,6 +134,9 @@ def main() -> None:
     )
     ratio = np.median(np.array(sps["per-env presets"]) / np.array(sps["ale-vector"]))
     print(f"per-env presets / ale-vector: median per-round ratio {ratio:.2f}")
+    if "envpool" in sps:
+        ratio = np.median(np.array(sps["portal_shm.envpool"]) / np.array(sps["envpool"]))
+        print(f"portal_shm.envpool / envpool: median per-round ratio {ratio:.2f}")
 
 
 if __name__ == "__main__":
