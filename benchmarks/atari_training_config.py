@@ -51,31 +51,14 @@ def envpool_itself(game: str, n: int, batch: int, seed: int) -> Any:
     return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=n, batch_size=batch, seed=seed)
 
 
-# envpool's Atari defaults (portal_shm/envpool/tasks.py) in the words of ALE's vector env.
-TRAINING = dict(
-    img_height=84,
-    img_width=84,
-    grayscale=True,
-    stack_num=4,
-    frameskip=4,
-    maxpool=True,
-    noop_max=30,
-    episodic_life=False,
-    reward_clipping=False,
-    use_fire_reset=True,
-    repeat_action_probability=0.0,
-    max_num_frames_per_episode=27000 * 4,
-)
-
-
 def ale_vector(game: str, n: int, batch: int, seed: int) -> Any:
     """ALE's vector env (``portal-shm bench``'s ale-vector system) set to envpool's Atari defaults."""
     from portal_shm.bench import BenchOptions, parse_scenarios
-    from portal_shm.bench.ale_vector_system import AleVector
+    from portal_shm.bench.ale_vector_system import ALE_TRAINING, AleVector
 
     scenarios = parse_scenarios([f"ALE/{game}-v5"])
     options = BenchOptions(scenarios, num_envs=[n], batch_size=batch, seed=seed)
-    return AleVector(scenarios[0], n, options, config=TRAINING)
+    return AleVector(scenarios[0], n, options, config=ALE_TRAINING)
 
 
 def run(envs: Any, seconds: float, rng: np.random.Generator, started: bool) -> float:

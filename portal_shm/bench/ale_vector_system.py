@@ -35,6 +35,23 @@ ALE_V5_RAW = dict(
 )
 
 
+# envpool's Atari defaults in ALE's vector env's words (the ``training:`` scenarios).
+ALE_TRAINING = dict(
+    img_height=84,
+    img_width=84,
+    grayscale=True,
+    stack_num=4,
+    frameskip=4,
+    maxpool=True,
+    noop_max=30,
+    episodic_life=False,
+    reward_clipping=False,
+    use_fire_reset=True,
+    repeat_action_probability=0.0,
+    max_num_frames_per_episode=27000 * 4,
+)
+
+
 def rom_name(sc: Scenario) -> Optional[str]:
     """ALE's ROM name of the scenario's game (``ALE/SpaceInvaders-v5`` -> ``space_invaders``)."""
     task = sc.envpool_task()
@@ -54,6 +71,11 @@ def unsupported(sc: Scenario) -> Optional[str]:
 def differences(sc: Scenario) -> Optional[str]:
     if unsupported(sc) is not None:
         return None
+    if sc.is_training:
+        return (
+            f"ale_py AtariVectorEnv({rom_name(sc)!r}) with envpool's Atari defaults (84x84 grey, stack 4, FIRE and "
+            f"no-ops at reset, no sticky actions), {os.cpu_count()} threads inside the agent process, no isolation"
+        )
     return (
         f"ale_py AtariVectorEnv({rom_name(sc)!r}): 210x160 RGB, frameskip 4, sticky actions 0.25, no no-ops, "
         "as ALE v5; it max-pools the last two frames of each frameskip, returns (1, 210, 160, 3) frames, "
@@ -77,7 +99,11 @@ class AleVector:
         self.batch_size = options.batch_size or n
         self.seed = options.seed
         self._env = AtariVectorEnv(
-            rom_name(sc), n, batch_size=self.batch_size, num_threads=os.cpu_count() or 1, **(config or ALE_V5_RAW)
+            rom_name(sc),
+            n,
+            batch_size=self.batch_size,
+            num_threads=os.cpu_count() or 1,
+            **(config or (ALE_TRAINING if sc.is_training else ALE_V5_RAW)),
         )
         self.single_action_space = self._env.single_action_space
         self.single_observation_space = self._env.single_observation_space

@@ -17,8 +17,10 @@ from .scenarios import ScenarioError, parse_scenarios
 
 DEFAULT_SCENARIOS = ("null:210x160x3", "ALE/Pong-v5")
 EPILOG = """\
-scenarios: null:AxBxC (a null env returning a preallocated uint8 frame: transport cost), any
-gymnasium id (ALE/Pong-v5, VizdoomBasic-v1, ...) or your own entry point package.module:callable.
+scenarios: null:AxBxC (a null env returning a preallocated uint8 frame: transport cost),
+training:ALE/<Game>-v5 (Atari as people train it, envpool's defaults: portals host the games in ALE's
+vector env, a server per batch; envpool and ale-vector get the same settings), any gymnasium id
+(ALE/Pong-v5, VizdoomBasic-v1, ...) or your own entry point package.module:callable.
 systems: portal-<backend> for each --backends; --against sync (gymnasium SyncVectorEnv), async
 (AsyncVectorEnv, shared_memory=True), portal-fns (VectorPortal(env_fns), the drop-in for AsyncVectorEnv),
 portal-views (ring views, copy=False, beside the default's fresh arrays), envpool, ale-vector (ale_py's
@@ -65,7 +67,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "scenarios",
         nargs="*",
         metavar="SCENARIO",
-        help=f"null:AxBxC, a gymnasium id or module:callable (default: {' '.join(DEFAULT_SCENARIOS)})",
+        help=f"null:AxBxC, training:ALE/<Game>-v5, a gymnasium id or module:callable (default: {' '.join(DEFAULT_SCENARIOS)})",
     )
     p.add_argument("-n", "--num-envs", type=_ints, default=[8], metavar="N,N", help="comma list of N (default 8)")
     p.add_argument(

@@ -47,6 +47,11 @@ def unsupported(sc: Scenario) -> Optional[str]:
 def differences(sc: Scenario) -> Optional[str]:
     if unsupported(sc) is not None:
         return None
+    if sc.is_training:
+        return (
+            f"envpool {sc.envpool_task()} with its defaults (84x84 grey, stack 4, FIRE and no-ops at reset, no sticky "
+            "actions): its envs run as threads inside the agent process, no isolation"
+        )
     return (
         f"envpool {sc.envpool_task()}: set to 210x160 RGB, frameskip 4, sticky actions 0.25, no episodic "
         "life, no reward clipping, no noops, as ALE v5; it still max-pools the last two frames of each "
@@ -74,7 +79,7 @@ class EnvpoolVector:
             num_envs=n,
             batch_size=self.batch_size,
             seed=options.seed,
-            **ALE_V5_CONFIG,
+            **({} if sc.is_training else ALE_V5_CONFIG),
         )
         self.single_action_space = gym.spaces.Discrete(int(self._env.action_space.n))
         self.single_observation_space = self._env.observation_space

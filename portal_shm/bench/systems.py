@@ -55,6 +55,8 @@ def _build_portal(backend: str, views: bool = False) -> Callable[[Scenario, int,
 
         extra = {"image": sc.docker_image(options.image)} if backend == "docker" else {}
         vector_kwargs = {**options.vector_kwargs(), **({"copy": False} if views else {})}
+        if sc.is_training:  # laid out as portal_shm.envpool does: a server per batch, ALE's threads inside
+            vector_kwargs.setdefault("envs_per_server", vector_kwargs.get("batch_size", n))
         return portal_shm.make_vec(
             sc.target, n, backend=backend, vector_kwargs=vector_kwargs, env_kwargs=sc.kwargs, **extra
         )

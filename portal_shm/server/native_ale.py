@@ -12,6 +12,7 @@ Python 3.9 syntax: this runs in env runtimes.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -86,15 +87,19 @@ def _ale_seed(seed: Optional[int]) -> int:
 
 
 class AleBatch(NativeBatch):
-    """A server's Atari envs in one ``AtariVectorEnv`` of ``num_threads`` threads (one by default:
-    a portal runs a server per core)."""
+    """A server's Atari envs in one ``AtariVectorEnv`` of ``num_threads`` threads (0: a thread per
+    core this process may run on, at most one per env)."""
 
     name = "ale_py.AtariVectorEnv"
 
     def __init__(
-        self, num_envs: int, settings: dict, reward_clip: bool, envpool_infos: bool, num_threads: int = 1
+        self, num_envs: int, settings: dict, reward_clip: bool, envpool_infos: bool, num_threads: int = 0
     ) -> None:
         from ale_py.vector_env import AtariVectorEnv
+
+        if num_threads <= 0:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            num_threads = min(num_envs, cores)
 
         self._make = lambda mode: AtariVectorEnv(
             num_envs=num_envs, num_threads=num_threads, autoreset_mode=mode, **settings

@@ -480,7 +480,7 @@ def vizdoom(
 
 
 @batched
-def atari_vector(num_envs: int = 1, env_id: str = "ALE/Pong-v5", *, num_threads: int = 1, **options: Any) -> Any:
+def atari_vector(num_envs: int = 1, env_id: str = "ALE/Pong-v5", *, num_threads: int = 0, **options: Any) -> Any:
     """``atari``'s envs, all of an env server's stepped by ALE's own vector env (ale_py >= 0.10
     ``AtariVectorEnv``: frame skip, max-pool, grey, resize and stack in C++, one call per step),
     where this runtime has it and ``options`` map onto it (``native_ale.vector_settings``); else
@@ -488,10 +488,12 @@ def atari_vector(num_envs: int = 1, env_id: str = "ALE/Pong-v5", *, num_threads:
 
     A batched entry point: ``make_vec("portal_shm.presets:atari_vector", n, env_id=...)`` calls it
     once per env server. Its envs have no per-env state or frames (ALE's vector env keeps none):
-    restarts and recycling end their episodes. ``num_threads``: ALE's threads per server (a portal
-    already runs a server per core).
+    restarts and recycling end their episodes. ``num_threads``: ALE's threads in each server; 0 (the
+    default) gives a thread per core the server may run on, at most one per env (ALE's threads do
+    not spin, so a server's batch uses the cores the others leave idle).
     """
-    _counts(num_envs=num_envs, num_threads=num_threads)
+    _counts(num_envs=num_envs)
+    _counts(num_threads=num_threads, low=0)
     probe = dict(options)
     for key in ("stack", "frame_skip"):
         if key in probe:
