@@ -74,11 +74,38 @@ class AreaResize:
     def __init__(self, source_hw: tuple, target_hw: tuple) -> None:
         self.rows = _taps(area_weights(source_hw[0], target_hw[0]))
         self.cols = _taps(area_weights(source_hw[1], target_hw[1]))
+        self.blocks = _power_of_two_blocks(source_hw, target_hw)
 
     def __call__(self, frame: np.ndarray) -> np.ndarray:
+        if self.blocks is not None:
+            return _block_average(frame, *self.blocks)
         rows = _shrink_first_axis(frame.astype(np.float32), self.rows)
         out = _shrink_first_axis(np.ascontiguousarray(rows.swapaxes(0, 1)), self.cols).swapaxes(0, 1)
         return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def _power_of_two_blocks(source_hw: tuple, target_hw: tuple) -> Optional[tuple]:
+    """``(fy, fx)`` where each output pixel averages an ``fy`` x ``fx`` block and both are powers of
+    two (ViZDoom's 160x120 screen into 80x60: 2 x 2), else None. Such an average is exact in
+    float32 either way, so the block sums give the bytes the taps give, ~3.5x faster here."""
+    factors = []
+    for source, target in zip(source_hw, target_hw):
+        factor, rest = divmod(int(source), int(target))
+        if rest or factor & (factor - 1):
+            return None
+        factors.append(factor)
+    return tuple(factors) if factors[0] * factors[1] <= 64 else None
+
+
+def _block_average(frame: np.ndarray, fy: int, fx: int) -> np.ndarray:
+    """``AreaResize`` for power-of-two blocks: uint16 sums of the strided block pixels, scaled."""
+    pixels = frame.astype(np.uint16)
+    total = pixels[0::fy, 0::fx].copy()
+    for dy in range(fy):
+        for dx in range(fx):
+            if dy or dx:
+                total += pixels[dy::fy, dx::fx]
+    return np.rint(total * np.float32(1.0 / (fy * fx))).astype(np.uint8)
 
 
 def _taps(weights: np.ndarray) -> tuple:

@@ -274,3 +274,23 @@ def test_rgb_frames_are_channels_first():
 def test_presets_check_their_sizes_before_building_anything(preset, kwargs, text):
     with pytest.raises(ValueError, match=re.escape(text)):
         preset(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "source, target, channels",
+    [((120, 160), (60, 80), ()), ((120, 160), (60, 80), (3,)), ((240, 320), (60, 80), (3,)), ((64, 64), (32, 16), ())],
+)
+def test_power_of_two_blocks_give_the_bytes_of_the_general_area_average(source, target, channels):
+    from portal_shm.server.presets import AreaResize
+
+    frames = np.random.default_rng(5).integers(0, 256, (20, *source, *channels), dtype=np.uint8)
+    fast, general = AreaResize(source, target), AreaResize(source, target)
+    assert fast.blocks is not None
+    general.blocks = None  # the taps path every other size takes
+    for frame in list(frames) + [
+        np.full((*source, *channels), 255, np.uint8),
+        np.zeros((*source, *channels), np.uint8),
+    ]:
+        np.testing.assert_array_equal(fast(frame), general(frame))
+    assert AreaResize((210, 160), (84, 84)).blocks is None
+    assert AreaResize((120, 160), (40, 80)).blocks is None  # 3 rows per pixel: not a power of two
