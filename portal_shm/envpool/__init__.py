@@ -36,12 +36,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import warnings
 from typing import Any, Optional, Union
 
 import numpy as np
 
 from ..api import make_vec
 from ..cluster.backend import option_names as ray_option_names
+from ..errors import EnvNotFoundError
 from ..remote.client.backend import option_names as remote_option_names
 from ..runtimes.backend import Backend
 from ..runtimes.registry import BACKENDS, backend_option_names
@@ -149,17 +151,28 @@ def make(
     native = native_layout(spec, env_kwargs, backend, vector_kwargs, num_envs, batch, threads)
     portal = None
     if native is not None:
-        portal = make_vec(
-            "portal_shm.presets:atari_vector",
-            num_envs,
-            backend=backend,
-            vector_kwargs={**vector_kwargs, "envs_per_server": native["envs_per_server"]},
-            env_kwargs={**env_kwargs, "num_threads": native["num_threads"]},
-            **backend_options,
-        )
-        if any(str(server.get("hosting")).startswith("per-env") for server in portal.servers):
-            portal.close()  # this runtime has no ALE vector env: a server per core instead, as below
-            portal = None
+        try:
+            portal = make_vec(
+                "portal_shm.presets:atari_vector",
+                num_envs,
+                backend=backend,
+                vector_kwargs={**vector_kwargs, "envs_per_server": native["envs_per_server"]},
+                env_kwargs={**env_kwargs, "num_threads": native["num_threads"]},
+                **backend_options,
+            )
+        except EnvNotFoundError as exc:
+            if "atari_vector" not in str(exc):
+                raise
+            warnings.warn(
+                f"this runtime's portal-shm env side has no presets.atari_vector (built from an older "
+                f"portal-shm): the games run per env, slower; rebuild it for ALE's vector env ({exc})",
+                UserWarning,
+                stacklevel=2,
+            )
+        else:
+            if any(str(server.get("hosting")).startswith("per-env") for server in portal.servers):
+                portal.close()  # this runtime has no ALE vector env: a server per core instead, as below
+                portal = None
     if portal is None:
         if threads > 0:
             if num_envs % threads or "envs_per_server" in vector_kwargs:

@@ -88,3 +88,33 @@ def test_sb3_cnn_policy_trains_on_containerised_atari(train_images):
         assert any(not (a == b.detach()).all() for a, b in zip(before, model.policy.parameters()))  # it updated
     finally:
         env.close()
+
+
+def test_ale_vector_hosts_the_games_in_a_container_equal_to_it_in_process(train_images):
+    """``presets.atari_vector`` in a container (``--network none``, ALE's threads inside): the
+    same observations and infos as ALE's vector env in this process with the same settings."""
+    vector_env = pytest.importorskip("ale_py.vector_env")
+    envs = portal_shm.make_vec(
+        "portal_shm.presets:atari_vector",
+        2,
+        backend="docker",
+        image=train_images["ale"],
+        env_kwargs={"env_id": "ALE/Pong-v5", "noop_max": 5, "repeat_action_probability": 0.0},
+        vector_kwargs={"envs_per_server": 2},
+    )
+    local = vector_env.AtariVectorEnv(
+        "pong", 2, num_threads=1, noop_max=6, use_fire_reset=False, reward_clipping=False, repeat_action_probability=0.0
+    )
+    try:
+        assert [server["hosting"] for server in envs.servers] == ["ale_py.AtariVectorEnv"]
+        obs, _ = envs.reset(seed=[4, 5])
+        np.testing.assert_array_equal(obs, local.reset(seed=np.array([4, 5]))[0])
+        rng = np.random.default_rng(0)
+        for _ in range(40):
+            actions = rng.integers(0, 6, 2)
+            got, want = envs.step(actions), local.step(actions)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[4]["frame_number"], want[4]["frame_number"])
+    finally:
+        envs.close()
+        local.close()
