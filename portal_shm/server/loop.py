@@ -105,6 +105,7 @@ class EnvServer:
         self.env_indices = [int(i) for i in config["env_indices"]]
         self.envs = envs
         self.native = batch_of(envs)  # a native vector env stepping all of them (``native.py``), or None
+        self.columns = False  # the agent reads a native batch's infos as columns (attach says)
         # What the step loop steps: ``envs``, with ``Recorded`` stand-ins while their frames are captured.
         self.stepping = list(envs)
         self.autoreset = [False] * len(envs)
@@ -206,7 +207,7 @@ class EnvServer:
         self.autoreset_mode = attach["autoreset_mode"]
         if self.native is not None:
             self.native.configure(self.autoreset_mode)
-        self.columns = attach.get("columns") is True  # the agent reads infos as columns (``_step_native``)
+        self.columns = attach.get("columns") is True
         # An agent that restarts failed servers exactly: every env's state at its episode's end
         # is written once the step's results are out (``write_end_states``), for a fresh server.
         if attach.get("end_states") is True and self.config.get("run_dir"):
@@ -435,10 +436,7 @@ class EnvServer:
                     infos = [info]
                 else:
                     if autoreset[j] and mode == DISABLED:
-                        raise RuntimeError(
-                            f"env {i} ended its episode and autoreset_mode is DISABLED: "
-                            "call reset(options={'reset_mask': mask}) for it before stepping"
-                        )
+                        raise _ended_while_disabled(i)
                     action = read_action(k, i) if actions is None else revive(env.action_space, actions[j])
                     obs, reward, terminated, truncated, info = env.step(action)
                     infos = [info]
@@ -484,7 +482,9 @@ class EnvServer:
 
     def _step_native(self, k: int, retire: bool) -> bool:
         """``step`` of a native batch (``self.native``): all envs in one call, results written with one
-        numpy call each. An error fails every env of the server (they are one native env)."""
+        numpy call each. An error fails every env of the server (they are one native env). A batch
+        keeps no states, so a ``retire`` step sends none and the server does not hold: the agent
+        learns why when it asks for them at the swap, and resets the fresh server's envs."""
         self.last_slot = k
         mailbox, indices, autoreset = self.mailbox, self.env_indices, self.autoreset
         count = len(indices)
@@ -494,16 +494,7 @@ class EnvServer:
         sampled = not self.seq & _SAMPLE_MASK
         if self.autoreset_mode == DISABLED and any(autoreset):
             i = indices[autoreset.index(True)]
-            errors.append(
-                error_message(
-                    RuntimeError(
-                        f"env {i} ended its episode and autoreset_mode is DISABLED: "
-                        "call reset(options={'reset_mask': mask}) for it before stepping"
-                    ),
-                    i,
-                    "step",
-                )
-            )
+            errors.append(error_message(_ended_while_disabled(i), i, "step"))
             obs = None
         else:
             start = time.perf_counter_ns() if sampled else 0
@@ -835,6 +826,13 @@ class EnvServer:
             if mask is not None and not mask[j]:
                 whole[k, i] = whole[prev, i]
                 self._publish(k, i, [], [], self._reset_extras)
+
+
+def _ended_while_disabled(env_index: int) -> RuntimeError:
+    return RuntimeError(
+        f"env {env_index} ended its episode and autoreset_mode is DISABLED: "
+        "call reset(options={'reset_mask': mask}) for it before stepping"
+    )
 
 
 def _probe_agent(path: Optional[str], fd: Optional[int]) -> tuple:
