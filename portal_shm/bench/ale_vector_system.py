@@ -10,13 +10,14 @@ report's notes (:func:`differences`).
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Optional
 
 import numpy as np
 
+from ..server.native_ale import rom_name as ale_rom_name
+from ..server.native_ale import vector_settings
 from .options import BenchOptions
-from .scenarios import Scenario
+from .scenarios import TRAINING_KWARGS, Scenario
 
 ALE_V5_RAW = dict(
     img_height=210,
@@ -35,29 +36,17 @@ ALE_V5_RAW = dict(
 )
 
 
-# envpool's Atari defaults in ALE's vector env's words (the ``training:`` scenarios).
-ALE_TRAINING = dict(
-    img_height=84,
-    img_width=84,
-    grayscale=True,
-    stack_num=4,
-    frameskip=4,
-    maxpool=True,
-    noop_max=30,
-    episodic_life=False,
-    reward_clipping=False,
-    use_fire_reset=True,
-    repeat_action_probability=0.0,
-    max_num_frames_per_episode=27000 * 4,
-)
+# envpool's Atari defaults in ALE's vector env's words (the ``training:`` scenarios): what a
+# portal's ``presets.atari_vector`` gives ALE for them, less the game.
+_TRAINING_SETTINGS = vector_settings("ALE/Pong-v5", TRAINING_KWARGS)
+assert isinstance(_TRAINING_SETTINGS, dict), _TRAINING_SETTINGS  # (a reason string where they do not map)
+ALE_TRAINING = {key: value for key, value in _TRAINING_SETTINGS.items() if key != "game"}
 
 
 def rom_name(sc: Scenario) -> Optional[str]:
     """ALE's ROM name of the scenario's game (``ALE/SpaceInvaders-v5`` -> ``space_invaders``)."""
     task = sc.envpool_task()
-    if task is None:
-        return None
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", task[: -len("-v5")]).lower()
+    return None if task is None else ale_rom_name(task)
 
 
 def unsupported(sc: Scenario) -> Optional[str]:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import warnings
 from typing import Any, Optional, Union
 
@@ -218,9 +217,10 @@ def native_layout(
 ) -> Optional[dict]:
     """Where ALE's own vector env can host the games (``presets.atari_vector``): one env server per
     batch (``envs_per_server``), ALE's C++ threads inside it (``num_threads``: envpool's
-    ``num_threads`` shared over the servers; by default a thread per core in each server), so each
-    step is one call in the runtime. None where it cannot: not Atari, options it has no equivalent for, the caller fixed
-    ``envs_per_server``, or this agent's own runtime (``backend="process"``) lacks it."""
+    ``num_threads`` shared over the servers; 0, the default, lets each server take a thread per
+    core of its runtime), so each step is one call in the runtime. None where it cannot: not
+    Atari, options it has no equivalent for, the caller fixed ``envs_per_server``, or this
+    agent's own runtime (``backend="process"``) lacks it."""
     if spec.family != "atari" or "envs_per_server" in vector_kwargs:
         return None
     options = {key: value for key, value in env_kwargs.items() if key != "env_id"}
@@ -228,11 +228,8 @@ def native_layout(
         return None
     if backend == "process" and not _has_module("ale_py.vector_env"):
         return None
-    # By default every server gets a thread per core: a server's batch then uses the cores the
-    # other servers leave idle while their batches travel through the agent (ALE's threads do not
-    # spin). An explicit num_threads is shared over the servers.
-    per_server = max(1, threads // (num_envs // batch)) if threads > 0 else len(os.sched_getaffinity(0))
-    return {"envs_per_server": batch, "num_threads": min(batch, per_server)}
+    per_server = min(batch, max(1, threads // (num_envs // batch))) if threads > 0 else 0
+    return {"envs_per_server": batch, "num_threads": per_server}
 
 
 def _has_module(name: str) -> bool:

@@ -97,7 +97,7 @@ class AleBatch(NativeBatch):
     ) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
-        if num_threads <= 0:
+        if num_threads <= 0:  # a server's batch then also uses the cores other servers leave idle
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
             num_threads = min(num_envs, cores)
 
