@@ -245,7 +245,7 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
         "--entry-points",
         metavar="PATTERNS",
         help="module:callable entry points agents may name; '*' stays within one dotted part "
-        "(default: the presets, portal_shm.presets:atari,vizdoom)",
+        "(default: the presets, portal_shm.presets:atari,atari_vector,vizdoom)",
     )
     policy.add_argument(
         "--images",

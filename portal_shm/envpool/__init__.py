@@ -42,7 +42,7 @@ import numpy as np
 
 from ..api import make_vec
 from ..cluster.backend import option_names as ray_option_names
-from ..errors import EnvNotFoundError
+from ..errors import EnvNotFoundError, HostPolicyError
 from ..remote.client.backend import option_names as remote_option_names
 from ..runtimes.backend import Backend
 from ..runtimes.registry import BACKENDS, backend_option_names
@@ -159,12 +159,12 @@ def make(
                 env_kwargs={**env_kwargs, "num_threads": native["num_threads"]},
                 **backend_options,
             )
-        except EnvNotFoundError as exc:
+        except (EnvNotFoundError, HostPolicyError) as exc:
             if "atari_vector" not in str(exc):
                 raise
             warnings.warn(
-                f"this runtime's portal-shm env side has no presets.atari_vector (built from an older "
-                f"portal-shm): the games run per env, slower; rebuild it for ALE's vector env ({exc})",
+                f"this runtime's portal-shm (its env side, or the env host) has no presets.atari_vector (an older "
+                f"portal-shm): the games run per env, slower; upgrade it for ALE's vector env ({exc})",
                 UserWarning,
                 stacklevel=2,
             )

@@ -13,6 +13,7 @@ Python 3.9 syntax, numpy only: this runs in env runtimes.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -20,10 +21,35 @@ import numpy as np
 BATCHED_ATTRIBUTE = "portal_shm_batched"
 
 
-def batched(factory: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark an entry point as making all of a server's envs in one call: ``factory(num_envs=k, **kwargs)``."""
-    setattr(factory, BATCHED_ATTRIBUTE, True)
-    return factory
+def batched(factory: Optional[Callable[..., Any]] = None, *, per_env: Optional[Callable[..., Any]] = None) -> Any:
+    """Mark an entry point as making all of a server's envs in one call: ``factory(num_envs=k, **kwargs)``.
+
+    ``per_env``: the per-env entry point whose keyword arguments the factory's ``**options`` are.
+    The factory's signature then shows what an agent passes it (``agent_signature``): env hosts
+    check an agent's env kwargs against it."""
+
+    def mark(entry: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(entry, BATCHED_ATTRIBUTE, True)
+        entry.__signature__ = agent_signature(entry, per_env)  # type: ignore[attr-defined]
+        return entry
+
+    return mark if factory is None else mark(factory)
+
+
+def agent_signature(factory: Callable[..., Any], per_env: Optional[Callable[..., Any]] = None) -> inspect.Signature:
+    """A batched entry point's parameters as an agent passes them: less ``num_envs`` (its server's to
+    give), and with ``per_env``'s keyword parameters and ``**kwargs`` in place of its own ``**options``."""
+    own = [p for p in inspect.signature(factory).parameters.values() if p.name != "num_envs"]
+    if per_env is None:
+        return inspect.Signature(own)
+    kept = [p for p in own if p.kind is not p.VAR_KEYWORD]
+    names = {p.name for p in kept}
+    forwarded = [
+        p
+        for p in inspect.signature(per_env).parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) and p.name not in names
+    ]
+    return inspect.Signature(kept + forwarded)
 
 
 def is_batched(factory: Any) -> bool:
@@ -159,6 +185,11 @@ class PerEnv(list):
 
 def make_batched(factory: Callable[..., Any], count: int, kwargs: dict) -> list:
     """A server's ``count`` envs from a batched entry point: a native batch's members, or its envs."""
+    if "num_envs" in kwargs:
+        raise TypeError(
+            f"env_kwargs name num_envs, which a batched entry point ({factory!r}) gets from its env server: "
+            "the portal's num_envs (and envs_per_server) set it"
+        )
     made = factory(num_envs=count, **kwargs)
     if isinstance(made, NativeBatch):
         if made.num_envs != count:

@@ -98,8 +98,8 @@ class AleBatch(NativeBatch):
         from ale_py.vector_env import AtariVectorEnv
 
         if num_threads <= 0:  # a server's batch then also uses the cores other servers leave idle
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            num_threads = min(num_envs, cores)
+            num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        num_threads = min(num_threads, num_envs)  # (a thread more than the envs would only wait)
 
         self._make = lambda mode: AtariVectorEnv(
             num_envs=num_envs, num_threads=num_threads, autoreset_mode=mode, **settings

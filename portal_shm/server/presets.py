@@ -506,7 +506,7 @@ def vizdoom(
     return FrameStackObservation(env, stack) if stack > 1 else env
 
 
-@batched
+@batched(per_env=atari)
 def atari_vector(num_envs: int = 1, env_id: str = "ALE/Pong-v5", *, num_threads: int = 0, **options: Any) -> Any:
     """``atari``'s envs, all of an env server's stepped by ALE's own vector env (ale_py >= 0.10
     ``AtariVectorEnv``: frame skip, max-pool, grey, resize and stack in C++, one call per step),

@@ -12,6 +12,7 @@ cluster is down before tests/integration starts its own).
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 from typing import Any, Callable
 
@@ -21,6 +22,7 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 KINDS = ["process", "venv", "docker", "remote", "ray"]
+ATARI_VECTOR = "portal_shm.presets:atari_vector"  # a batched entry point: a server's envs in ALE's vector env
 
 
 class Factory:
@@ -68,9 +70,14 @@ def _venv(stack, tmp_path_factory) -> Factory:
 
     from portal_shm.runtimes.venv import VenvBackend, ensure_venv
 
-    # The agent's gymnasium (CartPole and the example envs need it there), in the default cache:
-    # built once, a cache hit in every later run with the same env server.
-    requirements = (f"gymnasium=={gymnasium.__version__}",)
+    # The agent's gymnasium (CartPole and the example envs need it there) and ale-py (the native
+    # vector env of ``presets.atari_vector``), in the default cache: built once, a cache hit in every
+    # later run with the same env server.
+    requirements: tuple = (f"gymnasium=={gymnasium.__version__}",)
+    try:
+        requirements += (f"ale-py=={importlib.metadata.version('ale-py')}",)
+    except importlib.metadata.PackageNotFoundError:
+        pass  # (the native vector env tests skip)
     ensure_venv(VenvBackend(requirements=requirements))
     return Factory("venv", lambda hosts: {"backend": "venv", "requirements": requirements})
 
@@ -95,8 +102,9 @@ def _remote(stack, tmp_path_factory) -> Factory:
             assert process.process.returncode == 0, process.log
 
     stack.callback(stop)
+    flags = ("--entry-points", f"{EXAMPLE_ENVS[1]},{ATARI_VECTOR}")  # (the example envs, and the native preset)
     for _ in range(2):
-        processes.append(HostProcess(keys, *EXAMPLE_ENVS))
+        processes.append(HostProcess(keys, *flags))
     return Factory(
         "remote",
         lambda hosts: {"backend": "remote", "hosts": [p.address for p in processes[:hosts]], **keys.options()},
@@ -112,7 +120,7 @@ def _ray(stack, tmp_path_factory) -> Factory:
 
     cluster = start_cluster(workers=1)  # a head and a worker, one CPU each: one env host per node
     stack.callback(shutdown, cluster)
-    policy = portal_shm.HostPolicy(entry_points=("portal_shm.server.example_envs:*",))
+    policy = portal_shm.HostPolicy(entry_points=("portal_shm.server.example_envs:*", ATARI_VECTOR))
     return Factory(
         "ray",
         lambda hosts: {"backend": "ray", "num_hosts": hosts, "host_policy": policy},

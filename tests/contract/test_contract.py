@@ -19,6 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 
 import portal_shm
 from testkit.compare import assert_same, follow_each_env, kept, rollout
+from tests.contract.conftest import ATARI_VECTOR
 
 pytestmark = pytest.mark.integration
 
@@ -449,3 +450,93 @@ def test_record_video_renders_only_the_chosen_env_and_writes_its_episodes(make, 
     assert recorder.get_attr("renders") == (0, 0, 10, 0)
     recorder.close()
     assert [frame_count(path) for path in recorder.videos] == [5, 5]
+
+
+# presets.atari's options, and the settings of ALE's vector env they stand for (as in
+# tests/integration/test_native_ale.py): short episodes, so that every rollout crosses autoresets.
+ATARI = {"env_id": "ALE/Breakout-v5", "noop_max": 6, "fire_reset": True, "max_episode_steps": 40}
+ATARI_SETTINGS = {
+    "noop_max": 7,
+    "use_fire_reset": True,
+    "max_num_frames_per_episode": 160,
+    "repeat_action_probability": 0.25,
+    "reward_clipping": False,
+    "episodic_life": False,
+}
+NATIVE = "ale_py.AtariVectorEnv"
+
+
+def atari_in_process(n: int, mode: str = "NextStep"):
+    ale_vector = pytest.importorskip("ale_py.vector_env", reason="ale-py (the atari extra) is not installed")
+    return ale_vector.AtariVectorEnv("breakout", num_envs=n, num_threads=1, autoreset_mode=mode, **ATARI_SETTINGS)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_servers_hosting_a_native_vector_env_equal_it_in_process(make, mode):
+    """``presets.atari_vector``: each env server's games stepped by one AtariVectorEnv (two servers,
+    on two hosts where hosted) give what AtariVectorEnv gives in the agent's process, and say so."""
+    reference = atari_in_process(4, mode)
+    try:
+        envs = make(
+            ATARI_VECTOR, 4, vector_kwargs={"envs_per_server": 2, "autoreset_mode": mode}, hosts=2, env_kwargs=ATARI
+        )
+        assert [server["hosting"] for server in envs.servers] == [NATIVE, NATIVE]
+        seeds = [21, 22, 23, 24]
+        obs, infos = envs.reset(seed=seeds)
+        want_obs, want_infos = reference.reset(seed=np.array(seeds))
+        np.testing.assert_array_equal(obs, want_obs)
+        rng, ends = np.random.default_rng(3), 0
+        for _ in range(100):
+            actions = rng.integers(0, 4, 4)
+            got, want = envs.step(actions), reference.step(actions)
+            for a, b in zip(got[:4], want[:4]):
+                np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(got[4]["lives"], want[4]["lives"])
+            ended = got[2] | got[3]
+            ends += int(ended.sum())
+            for i in np.flatnonzero(ended) if mode == "SameStep" else ():
+                np.testing.assert_array_equal(got[4]["final_obs"][i], want[4]["final_obs"][i])
+        assert ends >= 4
+        assert [server["hosting"] for server in envs.stats()["servers"]] == [NATIVE, NATIVE]
+    finally:
+        reference.close()
+
+
+def test_async_batches_of_native_servers_follow_it_in_process(make):
+    """Batches of one server each (2 of 4 envs): each server's envs follow an AtariVectorEnv of their own."""
+    references = [atari_in_process(2), atari_in_process(2)]  # envs 0-1 and 2-3
+    try:
+        envs = make(ATARI_VECTOR, 4, vector_kwargs={"envs_per_server": 2, "batch_size": 2}, hosts=2, env_kwargs=ATARI)
+        seeds = [31, 32, 33, 34]
+        expected: dict = {}  # env -> what its reference gave last: (obs,) after a reset, else the step
+
+        def expect(server: int, result: tuple) -> None:
+            for j in range(2):
+                expected[2 * server + j] = tuple(value[j] for value in result)
+
+        def check(result: tuple, ids: list) -> None:
+            for j, i in enumerate(ids):
+                want = expected.pop(i)
+                for name, got, value in zip(("obs", "reward", "terminated", "truncated"), result, want):
+                    np.testing.assert_array_equal(got[j], value, err_msg=f"{name} of env {i}")
+
+        for server, reference in enumerate(references):
+            expect(server, reference.reset(seed=np.array(seeds[2 * server : 2 * server + 2]))[:1])
+        obs, infos = envs.reset(seed=seeds)
+        ids = infos["env_id"].tolist()
+        check((obs,), ids)
+        rng, seen, ends = np.random.default_rng(5), set(ids), 0
+        for _ in range(120):
+            assert ids in ([0, 1], [2, 3]), ids  # whole servers
+            actions = rng.integers(0, 4, 2)
+            envs.send(actions, np.array(ids))
+            expect(ids[0] // 2, references[ids[0] // 2].step(actions)[:4])
+            *result, infos = envs.recv()
+            ids = infos["env_id"].tolist()
+            check(tuple(result), ids)
+            seen.update(ids)
+            ends += int((result[2] | result[3]).sum())
+        assert seen == {0, 1, 2, 3} and ends >= 4
+    finally:
+        for reference in references:
+            reference.close()

@@ -184,6 +184,18 @@ def test_var_keywords_admit_only_what_a_preset_forwards_to_its_env():
     assert grant(env_id="VizdoomBasic-v1", env_kwargs={"frame_skip": 4}).env_kwargs == {"frame_skip": 4}
 
 
+def test_a_batched_preset_takes_its_per_env_presets_options_but_not_its_servers_env_count():
+    """``presets.atari_vector`` forwards ``**options`` to ``presets.atari``: the host reads them from its
+    signature (``native.agent_signature``); ``num_envs`` is each env server's own to give."""
+    vector = "portal_shm.presets:atari_vector"
+    options = {"env_id": "ALE/Breakout-v5", "noop_max": 6, "fire_reset": True, "num_threads": 2}
+    assert grant(env_id=vector, env_kwargs=options).env_kwargs == options
+    assert grant(env_id=vector, env_kwargs={"repeat_action_probability": 0.0}).env_kwargs  # (ALE's own)
+    refused("env kwarg 'num_envs' is not an argument of", env_id=vector, env_kwargs={"num_envs": 10**6})
+    refused("env kwarg 'bogus' is not an argument of", env_id=vector, env_kwargs={"bogus": 1})
+    refused("num_threads=100000 passes this host's cap 64", env_id=vector, env_kwargs={"num_threads": 10**5})
+
+
 @pytest.mark.parametrize("value", ["/etc/passwd.cfg", "~/x.cfg", "../../x.cfg", "a/../../b", ["ok", {"f": "/etc/x"}]])
 def test_env_kwargs_that_name_paths_on_the_host_are_refused(value):
     refused("names a path on the host.*--env-kwargs render_mode", env_kwargs={"render_mode": value})

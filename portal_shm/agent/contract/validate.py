@@ -165,10 +165,14 @@ def check_hello(message: dict[str, Any], env_count: int, who: str, spaces: bool 
     render_mode = message.get("render_mode")
     if render_mode is not None and not (isinstance(render_mode, str) and len(render_mode) <= 256):
         raise _fail(f"{who} sent an invalid render_mode")
-    hosting = message.get("hosting")
-    if hosting is not None and not (isinstance(hosting, str) and len(hosting) <= 300):
+    if not is_hosting(message.get("hosting")):
         raise _fail(f"{who} sent an invalid hosting (what steps its envs)")
     return message
+
+
+def is_hosting(value: Any) -> bool:
+    """Whether ``value`` may be a server's ``hosting`` (what steps its envs): a short text, or None."""
+    return value is None or (isinstance(value, str) and len(value) <= 300)
 
 
 def check_error(message: dict[str, Any], env_indices: list[int]) -> tuple[Any, str, str, str, str]:

@@ -16,7 +16,7 @@ import numpy as np
 import zmq
 
 from ... import errors as E
-from ...agent.contract.validate import check_schema
+from ...agent.contract.validate import check_schema, is_hosting
 from ...wire import protocol as P
 from .. import codecs
 from .. import messages as M
@@ -44,6 +44,7 @@ class Host:
         self.link = link
         self.servers: list[str] = []  # the host's env servers (runtime descriptions), from its welcome
         self.server_envs: list[list[int]] = []  # and the envs of each, as indices among this host's
+        self.server_hosting: list[Optional[str]] = []  # and what steps them (``EnvServer`` ``hosting``)
         self.last_obs: list[np.ndarray] = []  # observation leaves as the last lockstep call left them
         self.last_obs_value: Any = None  # the same for spaces without a fixed layout
         self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)
@@ -73,6 +74,9 @@ class Host:
             and all(isinstance(e, list) and all(isinstance(i, int) and 0 <= i < self.num_envs for i in e) for e in envs)
         )
         self.server_envs = envs if valid and isinstance(envs, list) else [[] for _ in self.servers]
+        hosting = header.get("server_hosting")  # (an older host sends none)
+        valid = isinstance(hosting, list) and len(hosting) == len(self.servers) and all(map(is_hosting, hosting))
+        self.server_hosting = list(hosting) if valid and isinstance(hosting, list) else [None] * len(self.servers)
 
 
 class Hosts:
@@ -217,7 +221,7 @@ class Hosts:
     def server_list(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for host in self.hosts:
-            for runtime, envs in zip(host.servers, host.server_envs):
+            for runtime, envs, hosting in zip(host.servers, host.server_envs, host.server_hosting):
                 out.append(
                     {
                         "server": len(out),
@@ -225,6 +229,7 @@ class Hosts:
                         "runtime": f"{runtime} on host {host.address}",
                         "pid": None,
                         "host": host.address,
+                        "hosting": hosting,
                     }
                 )
         return out

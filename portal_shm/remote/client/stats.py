@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from ...agent.contract.validate import is_hosting
 from ...agent.stats.bound import verdict
 from ...errors import ServerProtocolError
 
@@ -75,12 +76,15 @@ def host_part(report: Any, link: Any, first_server: int) -> dict[str, Any]:
         local = _list(item.get("envs"), who, link.num_envs)
         if not all(isinstance(i, int) and 0 <= i < link.num_envs for i in local):
             raise ServerProtocolError(f"{who} names envs it does not serve")
+        if not is_hosting(item.get("hosting")):
+            raise ServerProtocolError(f"{who} sent an invalid hosting (what steps a server's envs)")
         servers.append(
             {
                 "server": first_server + index,
                 "envs": [link.offset + i for i in local],
                 "host": link.address,
                 "pid": None,
+                "hosting": item.get("hosting"),
                 **{key: _number(item.get(key), who) for key in _SERVER_NUMBERS},
             }
         )

@@ -38,7 +38,9 @@ RUNTIMES = ("process", "docker", "venv", "micromamba")
 DEFAULT_RUNTIMES = ("process", "docker")
 DEFAULT_PLUGINS = tuple(dict.fromkeys(module for _, module in PLUGIN_MODULES))
 PRESET_ENTRY_POINTS = tuple(
-    f"{m}:{f}" for m in ("portal_shm.presets", "portal_shm.server.presets") for f in ("atari", "vizdoom")
+    f"{m}:{f}"
+    for m in ("portal_shm.presets", "portal_shm.server.presets")
+    for f in ("atari", "atari_vector", "vizdoom")
 )
 
 # What an agent may set per runtime; every other field of the runtime is the operator's.
@@ -76,6 +78,7 @@ DEFAULT_SIZE_CAPS = {
     "noop_max": 1000,
     "noop_min": 1000,
     "size": 1024,
+    "num_threads": 64,  # threads of a native vector env (``presets.atari_vector``), each with its stack
 }
 DEFAULT_MAX_RING = "1g"
 _registries: dict[

@@ -320,6 +320,7 @@ class HostSession(threading.Thread):
                 "batched": self._batched,
                 "servers": [f"{self.runtime} server {i}" for i in range(len(portal.servers))],
                 "server_envs": [s["envs"] for s in portal.servers],
+                "server_hosting": [s.get("hosting") for s in portal.servers],  # (what steps each one's envs)
                 "host": self.ctx.host_name,
             }
         )
