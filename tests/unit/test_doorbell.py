@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from portal_shm.agent.local.spin import default_spin_wait, server_spin
+from portal_shm.agent.local.spin import SpinPayoff, default_spin_wait, server_spin
 from portal_shm.bench.cpu import CpuMeter, descendants
 from portal_shm.server.loop import EnvServer
 from portal_shm.wire.doorbell import _CHUNK, Bell, Waiter, bell_pipe, spin_until
@@ -109,6 +109,27 @@ def test_spin_policy(monkeypatch):
     assert default_spin_wait() == 0.0
     cores = len(os.sched_getaffinity(0))
     assert server_spin(0.001, cores) == 0.001 and server_spin(0.001, cores + 1) == 0.0
+
+
+def test_the_agent_stops_spinning_for_results_that_come_later_than_its_budget_and_starts_again():
+    """Atari batches take milliseconds: spins that run out, or sleeps longer than the budget, turn
+    the spin off; results that come within the budget (seen by a sleep too) turn it back on."""
+    payoff = SpinPayoff(200e-6)
+    assert payoff.worth_it()
+    payoff.spun(True)
+    for _ in range(5):
+        payoff.spun(False)
+    assert payoff.worth_it()  # a few misses among hits: still more likely than not to pay
+    for _ in range(3):
+        payoff.spun(False)
+    assert not payoff.worth_it()
+    for _ in range(20):
+        payoff.slept(1.5e-3)
+    assert not payoff.worth_it()
+    for _ in range(6):
+        payoff.slept(50e-6)
+    assert payoff.worth_it()
+    assert not SpinPayoff(0.0).worth_it()  # spin_wait=0: never
 
 
 def test_cpu_meter_counts_the_processes_working_for_the_agent():

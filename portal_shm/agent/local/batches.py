@@ -26,6 +26,7 @@ from ...wire.doorbell import AnyDone, spin_until
 from ...wire.layout import STATUS, STATUS_PENDING
 from .session import group_envs
 from .spec import EnvSpec
+from .spin import SpinPayoff
 
 _WAIT_SLICE = 0.05
 
@@ -96,6 +97,7 @@ class ServerQueue:
         self.status = mailbox[:, STATUS]
         self.done = done
         self.spin = spin  # seconds to watch the status words (while a core is idle) before sleeping
+        self.payoff = SpinPayoff(spin)  # while that pays (``spin.py``)
         self.pending: list[int] = []
         self.ready: deque[int] = deque()
         self.idle: set[int] = set(range(num_servers))
@@ -150,14 +152,23 @@ class ServerQueue:
         batches coming.
         """
         servers_needed = min(servers_needed, len(self.ready) + len(self.pending))
+        payoff, asleep_since = self.payoff, None
         while True:
             self.collect()
             if time.monotonic() >= self._next_check:
                 self._check_pending(check)
             if len(self.ready) >= servers_needed:
+                if asleep_since is not None:
+                    payoff.slept(time.perf_counter() - asleep_since)
                 return
-            if self.spin and spin_until(self._any_finished, self.spin):
-                continue
+            if payoff.worth_it():
+                asleep_since = None
+                hit = spin_until(self._any_finished, self.spin)
+                payoff.spun(hit)
+                if hit:
+                    continue
+            elif asleep_since is None:
+                asleep_since = time.perf_counter()
             if not self.done.wait(_WAIT_SLICE) and deadline is not None and time.monotonic() > deadline:
                 self._check_pending(check)
                 if len(self.ready) < servers_needed:

@@ -31,6 +31,7 @@ from .recovery import RESTARTABLE, Recovery
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import ServerLink
+from .spin import SpinPayoff
 
 Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
@@ -85,6 +86,7 @@ class Lockstep:
         self.action_space = action_space
         self.copy = copy
         self.spin_wait = spin_wait
+        self.payoff = SpinPayoff(spin_wait)  # whether spinning for the servers' results pays (``spin.py``)
         self.loose_actions = loose_actions
         self.step_timeout = recovery.step_timeout
         self.recycler = recycler
@@ -336,14 +338,24 @@ class Lockstep:
     def _wait_done(self, server: ServerLink, deadline: Optional[float]) -> None:
         """Wait until ``server`` replaced its PENDING status: spin a while, then sleep on its pipe
         (whose rings may be left from steps seen while spinning: the status word is the truth)."""
-        words = server.mailbox
-        if spin_until(lambda: words[STATUS] != STATUS_PENDING, self.spin_wait):
-            server.done.skipped()
+        words, payoff = server.mailbox, self.payoff
+        if words[STATUS] != STATUS_PENDING:
             return
+        start = None
+        if payoff.worth_it():
+            hit = spin_until(lambda: words[STATUS] != STATUS_PENDING, self.spin_wait)
+            payoff.spun(hit)
+            if hit:
+                server.done.skipped()
+                return
+        else:
+            start = time.perf_counter()
         done = server.done
         check_at = time.monotonic() + POLL_SLICE
         while True:
             if done.wait(POLL_SLICE) and words[STATUS] != STATUS_PENDING:
+                if start is not None:
+                    payoff.slept(time.perf_counter() - start)
                 return
             now = time.monotonic()
             if now >= check_at:
