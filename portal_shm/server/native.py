@@ -19,10 +19,14 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 BATCHED_ATTRIBUTE = "portal_shm_batched"
+SHARING_ATTRIBUTE = "portal_shm_sharing"  # it takes ``num_servers`` (``make_batched``)
+SERVER_GIVEN = ("num_envs", "num_servers")  # what a batched entry point gets from its server, not its agent
 
 
 def batched(factory: Optional[Callable[..., Any]] = None, *, per_env: Optional[Callable[..., Any]] = None) -> Any:
-    """Mark an entry point as making all of a server's envs in one call: ``factory(num_envs=k, **kwargs)``.
+    """Mark an entry point as making all of a server's envs in one call: ``factory(num_envs=k, **kwargs)``,
+    and ``num_servers=s`` where it takes it (the env servers of its portal on this machine, which
+    share its cores).
 
     ``per_env``: the per-env entry point whose keyword arguments the factory's ``**options`` are.
     The factory's signature then shows what an agent passes it (``agent_signature``): env hosts
@@ -30,6 +34,7 @@ def batched(factory: Optional[Callable[..., Any]] = None, *, per_env: Optional[C
 
     def mark(entry: Callable[..., Any]) -> Callable[..., Any]:
         setattr(entry, BATCHED_ATTRIBUTE, True)
+        setattr(entry, SHARING_ATTRIBUTE, "num_servers" in inspect.signature(entry).parameters)
         entry.__signature__ = agent_signature(entry, per_env)  # type: ignore[attr-defined]
         return entry
 
@@ -37,9 +42,10 @@ def batched(factory: Optional[Callable[..., Any]] = None, *, per_env: Optional[C
 
 
 def agent_signature(factory: Callable[..., Any], per_env: Optional[Callable[..., Any]] = None) -> inspect.Signature:
-    """A batched entry point's parameters as an agent passes them: less ``num_envs`` (its server's to
-    give), and with ``per_env``'s keyword parameters and ``**kwargs`` in place of its own ``**options``."""
-    own = [p for p in inspect.signature(factory).parameters.values() if p.name != "num_envs"]
+    """A batched entry point's parameters as an agent passes them: less ``num_envs`` and ``num_servers``
+    (its server's to give), and with ``per_env``'s keyword parameters and ``**kwargs`` in place of its
+    own ``**options``."""
+    own = [p for p in inspect.signature(factory).parameters.values() if p.name not in SERVER_GIVEN]
     if per_env is None:
         return inspect.Signature(own)
     kept = [p for p in own if p.kind is not p.VAR_KEYWORD]
@@ -183,13 +189,17 @@ class PerEnv(list):
         self.reason = reason
 
 
-def make_batched(factory: Callable[..., Any], count: int, kwargs: dict) -> list:
-    """A server's ``count`` envs from a batched entry point: a native batch's members, or its envs."""
-    if "num_envs" in kwargs:
-        raise TypeError(
-            f"env_kwargs name num_envs, which a batched entry point ({factory!r}) gets from its env server: "
-            "the portal's num_envs (and envs_per_server) set it"
-        )
+def make_batched(factory: Callable[..., Any], count: int, kwargs: dict, servers: Optional[int] = None) -> list:
+    """A server's ``count`` envs from a batched entry point: a native batch's members, or its envs.
+    ``servers``: the env servers of the portal on this machine (with this one), where known."""
+    for name in SERVER_GIVEN:
+        if name in kwargs:
+            raise TypeError(
+                f"env_kwargs name {name}, which a batched entry point ({factory!r}) gets from its env server: "
+                "the portal's num_envs and envs_per_server set it"
+            )
+    if getattr(factory, SHARING_ATTRIBUTE, False) and isinstance(servers, int) and servers > 0:
+        kwargs = dict(kwargs, num_servers=servers)
     made = factory(num_envs=count, **kwargs)
     if isinstance(made, NativeBatch):
         if made.num_envs != count:

@@ -88,7 +88,7 @@ def _ale_seed(seed: Optional[int]) -> int:
 
 class AleBatch(NativeBatch):
     """A server's Atari envs in one ``AtariVectorEnv`` of ``num_threads`` threads (0: a thread per
-    core this process may run on, at most one per env)."""
+    core this process may run on; at most one per env)."""
 
     name = "ale_py.AtariVectorEnv"
 
@@ -97,9 +97,10 @@ class AleBatch(NativeBatch):
     ) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
-        if num_threads <= 0:  # a server's batch then also uses the cores other servers leave idle
+        if num_threads <= 0:
             num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         num_threads = min(num_threads, num_envs)  # (a thread more than the envs would only wait)
+        self.num_threads = num_threads
 
         self._make = lambda mode: AtariVectorEnv(
             num_envs=num_envs, num_threads=num_threads, autoreset_mode=mode, **settings

@@ -31,7 +31,7 @@ def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
     if factories is None:
         batched_factory = factory if factory is not None else _batched_entry_point(spec.get("id"))
         if batched_factory is not None and is_batched(batched_factory):
-            return make_batched(batched_factory, len(config["env_indices"]), kwargs)
+            return make_batched(batched_factory, len(config["env_indices"]), kwargs, config.get("num_servers"))
     envs = []
     for j, _ in enumerate(config["env_indices"]):
         if factories is not None:

@@ -2,6 +2,7 @@
 to agents and hosts without that count, and with the options of the per-env entry point they stand for."""
 
 import inspect
+import os
 
 import gymnasium as gym
 import pytest
@@ -35,7 +36,26 @@ def test_a_server_makes_its_envs_in_one_call_and_an_agent_cannot_set_their_count
     assert len(envs) == 3 and all(env.spec.max_episode_steps == 5 for env in envs)
     for env in envs:
         env.close()
-    with pytest.raises(TypeError, match="env_kwargs name num_envs, which a batched entry point"):
-        make_batched(envs_of, 3, {"num_envs": 1000})
+    for name in ("num_envs", "num_servers"):
+        with pytest.raises(TypeError, match=f"env_kwargs name {name}, which a batched entry point"):
+            make_batched(envs_of, 3, {name: 1000})
     with pytest.raises(TypeError, match="must return a NativeBatch or a list of 2 envs"):
         make_batched(batched(lambda num_envs: [None]), 2, {})
+
+
+def test_servers_share_the_cores_among_their_ale_threads():
+    """``presets.atari_vector`` with ``num_threads=0``: the cores over the portal's servers on this
+    machine (its server says how many), at least one thread each and at most one per env."""
+    pytest.importorskip("ale_py.vector_env", reason="ale-py (the atari extra) is not installed")
+    from portal_shm.presets import atari_vector
+    from portal_shm.server.native import batch_of
+
+    cores = len(os.sched_getaffinity(0))
+    for servers, envs, threads in [(1, 8, min(cores, 8)), (cores, 4, 1), (4 * cores, 4, 1), (1, 1, 1)]:
+        members = make_batched(atari_vector, envs, {"env_id": "ALE/Pong-v5"}, servers)
+        batch = batch_of(members)
+        assert batch.num_threads == threads, (servers, envs)
+        batch.close()
+    batch = batch_of(make_batched(atari_vector, 4, {"env_id": "ALE/Pong-v5", "num_threads": 3}, 2))
+    assert batch.num_threads == 3  # (asked for: as it is)
+    batch.close()

@@ -214,6 +214,7 @@ class PortalSession:
         self.resources = PortalResources(base_dir)
         self.context = zmq.Context()
         self.servers: list[ServerLink] = []
+        self.num_servers = 1
         self.ring: Optional[Ring] = None
         self._offer: Optional[SegmentOffer] = None
         self.closed = False
@@ -235,7 +236,9 @@ class PortalSession:
         if len(owners) > 1:
             raise ValueError(f"the envs' runtimes run as different users {sorted(owners)}: one portal, one user")
         self.resources.hand_over(owners.pop() if owners else None)
-        for index, env_indices in enumerate(group_envs(specs, envs_per_server)):
+        groups = group_envs(specs, envs_per_server)
+        self.num_servers = len(groups)
+        for index, env_indices in enumerate(groups):
             server = ServerLink(index, env_indices, specs[env_indices[0]])
             self.servers.append(server)
             self._start_server(server)
@@ -265,6 +268,7 @@ class PortalSession:
             config = {
                 "protocol": P.PROTOCOL_VERSION,
                 "server_index": server.index,
+                "num_servers": self.num_servers,  # (which share this machine: a native batch's threads)
                 "env_indices": server.env_indices,
                 "env": env_config,
                 "control_address": channel.address,
