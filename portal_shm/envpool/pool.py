@@ -47,6 +47,7 @@ class EnvPool:
         self.batch_size = int(config["batch_size"])
         self.is_async = self.batch_size < self.num_envs
         self.all_env_ids = np.arange(self.num_envs, dtype=np.int32)
+        self.all_env_ids.flags.writeable = False  # handed out as info["env_id"]: what comes back as it is
         self._seed = seed  # handed to the first reset, as envpool seeds env i with seed + i at creation
         self._reshape = reshape  # (channels, h, w) when RGB frames are stacked as envpool's (3 * stack, h, w)
         single_obs, single_action = portal.single_observation_space, portal.single_action_space
@@ -99,6 +100,8 @@ class EnvPool:
         at once. With async batches ``env_id`` is usually the last ``recv``'s ``info["env_id"]``."""
         action = np.asarray(action)
         if not self.is_async:
+            if env_id is self.all_env_ids:  # the last recv's info["env_id"] (read-only): every env, in order
+                env_id = None
             self._check_all(env_id, "send")
             if env_id is not None:  # every env, maybe in another order: put the actions in env order
                 order = np.empty(self.num_envs, np.intp)

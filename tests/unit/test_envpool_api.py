@@ -92,6 +92,11 @@ def test_lockstep_send_takes_env_ids_in_any_order():
         a = envs.recv()
         b = reference.step(np.array([0, 3]))
         np.testing.assert_array_equal(a[0], b[0])
+        ids = a[-1]["env_id"]  # handed back as it came (cleanrl): taken as every env in order
+        with pytest.raises(ValueError, match="read-only"):
+            ids[0] = 1  # (so it cannot name other envs than it says)
+        envs.send(np.array([2, 5]), ids)
+        np.testing.assert_array_equal(envs.recv()[0], reference.step(np.array([2, 5]))[0])
     finally:
         envs.close()
         reference.close()
