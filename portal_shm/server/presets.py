@@ -521,7 +521,7 @@ def atari_vector(
     restarts and recycling end their episodes. ``num_threads``: ALE's threads in each server; 0 (the
     default) shares the cores the server may run on among the ``num_servers`` env servers of its
     portal there (its server passes that): at least one thread each, at most one per env. (A thread
-    per core in every server ran 3-4 % slower in batches, 14 % in lockstep over two servers.)
+    per core in every server ran ~2 % slower in batches, 18 % slower in lockstep over two servers.)
     """
     _counts(num_envs=num_envs, num_servers=num_servers)
     _counts(num_threads=num_threads, low=0)
