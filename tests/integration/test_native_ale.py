@@ -168,3 +168,33 @@ def test_a_native_server_that_dies_is_restarted_and_its_envs_go_on():
         assert obs.shape == (4, 4, 84, 84)
     finally:
         envs.close()
+
+
+def test_the_envpool_drop_in_hosts_games_in_ale_on_a_remote_host_and_falls_back_on_an_older_one(tmp_path):
+    """A host of this version serves ``presets.atari_vector`` (its default entry points); one that
+    refuses it, as a host older than it does, leaves the drop-in to per-env presets with a warning."""
+    from testkit.hosts import HostProcess, Keys
+
+    keys = Keys(str(tmp_path / "keys"))
+    current = HostProcess(keys)
+    older = HostProcess(keys, "--entry-points", "portal_shm.presets:atari,portal_shm.presets:vizdoom")
+    try:
+        options = {"backend": "remote", **keys.options()}
+        envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=2, seed=1, hosts=[current.address], **options)
+        try:
+            assert [s["hosting"] for s in envs.portal.servers] == ["ale_py.AtariVectorEnv"]
+            envs.reset()
+            assert envs.step(np.zeros(2, np.int64))[0].shape == (2, 4, 84, 84)
+        finally:
+            envs.close()
+        with pytest.warns(UserWarning, match="has no presets.atari_vector .*the games run per env"):
+            envs = envpool.make("Pong-v5", env_type="gymnasium", num_envs=2, seed=1, hosts=[older.address], **options)
+        try:
+            envs.reset()
+            assert envs.step(np.zeros(2, np.int64))[0].shape == (2, 4, 84, 84)
+        finally:
+            envs.close()
+    finally:
+        current.stop()
+        older.stop()
+    assert current.process.returncode == 0 and older.process.returncode == 0

@@ -192,6 +192,7 @@ def test_a_batched_preset_takes_its_per_env_presets_options_but_not_its_servers_
     assert grant(env_id=vector, env_kwargs=options).env_kwargs == options
     assert grant(env_id=vector, env_kwargs={"repeat_action_probability": 0.0}).env_kwargs  # (ALE's own)
     refused("env kwarg 'num_envs' is not an argument of", env_id=vector, env_kwargs={"num_envs": 10**6})
+    refused("env kwarg 'num_servers' is not an argument of", env_id=vector, env_kwargs={"num_servers": 1})
     refused("env kwarg 'bogus' is not an argument of", env_id=vector, env_kwargs={"bogus": 1})
     refused("num_threads=100000 passes this host's cap 64", env_id=vector, env_kwargs={"num_threads": 10**5})
 
