@@ -116,7 +116,7 @@ class AleBatch(NativeBatch):
         self.single_action_space = self.vector.single_action_space
         self.metadata = {"autoreset_mode": "NextStep", "render_modes": []}
         self.elapsed = np.zeros(num_envs, np.int64)
-        self.paddles = np.ones(num_envs, np.float32)
+        self.paddles = [1.0] * num_envs
         self.ended = np.zeros(num_envs, bool)
 
     def configure(self, autoreset_mode: str) -> None:
@@ -140,13 +140,12 @@ class AleBatch(NativeBatch):
         return obs, [rows[j][0] for j in indices]
 
     def step(self, actions: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Columns]:
-        self.vector.ale.send(actions, self.paddles)  # AtariVectorEnv.send's call, less its checks
+        # AtariVectorEnv.send's call, less its checks; lists, which ALE's binding reads faster than arrays
+        self.vector.ale.send(actions.tolist(), self.paddles)
         obs, reward, terminated, truncated, info = self.vector.ale.recv()
+        self.elapsed += 1
         if self.mode == "NextStep":  # the step after an episode's end was its reset
             self.elapsed[self.ended] = 0
-            self.elapsed[~self.ended] += 1
-        else:
-            self.elapsed += 1
         ended = terminated | truncated
         final_obs = info.pop("final_obs", None)
         extras = {}
