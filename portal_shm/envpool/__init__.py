@@ -217,8 +217,8 @@ def native_layout(
 ) -> Optional[dict]:
     """Where ALE's own vector env can host the games (``presets.atari_vector``): one env server per
     batch (``envs_per_server``), ALE's C++ threads inside it (``num_threads``: envpool's
-    ``num_threads`` shared over the servers; 0, the default, lets each server take a thread per
-    core of its runtime), so each step is one call in the runtime. None where it cannot: not
+    ``num_threads`` shared over the servers; 0, the default, lets each server share the cores of
+    its runtime with the portal's other servers there), so each step is one call in the runtime. None where it cannot: not
     Atari, options it has no equivalent for, the caller fixed ``envs_per_server``, or this
     agent's own runtime (``backend="process"``) lacks it."""
     if spec.family != "atari" or "envs_per_server" in vector_kwargs:

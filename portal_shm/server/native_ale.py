@@ -87,18 +87,26 @@ def _ale_seed(seed: Optional[int]) -> int:
 
 
 class AleBatch(NativeBatch):
-    """A server's Atari envs in one ``AtariVectorEnv`` of ``num_threads`` threads (0: a thread per
-    core this process may run on; at most one per env)."""
+    """A server's Atari envs in one ``AtariVectorEnv`` of ``num_threads`` threads (0: the cores this
+    process may run on shared among the ``num_servers`` servers there, at least one; at most one
+    per env)."""
 
     name = "ale_py.AtariVectorEnv"
 
     def __init__(
-        self, num_envs: int, settings: dict, reward_clip: bool, envpool_infos: bool, num_threads: int = 0
+        self,
+        num_envs: int,
+        settings: dict,
+        reward_clip: bool,
+        envpool_infos: bool,
+        num_threads: int = 0,
+        num_servers: int = 1,
     ) -> None:
         from ale_py.vector_env import AtariVectorEnv
 
         if num_threads <= 0:
-            num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            num_threads = max(1, cores // num_servers)
         num_threads = min(num_threads, num_envs)  # (a thread more than the envs would only wait)
         self.num_threads = num_threads
 
@@ -181,7 +189,7 @@ class AleBatch(NativeBatch):
         self.vector.close()
 
 
-def atari_batch(num_envs: int, env_id: str, num_threads: int, options: dict) -> Union[AleBatch, str]:
+def atari_batch(num_envs: int, env_id: str, num_threads: int, num_servers: int, options: dict) -> Union[AleBatch, str]:
     """An ``AleBatch`` for ``presets.atari``'s options, or why there is none here."""
     try:
         import ale_py.vector_env  # noqa: F401
@@ -196,4 +204,5 @@ def atari_batch(num_envs: int, env_id: str, num_threads: int, options: dict) -> 
         bool(options.get("reward_clip", False)),
         bool(options.get("envpool_infos", False)),
         num_threads,
+        num_servers,
     )

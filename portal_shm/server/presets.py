@@ -32,7 +32,6 @@ one grey level on some pixels (rounding), and the random no-op counts come from 
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from typing import Any, Optional, Union
 
@@ -525,9 +524,6 @@ def atari_vector(
     """
     _counts(num_envs=num_envs, num_servers=num_servers)
     _counts(num_threads=num_threads, low=0)
-    if num_threads == 0:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        num_threads = max(1, cores // num_servers)
     probe = dict(options)
     for key in ("stack", "frame_skip"):
         if key in probe:
@@ -539,7 +535,7 @@ def atari_vector(
         _sizes(screen_size=probe["screen_size"])
     from .native_ale import atari_batch
 
-    batch = atari_batch(num_envs, env_id, num_threads, options)
+    batch = atari_batch(num_envs, env_id, num_threads, num_servers, options)
     if isinstance(batch, str):
         return PerEnv([atari(env_id, **options) for _ in range(num_envs)], batch)
     return batch
