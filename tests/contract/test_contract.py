@@ -19,6 +19,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 
 import portal_shm
 from testkit.compare import assert_same, follow_each_env, kept, rollout
+from testkit.native_ale import breakout_in_process, breakout_options
 from tests.contract.conftest import ATARI_VECTOR
 
 pytestmark = pytest.mark.integration
@@ -452,23 +453,13 @@ def test_record_video_renders_only_the_chosen_env_and_writes_its_episodes(make, 
     assert [frame_count(path) for path in recorder.videos] == [5, 5]
 
 
-# presets.atari's options, and the settings of ALE's vector env they stand for (as in
-# tests/integration/test_native_ale.py): short episodes, so that every rollout crosses autoresets.
-ATARI = {"env_id": "ALE/Breakout-v5", "noop_max": 6, "fire_reset": True, "max_episode_steps": 40}
-ATARI_SETTINGS = {
-    "noop_max": 7,
-    "use_fire_reset": True,
-    "max_num_frames_per_episode": 160,
-    "repeat_action_probability": 0.25,
-    "reward_clipping": False,
-    "episodic_life": False,
-}
+ATARI = breakout_options(40)  # short episodes: every rollout crosses autoresets
 NATIVE = "ale_py.AtariVectorEnv"
 
 
 def atari_in_process(n: int, mode: str = "NextStep"):
-    ale_vector = pytest.importorskip("ale_py.vector_env", reason="ale-py (the atari extra) is not installed")
-    return ale_vector.AtariVectorEnv("breakout", num_envs=n, num_threads=1, autoreset_mode=mode, **ATARI_SETTINGS)
+    pytest.importorskip("ale_py.vector_env", reason="ale-py (the atari extra) is not installed")
+    return breakout_in_process(n, mode, 40)
 
 
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])

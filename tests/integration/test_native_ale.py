@@ -14,19 +14,11 @@ from gymnasium.vector import AutoresetMode
 import portal_shm
 import portal_shm.envpool as envpool
 from portal_shm.errors import EnvError
+from testkit.native_ale import breakout_in_process, breakout_options
 
-ale_vector = pytest.importorskip("ale_py.vector_env")
+pytest.importorskip("ale_py.vector_env")
 
-# presets.atari's options and the AtariVectorEnv settings they stand for.
-OPTIONS = {"env_id": "ALE/Breakout-v5", "noop_max": 6, "fire_reset": True, "max_episode_steps": 60}
-SETTINGS = {
-    "noop_max": 7,
-    "use_fire_reset": True,
-    "max_num_frames_per_episode": 240,
-    "repeat_action_probability": 0.25,
-    "reward_clipping": False,
-    "episodic_life": False,
-}
+OPTIONS = breakout_options(60)
 
 
 def _portal(n, mode=AutoresetMode.NEXT_STEP, per_server=2, **options):
@@ -39,7 +31,7 @@ def _portal(n, mode=AutoresetMode.NEXT_STEP, per_server=2, **options):
 
 
 def _reference(n, mode=AutoresetMode.NEXT_STEP):
-    return ale_vector.AtariVectorEnv("breakout", num_envs=n, num_threads=1, autoreset_mode=mode, **SETTINGS)
+    return breakout_in_process(n, mode, 60)
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
