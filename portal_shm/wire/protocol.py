@@ -50,6 +50,11 @@ CMD_STEP_ACTIONS = 3  # a step whose actions come in an ACTIONS message instead 
 # server sends their states beside it (EXTRA with "states") and holds: it reads only its control
 # socket until it gets CLOSE (it is swapped) or RESUME; otherwise a plain step.
 CMD_RETIRE = 8
+# Added to a step command by an agent that watches its status word after a ring (servers that say
+# ``ring_early`` in their hello know it): the server sets its status WRITING and rings as soon as
+# its envs have stepped, then writes the results. The agent's wake-up, tens of microseconds where
+# an idle vCPU halts, then overlaps the writing instead of following it.
+CMD_RING_EARLY = 16
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 

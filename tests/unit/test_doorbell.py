@@ -149,3 +149,112 @@ def test_cpu_meter_counts_the_processes_working_for_the_agent():
     finally:
         child.kill()
         child.wait()
+
+
+def test_post_asks_for_an_early_ring_only_of_servers_that_know_it():
+    from portal_shm.agent.local.session import ServerLink
+    from portal_shm.wire.protocol import CMD_RING_EARLY, CMD_STEP
+
+    link = ServerLink(0, [0], None)
+    box = np.zeros(len(MAILBOX_FIELDS), np.int64)
+    link.mailbox = memoryview(box)
+    read, write = bell_pipe()
+    link.go, waiter = Bell(write), Waiter(read)
+    link.post(CMD_STEP, 0, pending=True, early=True)
+    assert box[CMD] == CMD_STEP  # an older server's hello does not say ring_early
+    link.hello = {"ring_early": True}
+    link.post(CMD_STEP, 0, pending=True, early=True)
+    assert box[CMD] == CMD_STEP | CMD_RING_EARLY
+    link.post(CMD_STEP, 0, pending=True)  # spin_wait=0: the agent watches no words
+    assert box[CMD] == CMD_STEP
+    link.go.close()
+    waiter.close()
+
+
+def test_a_server_asked_to_ring_early_rings_before_its_results_with_status_writing(monkeypatch):
+    """Only while the machine has a core for the agent to wake on (else it rings after them)."""
+    import portal_shm.server.loop as loop
+    from portal_shm.wire.layout import STATUS_WRITING
+
+    server = EnvServer.__new__(EnvServer)
+    server.mailbox = np.full(len(MAILBOX_FIELDS), 0, np.int64)
+    server.mailbox[STATUS] = STATUS_PENDING
+    read, write = bell_pipe()
+    server.done, waiter = Bell(write), Waiter(read)
+    server.ring_early, server.rang_early = False, False
+    server._stepped()
+    assert server.mailbox[STATUS] == STATUS_PENDING and not server.rang_early and not waiter.wait(0.0)
+    server.ring_early = True
+    monkeypatch.setattr(loop, "cores_idle", lambda: False)
+    server._stepped()
+    assert server.mailbox[STATUS] == STATUS_PENDING and not server.rang_early and not waiter.wait(0.0)
+    monkeypatch.setattr(loop, "cores_idle", lambda: True)
+    server._stepped()
+    assert server.mailbox[STATUS] == STATUS_WRITING and server.rang_early and waiter.wait(0.0)
+    server.done.close()
+    waiter.close()
+
+
+def _early_ringer(mailbox, bell, writing_for):
+    """What a server asked to ring early does: WRITING and a ring, then its results a while later."""
+    from portal_shm.wire.layout import STATUS_OK, STATUS_WRITING
+
+    def run():
+        mailbox[STATUS] = STATUS_WRITING
+        bell.ring()
+        time.sleep(writing_for)
+        mailbox[STATUS] = STATUS_OK
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _lockstep_waiting_for(box, waiter, spin_wait=200e-6, step_timeout=5.0):
+    from portal_shm.agent.local.lockstep import Lockstep
+    from portal_shm.agent.local.session import ServerLink
+
+    lockstep = Lockstep.__new__(Lockstep)
+    lockstep.spin_wait, lockstep.payoff, lockstep.step_timeout = spin_wait, SpinPayoff(spin_wait), step_timeout
+    link = ServerLink(0, [0], None)
+    link.mailbox, link.done = memoryview(box), waiter
+    return lockstep, link
+
+
+def test_the_agent_woken_early_waits_for_the_results_and_a_stale_ring_does_not_end_its_wait():
+    from portal_shm.wire.layout import STATUS_OK
+
+    box = np.zeros(len(MAILBOX_FIELDS), np.int64)
+    read, write = bell_pipe()
+    bell, waiter = Bell(write), Waiter(read)
+    lockstep, link = _lockstep_waiting_for(box, waiter)
+    lockstep.payoff.odds = 0.0  # asleep on the pipe, as for an Atari step
+    box[STATUS] = STATUS_PENDING
+    bell.ring()  # a ring left from a step seen while spinning: the status is still PENDING
+    threading.Timer(0.05, lambda: _early_ringer(box, bell, 0.03)).start()
+    begin = time.monotonic()
+    lockstep._wait_done(link, time.monotonic() + 5.0)
+    assert box[STATUS] == STATUS_OK and time.monotonic() - begin >= 0.08  # the results, not the rings
+    bell.close()
+    waiter.close()
+
+
+def test_a_server_stuck_writing_is_reported_at_the_deadline_not_waited_for_forever():
+    from portal_shm.errors import PortalTimeoutError
+    from portal_shm.wire.layout import STATUS_WRITING
+
+    box = np.zeros(len(MAILBOX_FIELDS), np.int64)
+    read, write = bell_pipe()
+    bell, waiter = Bell(write), Waiter(read)
+    lockstep, link = _lockstep_waiting_for(box, waiter, step_timeout=0.2)
+    box[STATUS] = STATUS_WRITING
+    bell.ring()
+    begin = time.monotonic()
+    try:
+        lockstep._wait_done(link, time.monotonic() + 0.2)
+        raise AssertionError("a server stuck in WRITING ended the wait")
+    except PortalTimeoutError as exc:
+        assert "step_timeout" in str(exc)
+    assert 0.2 <= time.monotonic() - begin < 2.0
+    bell.close()
+    waiter.close()

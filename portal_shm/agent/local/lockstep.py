@@ -21,7 +21,7 @@ from gymnasium.vector.utils import iterate
 from ...errors import EnvError, PortalTimeoutError, ServerProtocolError
 from ...wire import protocol as P
 from ...wire.doorbell import spin_until
-from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING
+from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING, STATUS_WRITING
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos
 from ..contract.validate import check_blobs
@@ -31,7 +31,7 @@ from .recovery import RESTARTABLE, Recovery
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import ServerLink
-from .spin import SpinPayoff
+from .spin import SpinPayoff, wait_written
 
 Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
@@ -207,7 +207,7 @@ class Lockstep:
         recovery = self.recovery
         if (recovery.resetting or recovery.ended) and recovery.begin_step(server, k):
             return  # a restarted server's envs: reset instead of step, or end the episode
-        server.post(cmd, k, pending=True)
+        server.post(cmd, k, pending=True, early=self.spin_wait > 0)
         self.step_seqs[server.index] = server.seq
 
     def _action_messages(self, actions: Any) -> list[dict[str, Any]]:
@@ -308,7 +308,7 @@ class Lockstep:
         cmd, messages = self.posted
         if messages is not None:
             server.channel.send(messages[server.index], server.check_alive)
-        server.post(cmd, k, pending=True)
+        server.post(cmd, k, pending=True, early=self.spin_wait > 0)
         self.step_seqs[server.index] = server.seq
         self._wait_done(server, None if timeout is None else time.monotonic() + timeout)
         extras: dict[int, bytes] = {}
@@ -336,14 +336,15 @@ class Lockstep:
         raise ServerProtocolError(f"{server.describe()} sent {message['cmd']!r:.40} during a step")
 
     def _wait_done(self, server: ServerLink, deadline: Optional[float]) -> None:
-        """Wait until ``server`` replaced its PENDING status: spin a while, then sleep on its pipe
-        (whose rings may be left from steps seen while spinning: the status word is the truth)."""
+        """Wait until ``server`` finished (status OK or ERROR): spin a while, then sleep on its pipe
+        (whose rings may be left from steps seen while spinning: the status word is the truth). A
+        ring with the status WRITING came early (``CMD_RING_EARLY``): the results follow at once."""
         words, payoff = server.mailbox, self.payoff
-        if words[STATUS] != STATUS_PENDING:
+        if words[STATUS] < STATUS_PENDING:
             return
         start = None
         if payoff.worth_it():
-            hit = spin_until(lambda: words[STATUS] != STATUS_PENDING, self.spin_wait)
+            hit = spin_until(lambda: words[STATUS] < STATUS_PENDING, self.spin_wait)
             payoff.spun(hit)
             if hit:
                 server.done.skipped()
@@ -353,19 +354,26 @@ class Lockstep:
         done = server.done
         check_at = time.monotonic() + POLL_SLICE
         while True:
-            if done.wait(POLL_SLICE) and words[STATUS] != STATUS_PENDING:
-                if start is not None:
-                    payoff.slept(time.perf_counter() - start)
-                return
+            if done.wait(POLL_SLICE):
+                if words[STATUS] == STATUS_WRITING:
+                    wait_written(lambda: words[STATUS] != STATUS_WRITING, lambda: self._check_waiting(server, deadline))
+                if words[STATUS] < STATUS_PENDING:
+                    if start is not None:
+                        payoff.slept(time.perf_counter() - start)
+                    return
             now = time.monotonic()
             if now >= check_at:
-                server.check_alive()
-                if deadline is not None and now > deadline:
-                    raise PortalTimeoutError(
-                        f"{server.describe()} did not finish its step within "
-                        f"{self.step_timeout} s (step_timeout): hung or too slow"
-                    )
+                self._check_waiting(server, deadline)
                 check_at = now + POLL_SLICE
+
+    def _check_waiting(self, server: ServerLink, deadline: Optional[float]) -> None:
+        """Raise if ``server`` died or let ``deadline`` pass while the agent waits for its step."""
+        server.check_alive()
+        if deadline is not None and time.monotonic() > deadline:
+            raise PortalTimeoutError(
+                f"{server.describe()} did not finish its step within {self.step_timeout} s (step_timeout): "
+                "hung or too slow"
+            )
 
     # -- for a driver outside the portal's thread ----------------------------------------------
     def step_finished(self, readable: Any) -> Optional[bool]:
@@ -383,6 +391,9 @@ class Lockstep:
                 done.take()
                 if done.closed:
                     return None
-            if server.mailbox[STATUS] == STATUS_PENDING:
+            words = server.mailbox
+            if words[STATUS] == STATUS_WRITING:  # it rang early: the results follow at once
+                wait_written(lambda: words[STATUS] != STATUS_WRITING, server.check_alive)
+            if words[STATUS] >= STATUS_PENDING:
                 finished = False
         return finished

@@ -96,9 +96,11 @@ class ServerLink:
         #: Its envs' rows of the ring (a server's envs are consecutive).
         self.rows = slice(env_indices[0], env_indices[-1] + 1)
 
-    def post(self, cmd: int, slot: int = 0, pending: bool = False) -> None:
+    def post(self, cmd: int, slot: int = 0, pending: bool = False, early: bool = False) -> None:
         """Post ``cmd`` in the server's mailbox and ring it awake; ``pending`` first marks its
-        status PENDING, which the server overwrites once its results are in the ring.
+        status PENDING, which the server overwrites once its results are in the ring. ``early``:
+        the caller's wait watches the status after a ring (``spin.wait_written``), so a server that
+        knows ``CMD_RING_EARLY`` is asked to ring before it writes the results.
 
         ``seq`` goes last: a server spinning on it sees the command's other words (x86 stores
         are seen in program order; elsewhere the agent does not ask servers to spin).
@@ -106,7 +108,7 @@ class ServerLink:
         if self.owed is not None:
             self.settle()
         box = self.mailbox
-        box[CMD] = cmd
+        box[CMD] = cmd | P.CMD_RING_EARLY if early and self.hello.get("ring_early") is True else cmd
         box[SLOT] = slot
         if pending:
             box[STATUS] = STATUS_PENDING

@@ -28,8 +28,15 @@ from __future__ import annotations
 
 import os
 import platform
+import time
+from typing import Callable
+
+from ...wire.doorbell import spin_until
 
 SPIN_WAIT_SECONDS = 200e-6
+WRITING_SPIN_SECONDS = 1e-3  # watching a server that rang early (WRITING) before napping
+_NAP = 50e-6
+_CHECK_EVERY = 0.05
 _ORDERED = ("x86_64", "amd64", "i386", "i686", "x86")
 
 
@@ -80,3 +87,18 @@ class SpinPayoff:
     def slept(self, waited: float) -> None:
         """The agent slept ``waited`` seconds, without spinning first, until the result came."""
         self.odds += _WEIGHT * (float(waited <= self.budget) - self.odds)
+
+
+def wait_written(written: Callable[[], bool], check: Callable[[], None]) -> None:
+    """Wait for a server that rang early (status WRITING, ``CMD_RING_EARLY``) to finish writing:
+    it rings no more, so the agent watches the status word, spinning (yielding the core) for
+    ``WRITING_SPIN_SECONDS``, then in naps of 50 us for a server the machine keeps from running.
+    ``check`` raises for a dead server or a passed deadline (every 50 ms)."""
+    if spin_until(written, WRITING_SPIN_SECONDS, only_idle=False):
+        return
+    check_at = time.monotonic() + _CHECK_EVERY
+    while not written():
+        time.sleep(_NAP)
+        if time.monotonic() >= check_at:
+            check()
+            check_at = time.monotonic() + _CHECK_EVERY
