@@ -105,6 +105,8 @@ class EnvServer:
         self.env_indices = [int(i) for i in config["env_indices"]]
         self.envs = envs
         self.native = batch_of(envs)  # a native vector env stepping all of them (``native.py``), or None
+        if self.native is not None:
+            self.native.stepped = self._stepped  # type: ignore[method-assign]
         self.columns = False  # the agent reads a native batch's infos as columns (attach says)
         # What the step loop steps: ``envs``, with ``Recorded`` stand-ins while their frames are captured.
         self.stepping = list(envs)
@@ -521,7 +523,7 @@ class EnvServer:
             mailbox[STATUS] = STATUS_ERROR
             mailbox[EXTRA] = 0
             return False
-        self._stepped()
+        self._stepped()  # (where the batch did not say so as its native call returned)
         self.whole_obs[k, self.rows] = obs
         same_step = self.autoreset_mode == SAME_STEP
         episodes = self.counters.episodes
@@ -564,7 +566,7 @@ class EnvServer:
         if self.ring_early and cores_idle():
             self.mailbox[STATUS] = STATUS_WRITING
             self.done.ring()
-            self.rang_early = True
+            self.ring_early, self.rang_early = False, True
 
     def act_rows(self, k: int) -> np.ndarray:
         """This server's actions of slot ``k``, as one array (a native batch's)."""

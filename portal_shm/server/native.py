@@ -87,8 +87,12 @@ class NativeBatch:
         raise NotImplementedError
 
     def step(self, actions: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """One step of every env: observations, rewards, terminated, truncated, infos."""
+        """One step of every env: observations, rewards, terminated, truncated, infos. Call
+        ``stepped()`` as soon as the native call returns, before the results are made up."""
         raise NotImplementedError
+
+    def stepped(self) -> None:
+        """The native call of a step returned: its server may ring its agent now (it sets this)."""
 
     def close(self) -> None:
         """Release the native env (called once, when the server closes its envs)."""

@@ -151,6 +151,7 @@ class AleBatch(NativeBatch):
         # AtariVectorEnv.send's call, less its checks; lists, which ALE's binding reads faster than arrays
         self.vector.ale.send(actions.tolist(), self.paddles)
         obs, reward, terminated, truncated, info = self.vector.ale.recv()
+        self.stepped()
         self.elapsed += 1
         if self.mode == "NextStep":  # the step after an episode's end was its reset
             self.elapsed[self.ended] = 0
