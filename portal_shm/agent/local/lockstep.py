@@ -356,7 +356,7 @@ class Lockstep:
         while True:
             if done.wait(POLL_SLICE):
                 if words[STATUS] == STATUS_WRITING:
-                    wait_written(lambda: words[STATUS] != STATUS_WRITING, lambda: self._check_waiting(server, deadline))
+                    self._wait_written(server, deadline)
                 if words[STATUS] < STATUS_PENDING:
                     if start is not None:
                         payoff.slept(time.perf_counter() - start)
@@ -365,6 +365,12 @@ class Lockstep:
             if now >= check_at:
                 self._check_waiting(server, deadline)
                 check_at = now + POLL_SLICE
+
+    def _wait_written(self, server: ServerLink, deadline: Optional[float]) -> None:
+        """``server`` rang early (its status WRITING): its results follow at once. (Apart from
+        ``_wait_done``, whose every call would otherwise make cells for what these closures hold.)"""
+        words = server.mailbox
+        wait_written(lambda: words[STATUS] != STATUS_WRITING, lambda: self._check_waiting(server, deadline))
 
     def _check_waiting(self, server: ServerLink, deadline: Optional[float]) -> None:
         """Raise if ``server`` died or let ``deadline`` pass while the agent waits for its step."""
@@ -391,9 +397,8 @@ class Lockstep:
                 done.take()
                 if done.closed:
                     return None
-            words = server.mailbox
-            if words[STATUS] == STATUS_WRITING:  # it rang early: the results follow at once
-                wait_written(lambda: words[STATUS] != STATUS_WRITING, server.check_alive)
-            if words[STATUS] >= STATUS_PENDING:
+            if server.mailbox[STATUS] == STATUS_WRITING:  # it rang early: the results follow at once
+                self._wait_written(server, None)
+            if server.mailbox[STATUS] >= STATUS_PENDING:
                 finished = False
         return finished
