@@ -114,9 +114,10 @@ class VectorPortal(PortalVectorEnv):
             get, are in ``portal_shm.agent.local.recovery``.
         max_restarts: restarts allowed per env over the portal's life with ``"restart"``; the
             next failure raises ``RestartLimitError``.
-        spin_wait: seconds the agent and each server watch the ring for the other side before they
-            sleep on their doorbell pipe (the core is yielded at every turn); 0 never spins. Default:
-            ``portal_shm.agent.local.spin.default_spin_wait()``.
+        spin_wait: seconds the agent watches the ring for its servers before it sleeps on their
+            doorbell pipes (servers watch for its next command up to four times as long), the
+            core yielded at every turn, each side only while that has been paying; 0 never spins.
+            Default: ``portal_shm.agent.local.spin.default_spin_wait()``.
         max_ring_bytes: the largest ring the envs' spaces may ask for (None: no cap), checked once
             their servers said their spaces and before the ring is made: an env host serving
             untrusted envs sets it (``portal-shm host --max-ring-bytes``).

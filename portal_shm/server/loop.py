@@ -24,6 +24,7 @@ from ..wire.doorbell import Bell, Waiter, close_all, cores_idle, spin_until
 from ..wire.end_states import MAX_STATE_BYTES, end_states_path, write_record
 from ..wire.handoff import fetch_descriptors
 from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK, STATUS_WRITING
+from ..wire.payoff import SpinPayoff
 from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
@@ -222,6 +223,7 @@ class EnvServer:
         # Agents that number their commands (``seq``) say how long to spin for the next one.
         spin = attach.get("spin")
         self.spin: Optional[float] = float(spin) if isinstance(spin, (int, float)) else None
+        self.payoff = SpinPayoff(self.spin or 0.0)  # whether spinning for them pays (``wire/payoff.py``)
         segment, go, done = fetch_descriptors(attach["segment"], self.config["ring_token"], 3, timeout=30.0)
         self.go, self.done = Waiter(go), Bell(done)
         self.ring = Ring(attach["layout"], segment)
@@ -289,18 +291,28 @@ class EnvServer:
         """True once the agent posted a command, False after ``IDLE_CHECK_SECONDS`` without one.
 
         An agent that numbers its commands bumps ``seq`` before it rings: the server spins on that
-        word for ``spin`` seconds, then sleeps on its pipe, where a ring without a new ``seq`` is
-        one it already answered while spinning. For an agent that does not, every ring is a command.
+        word for up to ``spin`` seconds while the agent's commands have been coming that soon
+        (``payoff``), then sleeps on its pipe, where a ring without a new ``seq`` is one it already
+        answered while spinning. For an agent that does not, every ring is a command.
         """
         if self.spin is None:
             return self.go.wait(IDLE_CHECK_SECONDS)
-        words, seq = self._words, self.seq
-        if self.spin > 0 and spin_until(lambda: words[SEQ] != seq, self.spin, only_idle=False):
-            self.go.skipped()
-        else:
-            while words[SEQ] == seq:
-                if not self.go.wait(IDLE_CHECK_SECONDS):
-                    return False
+        words, seq, payoff = self._words, self.seq, self.payoff
+        start = None
+        if payoff.worth_it():
+            hit = spin_until(lambda: words[SEQ] != seq, self.spin, only_idle=False)
+            payoff.spun(hit)
+            if hit:
+                self.go.skipped()
+                self.seq = words[SEQ]
+                return True
+        elif self.spin > 0:
+            start = time.perf_counter()
+        while words[SEQ] == seq:
+            if not self.go.wait(IDLE_CHECK_SECONDS):
+                return False
+        if start is not None:
+            payoff.slept(time.perf_counter() - start)
         self.seq = words[SEQ]
         return True
 

@@ -14,11 +14,12 @@ import time
 
 import numpy as np
 
-from portal_shm.agent.local.spin import SpinPayoff, default_spin_wait, server_spin
+from portal_shm.agent.local.spin import default_spin_wait, server_spin
 from portal_shm.bench.cpu import CpuMeter, descendants
 from portal_shm.server.loop import EnvServer
 from portal_shm.wire.doorbell import _CHUNK, Bell, Waiter, bell_pipe, spin_until
 from portal_shm.wire.layout import MAILBOX_FIELDS, STATUS_PENDING
+from portal_shm.wire.payoff import SpinPayoff
 
 SEQ, CMD, SLOT, STATUS = (MAILBOX_FIELDS.index(n) for n in ("seq", "cmd", "slot", "status"))
 
@@ -56,6 +57,7 @@ def _server(spin):
     server._words = memoryview(server.mailbox)
     server.seq = 0
     server.spin = spin
+    server.payoff = SpinPayoff(spin or 0.0)
     read, write = bell_pipe()
     server.go = Waiter(read)
     return server, Bell(write)
@@ -76,6 +78,26 @@ def test_a_server_takes_a_numbered_command_once_whether_it_spins_or_sleeps():
         assert server.wait_command() and server.seq == 2
         bell.close()
         server.go.close()
+
+
+def test_a_server_stops_spinning_for_commands_that_come_later_than_its_budget_and_starts_again():
+    """An agent that thinks for milliseconds between steps finds its servers asleep (they do not
+    spin through its thinking); one that answers within the budget finds them spinning again."""
+    server, bell = _server(0.02)
+    for n in range(1, 12):  # commands 60 ms after the wait begins: every 20 ms spin runs out
+        threading.Timer(0.06, lambda n=n: (server.mailbox.__setitem__(SEQ, n), bell.ring())).start()
+        assert server.wait_command() and server.seq == n
+    assert not server.payoff.worth_it()
+    begin = time.thread_time()
+    threading.Timer(0.06, lambda: (server.mailbox.__setitem__(SEQ, 12), bell.ring())).start()
+    assert server.wait_command() and server.seq == 12
+    assert time.thread_time() - begin < 0.01  # it slept at once: no 20 ms spin
+    for n in range(13, 30):  # then quick commands: measured while it sleeps, it spins again
+        threading.Timer(0.0002, lambda n=n: (server.mailbox.__setitem__(SEQ, n), bell.ring())).start()
+        assert server.wait_command() and server.seq == n
+    assert server.payoff.worth_it()
+    bell.close()
+    server.go.close()
 
 
 def test_an_agent_that_does_not_number_its_commands_still_drives_a_server():
@@ -108,7 +130,7 @@ def test_spin_policy(monkeypatch):
     monkeypatch.setenv("PORTAL_SHM_SPIN_WAIT", "0")
     assert default_spin_wait() == 0.0
     cores = len(os.sched_getaffinity(0))
-    assert server_spin(0.001, cores) == 0.001 and server_spin(0.001, cores + 1) == 0.0
+    assert server_spin(0.001, cores) == 0.004 and server_spin(0.001, cores + 1) == 0.0  # 4 x, while they fit
 
 
 def test_the_agent_stops_spinning_for_results_that_come_later_than_its_budget_and_starts_again():

@@ -24,9 +24,9 @@ import numpy as np
 
 from ...wire.doorbell import AnyDone, spin_until
 from ...wire.layout import STATUS, STATUS_PENDING
+from ...wire.payoff import SpinPayoff
 from .session import group_envs
 from .spec import EnvSpec
-from .spin import SpinPayoff
 
 _WAIT_SLICE = 0.05
 

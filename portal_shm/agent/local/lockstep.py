@@ -22,6 +22,7 @@ from ...errors import EnvError, PortalTimeoutError, ServerProtocolError
 from ...wire import protocol as P
 from ...wire.doorbell import spin_until
 from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING, STATUS_WRITING
+from ...wire.payoff import SpinPayoff
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos
 from ..contract.validate import check_blobs
@@ -31,7 +32,7 @@ from .recovery import RESTARTABLE, Recovery
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import ServerLink
-from .spin import SpinPayoff, wait_written
+from .spin import wait_written
 
 Batch = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 

@@ -12,12 +12,14 @@ task needs, the scheduler shares the core fairly, so a spinner takes up to half 
 - the agent spins only while that has been paying off (``SpinPayoff``): when results come later
   than the budget (an Atari batch takes a millisecond and more), a spin at the start of every wait
   only takes its share of a core from the servers that step, and the agent sleeps at once;
-- servers spin for the agent's next command only when they are no more than the cores, within a
-  short budget: an agent that thinks for milliseconds between steps finds them asleep, and many
-  servers on few cores never spin. Servers of async batches spin too: a server waits for its
-  batch's round trip through the agent while the others step, and a server that sleeps makes the
-  agent pay a wake-up for every batch it sends (CartPole-v1 N=32 in batches of 16 on 2 cores:
-  110 k steps/s sleeping, 139 k spinning; Pong and ViZDoom batches unchanged within noise).
+- servers spin for the agent's next command only when they are no more than the cores, for up to
+  ``SERVER_SPIN_FACTOR`` x ``spin_wait`` and only while the agent's commands have been coming that
+  soon (a ``SpinPayoff`` of their own): an agent that thinks for milliseconds between steps finds
+  them asleep, and many servers on few cores never spin. Servers of async batches spin too: a
+  server waits for its batch's round trip through the agent while the others step, and a server
+  that sleeps makes the agent pay a wake-up for every batch it sends (CartPole-v1 N=32 in batches
+  of 16 on 2 cores: 110 k steps/s sleeping, 139 k spinning; Pong and ViZDoom batches unchanged
+  within noise).
 
 Spinning relies on stores being seen in program order (the other side writes its words, then
 the one the waiter watches): x86 guarantees it, weaker memory models do not, so other machines
@@ -56,37 +58,18 @@ def default_spin_wait() -> float:
     return SPIN_WAIT_SECONDS
 
 
+SERVER_SPIN_FACTOR = 4
+
+
 def server_spin(spin_wait: float, num_servers: int) -> float:
-    """What servers spin for: ``spin_wait`` while they fit on the cores, else 0 (a spinning server
-    would take time from those that step)."""
-    return spin_wait if num_servers <= cores() else 0.0
-
-
-_WEIGHT = 0.125  # the weight of the newest wait: about the last eight count
-
-
-class SpinPayoff:
-    """The odds that what the agent waits for comes within its spin budget.
-
-    Every wait counts: a spin that saw the result is a hit, one that ran out (or found no idle
-    core to spin on) a miss, and a sleep woken within the budget a hit too (a spin would have seen
-    it). The agent spins while at least half of the recent waits were hits; sleeps keep
-    measuring, so it spins again once results come quickly again.
-    """
-
-    def __init__(self, budget: float) -> None:
-        self.budget = budget
-        self.odds = 1.0
-
-    def worth_it(self) -> bool:
-        return self.budget > 0 and self.odds >= 0.5
-
-    def spun(self, hit: bool) -> None:
-        self.odds += _WEIGHT * (float(hit) - self.odds)
-
-    def slept(self, waited: float) -> None:
-        """The agent slept ``waited`` seconds, without spinning first, until the result came."""
-        self.odds += _WEIGHT * (float(waited <= self.budget) - self.odds)
+    """How long servers may watch for the agent's next command: ``SERVER_SPIN_FACTOR`` x
+    ``spin_wait`` while they fit on the cores, else 0 (a spinning server would take time from
+    those that step). Each server spins only while its agent's commands have been coming within
+    that (its ``SpinPayoff``): an agent that copies a ViZDoom batch out of the ring answers in
+    300-400 us, past ``spin_wait``, and a server asleep by then costs it a wake-up (VizdoomBasic-v1
+    N=8 lockstep: 1.08-1.10x spinning for 800 us); one that thinks for milliseconds finds them
+    asleep at once."""
+    return SERVER_SPIN_FACTOR * spin_wait if num_servers <= cores() else 0.0
 
 
 def wait_written(written: Callable[[], bool], check: Callable[[], None]) -> None:
