@@ -328,7 +328,7 @@ class EnvServer:
                 self.counters.flush(time.perf_counter_ns())
                 continue
             cmd = int(mailbox[CMD])
-            self.ring_early = bool(cmd & P.CMD_RING_EARLY)
+            self.ring_early, self.rang_early = bool(cmd & P.CMD_RING_EARLY), False
             cmd &= ~P.CMD_RING_EARLY
             if cmd == P.CMD_STEP or cmd == P.CMD_STEP_ACTIONS:
                 self.step(int(mailbox[SLOT]), cmd == P.CMD_STEP_ACTIONS)
@@ -425,7 +425,6 @@ class EnvServer:
         if self.native is not None and not actions_by_message:
             return self._step_native(k, retire)
         self.last_slot = k
-        self.rang_early = False
         mailbox = self.mailbox
         sampled = not self.seq & _SAMPLE_MASK  # the agent counts the steps; the server only samples
         extras: dict = {}
@@ -508,7 +507,6 @@ class EnvServer:
         keeps no states, so a ``retire`` step sends none and the server does not hold: the agent
         learns why when it asks for them at the swap, and resets the fresh server's envs."""
         self.last_slot = k
-        self.rang_early = False
         mailbox, indices, autoreset = self.mailbox, self.env_indices, self.autoreset
         count = len(indices)
         errors: list = []

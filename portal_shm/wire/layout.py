@@ -24,13 +24,8 @@ STATUS_OK = 0
 STATUS_ERROR = 1
 STATUS_PENDING = 2
 # The envs stepped and the server is writing their results (it rang early, ``CMD_RING_EARLY``):
-# not finished yet, but within microseconds. Finished is OK or ERROR (``finished``).
+# not finished yet, but within microseconds. Finished is OK or ERROR: a status below PENDING.
 STATUS_WRITING = 3
-
-
-def finished(status: int) -> bool:
-    """Whether a server's status word says its results are in the ring (OK) or an error (ERROR)."""
-    return status < STATUS_PENDING
 
 
 def _align(offset: int) -> int:

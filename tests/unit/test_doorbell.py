@@ -108,7 +108,9 @@ def test_an_agent_that_does_not_number_its_commands_still_drives_a_server():
     server.go.close()
 
 
-def test_post_writes_the_command_then_its_number_then_rings():
+def _link():
+    """A ServerLink with only what ``post`` needs: its mailbox row and go pipe (and that pipe's
+    reading end, to see its rings)."""
     from portal_shm.agent.local.session import ServerLink
 
     link = ServerLink(0, [0], None)
@@ -116,6 +118,11 @@ def test_post_writes_the_command_then_its_number_then_rings():
     link.mailbox = memoryview(box)
     read, write = bell_pipe()
     link.go, waiter = Bell(write), Waiter(read)
+    return link, box, waiter
+
+
+def test_post_writes_the_command_then_its_number_then_rings():
+    link, box, waiter = _link()
     link.post(7, 3, pending=True)
     link.post(7, 0)
     assert (box[CMD], box[SLOT], box[STATUS], box[SEQ]) == (7, 0, STATUS_PENDING, 2)
@@ -174,14 +181,9 @@ def test_cpu_meter_counts_the_processes_working_for_the_agent():
 
 
 def test_post_asks_for_an_early_ring_only_of_servers_that_know_it():
-    from portal_shm.agent.local.session import ServerLink
     from portal_shm.wire.protocol import CMD_RING_EARLY, CMD_STEP
 
-    link = ServerLink(0, [0], None)
-    box = np.zeros(len(MAILBOX_FIELDS), np.int64)
-    link.mailbox = memoryview(box)
-    read, write = bell_pipe()
-    link.go, waiter = Bell(write), Waiter(read)
+    link, box, waiter = _link()
     link.post(CMD_STEP, 0, pending=True, early=True)
     assert box[CMD] == CMD_STEP  # an older server's hello does not say ring_early
     link.hello = {"ring_early": True}
