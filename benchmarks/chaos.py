@@ -10,9 +10,9 @@ and restart the host, cut the link for a second. Every env's every transition is
 an in-process replay of the same seeds and actions (``chaos_reference.py``): a step is lost when it
 differs beyond the truncations README "Reliability" documents for restarts. Recycling must change
 nothing at all. At the end nothing of the run may be left (processes, containers, run directories,
-/dev/shm entries, what ``portal-shm gc --dry-run`` would collect), and the agent's RSS and open
-descriptors must be flat (benchmarks/soak.py's rule: last quarter of the samples against the
-second; RSS by their medians within 5 %, descriptors by their floors exactly, since recoveries in
+/dev/shm entries, the remote lane's key directory, what ``portal-shm gc --dry-run`` would
+collect), and the agent's RSS and open descriptors must be flat (benchmarks/soak.py's rule: last
+quarter of the samples against the second; RSS by their medians within 5 %, descriptors by their floors exactly, since recoveries in
 flight hold descriptors for a while and a leak raises the floor). Ctrl-C or SIGTERM stop the run early, cleanly, with the report of what ran.
 
     python benchmarks/chaos.py --minutes 5 --json benchmarks/results/chaos_5min.json
@@ -28,7 +28,6 @@ import os
 import platform
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple, Optional
@@ -145,6 +144,7 @@ class Chaos:
         self.settings = settings
         self.rng = np.random.default_rng(settings.seed)
         self.lanes: list = []
+        self.keys: Optional[LocalKeys] = None  # the remote lane's agent and host keys, removed at close
         self.remote: Optional[RemoteHost] = None
         self.skipped: dict = {}
         self.samples: list = []
@@ -162,7 +162,8 @@ class Chaos:
         if "docker" in s.backends and (reason := docker_missing()):
             self.skipped["docker"] = reason
         if "remote" in s.backends:
-            self.remote = RemoteHost(LocalKeys(tempfile.mkdtemp(prefix="portal-shm-chaos-")), s.link_delay_ms / 1e3)
+            self.keys = LocalKeys.temporary("portal-shm-chaos-")
+            self.remote = RemoteHost(self.keys, s.link_delay_ms / 1e3)
         vector = {"on_env_failure": "restart", "max_restarts": 1000, "step_timeout": s.step_timeout}
         for backend in [b for b in s.backends if b not in self.skipped]:
             for spec in lanes_of(backend, s, self.remote):
@@ -251,11 +252,17 @@ class Chaos:
             except Exception as exc:
                 lane.error = lane.error or f"close: {type(exc).__name__}: {exc}"
         owners = {os.getpid()}
-        if self.remote is not None:
-            self.remote.close()
-            owners |= self.remote.pids
+        try:
+            if self.remote is not None:
+                self.remote.close()
+                owners |= self.remote.pids
+        finally:
+            if self.keys is not None:
+                self.keys.remove()  # (secret keys first)
         servers = set().union(*(lane.seen_pids for lane in self.lanes))
-        return wait_for_nothing_left(owners, servers, 20.0)
+        left = wait_for_nothing_left(owners, servers, 20.0)
+        left["key_dirs"] = [self.keys.root] if self.keys is not None and os.path.exists(self.keys.root) else []
+        return left
 
 
 def report(chaos: Chaos, left: dict, seconds: float) -> dict:

@@ -28,7 +28,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Optional
 
@@ -106,9 +105,26 @@ def run_load(
     root: Optional[str] = None,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Run the load; the report (``json.dump``-able)."""
-    root = root or tempfile.mkdtemp(prefix="host-load-")
-    keys = LocalKeys(root)
+    """Run the load; the report (``json.dump``-able). The keys go in ``root``, else in a temporary
+    directory removed at the end, secret keys first."""
+    keys = LocalKeys(root) if root else LocalKeys.temporary("host-load-")
+    try:
+        return _run_load(keys, minutes, agents, sessions_per_agent, envs, interval, churn_every, log)
+    finally:
+        if not root:
+            keys.remove()
+
+
+def _run_load(
+    keys: LocalKeys,
+    minutes: float,
+    agents: int,
+    sessions_per_agent: int,
+    envs: int,
+    interval: float,
+    churn_every: float,
+    log: Callable[[str], None],
+) -> dict:
     client_keys = [keys.agent] + [add_agent_key(keys, f"agent{i}") for i in range(1, agents)]
     host = HostProcess(keys, "--entry-points", "portal_shm.server.example_envs:*")
     pid = host.process.pid

@@ -18,6 +18,7 @@ Needs py-spy (``pip install py-spy``) and the right to ptrace the processes it s
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import datetime
 import os
@@ -92,7 +93,12 @@ def main() -> None:
     spy = shutil.which("py-spy")
     if spy is None:
         sys.exit("py-spy is not installed: pip install py-spy")
-    raw = args.raw or os.path.join(tempfile.mkdtemp(prefix="profile-envpool-"), "stacks.txt")
+    if args.raw:
+        raw = args.raw
+    else:
+        scratch = tempfile.mkdtemp(prefix="profile-envpool-")
+        atexit.register(shutil.rmtree, scratch, True)
+        raw = os.path.join(scratch, "stacks.txt")
     pool = envpool.make(args.task_id, num_envs=args.num_envs, batch_size=args.batch_size, seed=0)
     rng = np.random.default_rng(0)
     n_actions = pool.action_space.n
@@ -123,7 +129,8 @@ def main() -> None:
         f"# {datetime.date.today().isoformat()}: python benchmarks/profile_envpool_dropin.py {' '.join(sys.argv[1:])}"
     )
     print(f"# {platform.node()}: {os.cpu_count()} cores, python {platform.python_version()}, {platform.platform()}")
-    print(f"{args.task_id} N={args.num_envs}, {mode}: {steps / elapsed:,.0f} env steps/s while sampled ({raw})")
+    kept = f" ({raw})" if args.raw else ""
+    print(f"{args.task_id} N={args.num_envs}, {mode}: {steps / elapsed:,.0f} env steps/s while sampled{kept}")
     for side, counts in shares.items():
         total = sum(counts.values()) or 1
         print(f"  {side}: {total:,} samples")

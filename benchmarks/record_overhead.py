@@ -19,9 +19,11 @@ and the agent while it steps, its ffmpeg processes whenever they ran), in cores 
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -116,6 +118,7 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=100, help="steps a system takes before the next one's turn")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="record-overhead-")
+    atexit.register(shutil.rmtree, folder, True)  # (the videos are only counted)
     folders = {"recorded": os.path.join(folder, "ring"), "recorded, frames in infos": os.path.join(folder, "infos")}
     loads = [os.getloadavg()[0]]
     systems = {

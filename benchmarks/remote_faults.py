@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -101,15 +100,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    keys = Keys(tempfile.mkdtemp(prefix="portal-shm-faults-"))
-    results = {
-        name: [round(fn(keys), 2) for _ in range(args.repeat)]
-        for name, fn in (
-            ("host_killed_to_host_lost_error_s", host_killed),
-            ("agent_killed_to_envs_freed_s", agent_killed),
-            ("host_restarted_step_s", host_restarted),
-        )
-    }
+    with Keys.temporary("portal-shm-faults-") as keys:  # (removed at the end, secret keys first)
+        results = {
+            name: [round(fn(keys), 2) for _ in range(args.repeat)]
+            for name, fn in (
+                ("host_killed_to_host_lost_error_s", host_killed),
+                ("agent_killed_to_envs_freed_s", agent_killed),
+                ("host_restarted_step_s", host_restarted),
+            )
+        }
     results["heartbeat_timeout_s"] = 10.0
     print(json.dumps(results, indent=1))
     if args.json:

@@ -57,6 +57,66 @@ class EnvNotFoundError(EnvError):
         self.args = (f"{message} [runtime: {runtime}]",)
 
 
+class MessageTooBigError(EnvError):
+    """What an env gave (its infos, the result of a call) did not fit one control message
+    (``portal_shm.wire.protocol.MAX_MESSAGE_BYTES``): its server did not send it and said so
+    instead, naming the env, what was too big and the cap. The env did not crash, and the same
+    value would come back: ``on_env_failure="restart"`` does not restart it, the caller gets this."""
+
+    def __init__(
+        self,
+        env_index: Optional[int],
+        phase: str,
+        error_type: str,
+        message: str,
+        remote_traceback: str,
+        runtime: str = "",
+    ) -> None:
+        super().__init__(env_index, phase, error_type, message, remote_traceback, runtime)
+        where = f"env {env_index}" if env_index is not None else "an env server"
+        self.args = (f"{where} ({phase}): {message} [runtime: {runtime}]",)
+
+
+class InfoEncodingError(EnvError, TypeError):
+    """An env's infos held a value that cannot reach the agent as it is: msgpack cannot carry it
+    exactly and its server's runtime is a trust boundary (a container, a remote host: the agent
+    never unpickles from those), or it cannot be pickled, or the agent cannot unpickle it. The
+    env did not crash and the same value would come again: ``on_env_failure="restart"`` does not
+    restart it, the caller gets this. ``key`` is the value's path (``infos['stats']['when']``),
+    ``what`` its type; ``docs/concepts/infos.md`` lists what infos may hold on each runtime."""
+
+    def __init__(
+        self,
+        env_index: Optional[int],
+        phase: str,
+        key: str,
+        what: str,
+        hint: str,
+        cause: str,
+        boundary: str = "",
+        reason: str = "",
+        runtime: str = "",
+    ) -> None:
+        self.key, self.what, self.hint = key, what, hint
+        self.cause, self.boundary, self.reason = cause, boundary, reason
+        where = f"env {env_index}'s" if env_index is not None else "an env's"
+        if cause == "boundary":
+            text = (
+                f"{where} {key} is {what} that cannot cross the {boundary or 'runtime'} boundary exactly; {hint}, "
+                "or pass vector_kwargs={'infos': 'lossy'} (VectorPortal(..., infos='lossy')) to send such values "
+                "converted (an enum member as its value, a namedtuple as a tuple, anything else as its repr())"
+            )
+        elif cause == "unpickle":
+            text = (
+                f"{where} {key} holds {what} that the agent cannot unpickle ({reason}): install in the agent "
+                f"what defines it, as in the env's runtime, or have the env {hint.replace(' instead', '')}"
+            )
+        else:
+            text = f"{where} {key} is {what} that cannot be pickled to leave its runtime ({reason}); {hint}"
+        super().__init__(env_index, phase, "InfoEncodingError", text, "", runtime)
+        self.args = (f"{text} [runtime: {runtime}]" if runtime else text,)
+
+
 class ServerDiedError(PortalError):
     """An env server process or container exited while the agent needed it."""
 
@@ -90,6 +150,19 @@ class PortalTimeoutError(PortalError, TimeoutError, multiprocessing.TimeoutError
 
 class ServerProtocolError(PortalError):
     """An env server sent something that breaks the protocol (corrupt, unexpected or unsafe)."""
+
+
+class ConnectionDroppedError(ServerProtocolError):
+    """An env server's control connection dropped while the server still ran: ZeroMQ at the agent
+    drops a message over its cap (``MAX_MESSAGE_BYTES``) together with the connection, silently,
+    so what the server sent is lost. Servers of this version check the cap before they send; an
+    env that writes to its server's socket, or a server of another version, can still do it."""
+
+
+class ConfigTooLargeError(PortalError, ValueError):
+    """An env server's config (its env kwargs, mostly) packs to more than a server may be handed
+    (``portal_shm.wire.launch.MAX_CONFIG_BYTES``); the message names the server, the size and
+    the largest env kwarg."""
 
 
 # Exception types that cannot carry an EnvError's message (their __str__ reads other fields) or

@@ -5,11 +5,19 @@ fuzz decoders leave ``max_examples`` to the profile; ``long`` multiplies them by
 pytest-timeout's per-test limit for them (a long fuzz run takes many minutes per test).
 
 What libraries write to /tmp by default goes into one directory of this run, removed at its end
-(``.ci/run`` fails on new ``/tmp/SB3-*`` and ``/tmp/ray/session_*``): Stable-Baselines3's logger
-folder (``SB3_LOGDIR``; every ``learn()`` otherwise makes a ``/tmp/SB3-<time>``) and Ray's temp
-directory (``RAY_TMPDIR``; every local Ray otherwise leaves a ``/tmp/ray/session_*``). Set here, at
-import, before any test imports Ray, and inherited by the processes tests start. The directory is
-short (``/tmp/psm-tests-XXXXXX``): Ray's unix socket paths under it must stay within 107 bytes.
+(``.ci/run`` fails on any new entry of /tmp and /dev/shm): Stable-Baselines3's logger folder
+(``SB3_LOGDIR``; every ``learn()`` otherwise makes a ``/tmp/SB3-<time>``), Ray's temp directory
+(``RAY_TMPDIR``; every local Ray otherwise leaves a ``/tmp/ray/session_*``) and pytest's own
+``tmp_path`` folders (``--basetemp``, and ``PYTEST_DEBUG_TEMPROOT`` for pytest runs that tests
+start; otherwise ``/tmp/pytest-of-<user>`` keeps the last three runs' files, test keys among them).
+Set here, at import, before any test imports Ray, and inherited by the processes tests start
+(xdist's workers get their ``tmp_path`` base from the controller, inside its directory). The
+directory is short (``/tmp/psm-tests-XXXXXX``): unix socket paths under it (Ray's, portals' in a
+``tmp_path``) must stay within 107 bytes.
+
+With ``PORTAL_SHM_TMP_BEFORE=FILE`` (``.ci/run``) the controller first lists /tmp and /dev/shm into
+FILE: the "before" of CI's leftovers check, taken as pytest starts, after whatever set the machine
+up (pip, Docker's provisioning) made its own entries.
 """
 
 import os
@@ -21,14 +29,29 @@ import time
 import pytest
 from hypothesis import HealthCheck, settings
 
+
+def _list_tmp(path: str) -> None:
+    """/tmp and /dev/shm, one ``DIR/NAME`` a line, into a new file ``path`` (kept if it exists: a
+    pytest started by a test inherits the variable)."""
+    names = [os.path.join(d, n) for d in ("/tmp", "/dev/shm") if os.path.isdir(d) for n in os.listdir(d)]
+    try:
+        with open(path, "x") as listing:
+            listing.write("".join(f"{name}\n" for name in sorted(names)))
+    except FileExistsError:
+        pass
+
+
+if os.environ.get("PORTAL_SHM_TMP_BEFORE") and not os.environ.get("PYTEST_XDIST_WORKER"):
+    _list_tmp(os.environ["PORTAL_SHM_TMP_BEFORE"])
 _SCRATCH = tempfile.mkdtemp(prefix="psm-tests-", dir="/tmp" if os.path.isdir("/tmp") else None)
 os.environ.setdefault("SB3_LOGDIR", os.path.join(_SCRATCH, "sb3"))  # (a developer's own choice stands)
 os.environ.setdefault("RAY_TMPDIR", _SCRATCH)  # Ray makes its "ray" folder in it
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", _SCRATCH)  # (for pytest runs tests start; this one: basetemp)
 
 
 def pytest_unconfigure(config):
     """At the end of the run: Ray shut down if a test left this process connected, then the run's
-    scratch directory (Ray's sessions, SB3's logger folders) removed."""
+    scratch directory (Ray's sessions, SB3's logger folders, pytest's tmp_path folders) removed."""
     ray = sys.modules.get("ray")  # (only if a test imported it: importing Ray takes seconds)
     if ray is not None and ray.is_initialized():
         ray.shutdown()
@@ -46,8 +69,13 @@ def pytest_configure_node(node):
     node.workerinput["columns"] = os.environ.get("COLUMNS")
 
 
+@pytest.hookimpl(tryfirst=True)  # (before pytest's tmpdir plugin reads basetemp)
 def pytest_configure(config):
     workerinput = getattr(config, "workerinput", None)
+    if workerinput is None and config.option.basetemp is None:
+        # tmp_path folders in the scratch directory, on a path shorter than /tmp/pytest-of-<user>/pytest-N:
+        # tests bind unix sockets in them (107 bytes at most); xdist's workers get folders inside it.
+        config.option.basetemp = os.path.join(_SCRATCH, "t")
     if workerinput is not None and "columns" in workerinput:
         if workerinput["columns"] is None:
             os.environ.pop("COLUMNS", None)

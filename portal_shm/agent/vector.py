@@ -31,7 +31,7 @@ from ..wire import protocol as P
 from ..wire.doorbell import Waiter
 from ..wire.frames import FrameRing
 from ..wire.layout import ring_layout
-from .contract.base import PortalVectorEnv, Request
+from .contract.base import PortalVectorEnv, Request, StepResult
 from .contract.checks import check_env_ids
 from .contract.options import DEFAULT_RING_DEPTH, RecyclePolicy, VectorOptions
 from .contract.pending import PendingCall
@@ -126,6 +126,12 @@ class VectorPortal(PortalVectorEnv):
             (any subset of the rules; also ``wait_steps`` and ``max_per_step``): see
             ``portal_shm.agent.recycle.wear`` for the rules and ``portal_shm.agent.recycle.recycler`` for
             the swap. Lockstep portals only.
+        infos: what becomes of info values msgpack cannot carry exactly (enum members,
+            namedtuples, sets, dataclasses, object or datetime64 arrays...) from runtimes that are
+            a trust boundary (docker, attach): ``"exact"`` (default) refuses them with an
+            ``InfoEncodingError`` naming env, key and type; ``"lossy"`` converts them (an enum
+            member to its value, a namedtuple to a tuple, anything else to its repr()). Process,
+            venv and micromamba runtimes carry them exactly either way (``docs/concepts/infos.md``).
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class VectorPortal(PortalVectorEnv):
         spin_wait: Optional[float] = None,
         recycle: Optional[Union[dict[str, Any], RecyclePolicy]] = None,
         max_ring_bytes: Optional[int] = None,
+        infos: str = "exact",
     ) -> None:
         F.check_options(context, worker, max_concurrency)
         specs, self._gymnasium_form = F.to_specs(env_fns, backend)
@@ -171,6 +178,7 @@ class VectorPortal(PortalVectorEnv):
                 "recycle": recycle,
                 "spin_wait": spin_wait,
                 "max_ring_bytes": max_ring_bytes,
+                "infos": infos,
             },
         )
         self.observation_mode = observation_mode
@@ -194,7 +202,7 @@ class VectorPortal(PortalVectorEnv):
             raise ValueError(
                 f"these backends need their run directories in different places: {sorted(map(str, bases))}"
             )
-        self._session = PortalSession(bases.pop())
+        self._session = PortalSession(bases.pop(), lossy_infos=self.options.infos == "lossy")
         self._health = Health(self._session, self._gymnasium_form)
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
@@ -335,6 +343,8 @@ class VectorPortal(PortalVectorEnv):
             self.single_action_space,
             self.ring_depth,
             info_capacity,
+            # whose infos may hold pickles: servers whose runtime is no trust boundary (``wire/info_codec.py``)
+            [spec.backend.trust_boundary() is None for spec in specs],
         )
 
     # -- the contract's primitives (``contract/base.py``) ----------------------------------------
@@ -342,12 +352,19 @@ class VectorPortal(PortalVectorEnv):
         self._health.check_usable(self.closed)
 
     def _run(self, work: Callable[..., Any], *args: Any) -> Any:
-        """``work(*args)``; a failure on its way out may break the portal (``Health.fail``)."""
+        """``work(*args)``; a failure on its way out may break the portal (``Health.fail``). Infos
+        the agent could not unpickle (``RingViews.refused``) raise once the work is done: the
+        servers' results are all taken, so the portal goes on."""
         try:
-            return work(*args)
+            result = work(*args)
         except BaseException as exc:
             self._health.fail(exc)
             raise
+        refused = self._ring.refused
+        if refused:
+            self._ring.refused = []
+            raise refused[0]
+        return result
 
     def _owners(self) -> list[list[int]]:
         return [server.env_indices for server in self._session.servers]
@@ -482,9 +499,23 @@ class VectorPortal(PortalVectorEnv):
         return [server.done for server in self._session.servers]
 
     def step_finished(self, readable: Any) -> Optional[bool]:
-        """After ``step_async``: whether every server finished (None: a pipe closed, ``step_wait``
-        says why); see ``Lockstep.step_finished``."""
+        """After ``step_async``, never waiting: whether every server finished (None: ``step_wait``
+        must finish the step: a pipe closed, or a restart is due); see ``Lockstep.step_finished``."""
         return self._lockstep.step_finished(readable)
+
+    def awaited_messages(self) -> list[Any]:
+        """The control sockets (to poll) of servers that finished the step ``step_finished`` last
+        looked at but whose promised message was not there yet (it is on its way: sent first)."""
+        return list(self._lockstep.awaited)
+
+    def step_wait_now(self) -> StepResult:
+        """``step_wait`` once ``step_finished`` said True, for a driver that may never wait: raises
+        ``NotFinished`` for a server that went back on it (its env rewrote its status word)."""
+        self._lockstep.no_wait = True
+        try:
+            return self.step_wait()
+        finally:
+            self._lockstep.no_wait = False
 
     def abort(self) -> None:
         """Stop every env server now, from any thread (an env host freeing the envs of an agent that

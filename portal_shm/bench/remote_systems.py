@@ -14,10 +14,8 @@ front of it, in a process of its own, so a 30 ms cloud round trip and a 100 Mbit
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -34,20 +32,25 @@ class _Host:
     def __init__(self, sc: Scenario, insecure: bool) -> None:
         from ..remote.host.spawn import HostProcess, LocalKeys
 
-        self.dir = tempfile.mkdtemp(prefix="portal-shm-bench-")
-        keys = None if insecure else LocalKeys(self.dir)
-        self.options: dict = {"insecure": True} if insecure else keys.options()
+        self.keys = None if insecure else LocalKeys.temporary("portal-shm-bench-")
+        self.options: dict = {"insecure": True} if self.keys is None else self.keys.options()
         try:
             allow = ["--entry-points", sc.target] if ":" in sc.target else []
-            self.process = HostProcess(keys, "--max-envs", "4096", "--max-envs-per-agent", "4096", *allow)
+            self.process = HostProcess(self.keys, "--max-envs", "4096", "--max-envs-per-agent", "4096", *allow)
         except BaseException:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self._remove_keys()
             raise
         self.address = self.process.address
 
     def close(self) -> None:
-        self.process.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            self.process.stop()
+        finally:
+            self._remove_keys()
+
+    def _remove_keys(self) -> None:
+        if self.keys is not None:
+            self.keys.remove()  # (secret keys first)
 
 
 class _LinkProcess:

@@ -33,6 +33,7 @@ def cmd_host(args: argparse.Namespace) -> int:
         max_envs_per_agent=args.max_envs_per_agent,
         policy=policy,
         heartbeat_timeout=args.heartbeat_timeout,
+        step_timeout=args.step_timeout,
         max_sessions=args.max_sessions,
         max_sessions_per_agent=args.max_sessions_per_agent,
         max_fds=args.max_fds,
@@ -202,6 +203,8 @@ def cmd_keys_show(args: argparse.Namespace) -> int:
 
 
 def add_remote_commands(commands: argparse._SubParsersAction) -> None:
+    from ..remote.host.options import DEFAULT_STEP_TIMEOUT
+
     host = commands.add_parser("host", help="serve envs to agents on other machines (one port, CURVE by default)")
     host.add_argument(
         "--bind", default="tcp://0.0.0.0:5555", help="tcp://ADDRESS:PORT to listen on (default %(default)s)"
@@ -317,6 +320,14 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
         type=float,
         default=10.0,
         help="seconds of silence before an agent's envs are freed (default %(default)s)",
+    )
+    host.add_argument(
+        "--step-timeout",
+        type=float,
+        default=DEFAULT_STEP_TIMEOUT,
+        metavar="SECONDS",
+        help="the longest a step, reset or call of an agent's envs may take: past it the env is wedged and its "
+        "session ends; agents may ask for less (default %(default)s)",
     )
     host.set_defaults(func=cmd_host)
 

@@ -22,6 +22,7 @@ _PLAIN = {
         E.PortalError,
         E.PortalTimeoutError,
         E.ServerProtocolError,
+        E.ConnectionDroppedError,
         E.ProtocolMismatchError,
         E.HostPolicyError,
     )
@@ -41,7 +42,9 @@ def redact(text: Any) -> Any:
     return _PATH.sub(lambda m: "..." + m.group(1) if m.group(0) != m.group(1) else m.group(0), _PID.sub("pid -", text))
 
 
-_REDACTED = ("message", "remote_message", "remote_traceback", "runtime", "log_tail", "status", "cause")
+_REDACTED = ("message", "remote_message", "remote_traceback", "runtime", "log_tail", "status", "cause", "reason")
+_ENV_KINDS = ("EnvNotFoundError", "MessageTooBigError", "EnvError")  # an ``EnvError``'s kinds, by their fields
+_INFO_FIELDS = ("key", "what", "hint", "cause", "boundary", "reason")  # an ``InfoEncodingError``'s own
 
 
 def to_data(exc: BaseException, runtime: str = "") -> dict[str, Any]:
@@ -59,9 +62,12 @@ def to_data(exc: BaseException, runtime: str = "") -> dict[str, Any]:
 
 def _fields(exc: BaseException) -> dict[str, Any]:
     out: dict[str, Any] = {"cmd": M.ERROR, "kind": type(exc).__name__, "message": str(exc)}
-    if isinstance(exc, E.EnvError):
+    if isinstance(exc, E.InfoEncodingError):
+        out.update(env_index=exc.env_index, phase=exc.phase, runtime=exc.runtime)
+        out.update((key, getattr(exc, key)) for key in _INFO_FIELDS)
+    elif isinstance(exc, E.EnvError):
         out.update(
-            kind="EnvNotFoundError" if isinstance(exc, E.EnvNotFoundError) else "EnvError",
+            kind=next(kind for kind in _ENV_KINDS if isinstance(exc, getattr(E, kind))),
             env_index=exc.env_index,
             phase=exc.phase,
             error_type=exc.error_type,
@@ -106,8 +112,8 @@ def from_data(header: dict[str, Any], host: str, offset: int, count: int) -> Exc
     (the host serves envs ``offset`` to ``offset + count - 1``)."""
     kind, message = _text(header, "kind"), _text(header, "message")
     runtime = f"host {host}: {_text(header, 'runtime')}".rstrip(": ")
-    if kind in ("EnvError", "EnvNotFoundError") and _int(header, "env_index", 0, count) is not None:
-        cls = E.EnvNotFoundError if kind == "EnvNotFoundError" else E.env_error_class(_text(header, "error_type"))
+    if kind in _ENV_KINDS and _int(header, "env_index", 0, count) is not None:
+        cls = getattr(E, kind) if kind != "EnvError" else E.env_error_class(_text(header, "error_type"))
         return cls(
             offset + header["env_index"],
             _text(header, "phase"),
@@ -115,6 +121,12 @@ def from_data(header: dict[str, Any], host: str, offset: int, count: int) -> Exc
             _text(header, "remote_message"),
             _text(header, "remote_traceback"),
             runtime,
+        )
+    if kind == "InfoEncodingError" and _int(header, "env_index", 0, count) is not None:
+        key, what, hint, cause, boundary, reason = (_text(header, key) for key in _INFO_FIELDS)
+        phase = _text(header, "phase")
+        return E.InfoEncodingError(
+            offset + header["env_index"], phase, key, what, hint, cause, boundary, reason, runtime
         )
     indices = _indices(header, offset, count)
     if kind == "RestartLimitError" and indices is not None and _int(header, "restarts", 0, 1 << 31) is not None:

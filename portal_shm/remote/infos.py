@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..agent.contract.infos import add_info, split_infos
-from ..errors import ServerProtocolError
+from ..errors import InfoEncodingError, ServerProtocolError
+from ..wire.info_codec import InfoRefused, check_crossing
 
 HOST_PREFIX = "env host "  # how texts about a host's envs start on the agent (errors and env_failure)
 
@@ -53,3 +54,21 @@ def batch(
         except Exception as exc:
             raise ServerProtocolError(f"{what} sent infos that cannot be batched: {exc}") from None
     return infos
+
+
+def crossing(sparse: list[Any], lossy: bool, phase: str, env_ids: Any = None) -> list[Any]:
+    """A host's sparse infos (``unbatch``) as they may cross to its agent, a trust boundary: what
+    msgpack carries exactly as it is, the rest converted when the agent asked for ``lossy`` infos,
+    else an ``InfoEncodingError`` naming the env (the host's index: ``env_ids[j]`` in a batch) and
+    the value's key. Its local portal may have unpickled such values (process runtimes)."""
+    out = []
+    for j, env_info in sparse:
+        try:
+            out.append([j, check_crossing(j, env_info, lossy)])
+        except InfoRefused as exc:
+            env = int(env_ids[j]) if env_ids is not None else j
+            d = exc.detail
+            raise InfoEncodingError(
+                env, phase, d["key"], d["what"], d["hint"], d["cause"], "env host", d["reason"]
+            ) from None
+    return out

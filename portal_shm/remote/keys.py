@@ -8,16 +8,23 @@ pair after its user and machine (``alice@notebook``), so the public files of sev
 side by side in a host's clients directory without one copy overwriting another. The host accepts
 exactly the public keys in its clients directory (refusing a directory where two files hold one
 key: which agent would it be?), and the agent pins the host's key.
+
+Whoever can write a file into the clients directory can give themselves access, so the host
+trusts that directory and its files as sshd's StrictModes trusts ``authorized_keys``: only when
+they are owned by the host's user (or root) and writable by nobody else. A directory that fails
+refuses the host's start (and, changed later, every key until it is fixed); a file that fails, or
+one that is not a regular file (a symbolic link, a FIFO, a directory), is skipped with a warning.
 """
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import re
 import socket
 import stat
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import zmq
 import zmq.auth
@@ -75,13 +82,26 @@ def _write(path: str, text: str, mode: int) -> None:
         handle.write(text)
 
 
+def make_private_dir(directory: str) -> None:
+    """``directory`` and every missing folder above it made 0700 (``os.makedirs`` gives its mode to
+    the last alone: a key directory made under a umask of 002 would be one its group can write,
+    which a host refuses)."""
+    parent = os.path.dirname(os.path.abspath(directory))
+    if not os.path.isdir(parent):
+        make_private_dir(parent)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+
+
 def create_key_pair(directory: str, name: str) -> tuple[str, str]:
     """New ``NAME.key`` and ``NAME.key_secret`` (0600) in ``directory``; refuses to overwrite."""
     if not zmq.has("curve"):
         raise PortalError("this pyzmq has no CURVE support (libsodium); install pyzmq from PyPI wheels")
     if not name or "/" in name or name.startswith("."):
         raise PortalError(f"invalid key name {name!r}: a plain file name such as 'agent' or 'host'")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    make_private_dir(directory)
     public_path = os.path.join(directory, name + ".key")
     secret_path = public_path + "_secret"
     for path in (public_path, secret_path):
@@ -100,7 +120,7 @@ def create_key_pair(directory: str, name: str) -> tuple[str, str]:
 
 def write_public_key(directory: str, name: str, public: bytes) -> str:
     """``NAME.key`` holding only ``public``, e.g. a client key a host is to accept; the directory is 0700."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    make_private_dir(directory)
     path = os.path.join(directory, name + ".key")
     _write(path, _HEADER.format(kind="public") + _public_body(public), 0o644)
     return path
@@ -136,9 +156,37 @@ def public_key(value: str, who: str) -> bytes:
     return public
 
 
+def untrusted(path: str, info: os.stat_result) -> Optional[tuple[str, str]]:
+    """(why, the fix) when a key file or key directory at ``path`` with these stats cannot be
+    trusted: owned by another user than this process's (root aside), or writable by its group or
+    others. None when it can."""
+    me = os.geteuid()
+    if info.st_uid not in (me, 0):
+        return f"owned by uid {info.st_uid}, neither this user (uid {me}) nor root", f"chown {me} {path}"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        who = "group and others" if mode & 0o022 == 0o022 else "its group" if mode & 0o020 else "others"
+        return f"writable by {who} (mode {mode:o})", f"chmod go-w {path}"
+    return None
+
+
+def check_key_dir(directory: str, what: str) -> None:
+    """``PortalError`` naming ``directory``, why and the fix when it is ``untrusted``: whoever can
+    write there can add (or swap) a key the host would trust."""
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        return
+    problem = untrusted(directory, info)
+    if problem is not None:
+        why, fix = problem
+        raise PortalError(f"{what} {directory} is {why}: whoever can write there could add or swap a key; {fix}")
+
+
 def ensure_host_keys(directory: Optional[str] = None) -> tuple[bytes, bytes, str]:
     """The host's key pair, created on first start: (public, secret, path of the public file)."""
     directory = directory or default_host_dir()
+    check_key_dir(directory, "the host's key directory")
     secret_path = os.path.join(directory, "host.key_secret")
     if not os.path.exists(secret_path):
         create_key_pair(directory, "host")
@@ -146,25 +194,84 @@ def ensure_host_keys(directory: Optional[str] = None) -> tuple[bytes, bytes, str
     return public, secret, os.path.join(directory, "host.key")
 
 
-def scan_client_keys(directory: str) -> tuple[dict[bytes, str], list[str]]:
-    """(public key -> file name, problems) of the ``*.key`` files in a host's clients directory.
+MAX_KEY_FILE = 1 << 16  # the bytes read of a client key file (one is ~200)
+
+
+class ClientKeyScan(NamedTuple):
+    """A host's clients directory as read: ``keys`` (public key -> file name), ``problems`` (files
+    that clash: the host refuses to start with them) and ``skipped`` (files left out, and why)."""
+
+    keys: dict[bytes, str]
+    problems: list[str]
+    skipped: list[str]
+
+
+def _file_kind(mode: int) -> Optional[str]:
+    """None for a regular file, else what it is."""
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "a socket or device")
+
+
+def _key_file_public(path: str) -> tuple[Optional[bytes], str]:
+    """(the public key of a client key file, "") or (None, why it is skipped). Nothing but a
+    regular file this user (or root) owns, writable by nobody else, is opened (a FIFO would
+    block the reader), and what is read is the file checked (``O_NOFOLLOW``, ``fstat``)."""
+    not_regular = "not a regular file ({}); copy the key file itself there"
+    try:
+        kind = _file_kind(os.lstat(path).st_mode)
+        if kind is not None:
+            return None, not_regular.format(kind)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # (made a link since the lstat)
+            return None, not_regular.format("a symbolic link")
+        return None, f"cannot be read ({exc.strerror})"
+    try:
+        info = os.fstat(fd)
+        kind = _file_kind(info.st_mode)
+        if kind is not None:
+            return None, not_regular.format(kind)
+        problem = untrusted(path, info)
+        if problem is not None:
+            return None, "{}: whoever can write it could swap the key; {}".format(*problem)
+        data = os.read(fd, MAX_KEY_FILE)
+    finally:
+        os.close(fd)
+    for line in data.splitlines():  # (what zmq.auth.load_certificate reads of it)
+        line = line.strip()
+        if line.startswith(b"public-key") and b"=" in line:
+            public = line.split(b"=", 1)[1].strip(b" \t'\"")
+            if public:
+                return public, ""
+    return None, "holds no public-key line (is it a portal-shm or ZeroMQ .key file?)"
+
+
+def scan_client_keys(directory: str) -> ClientKeyScan:
+    """The ``*.key`` files in a host's clients directory, read; ``PortalError`` when the directory
+    itself is ``untrusted`` (``check_key_dir``).
 
     Two files holding one key, or two names that differ only in case (one agent's copy that was
     meant to replace the other?), are problems: those files are left out of the keys, and each
-    problem names both files and what to do.
+    problem names both files and what to do. A file that is not a regular file, or that others
+    could write, is skipped, named with the reason.
     """
     keys: dict[bytes, str] = {}
     problems: list[str] = []
+    skipped: list[str] = []
     if not os.path.isdir(directory):
-        return keys, problems
+        return ClientKeyScan(keys, problems, skipped)
+    check_key_dir(directory, "the clients directory")
     names: dict[str, str] = {}
     clashing: set[bytes] = set()
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".key"):
             continue
-        try:
-            public, _ = zmq.auth.load_certificate(os.path.join(directory, name))
-        except Exception:
+        path = os.path.join(directory, name)
+        public, why = _key_file_public(path)
+        if public is None:
+            skipped.append(f"{path}: {why}")
             continue
         other = names.setdefault(name.lower(), name)
         if other != name:
@@ -182,13 +289,14 @@ def scan_client_keys(directory: str) -> tuple[dict[bytes, str], list[str]]:
             clashing.add(public)
             continue
         keys[public] = name
-    return {k: v for k, v in keys.items() if k not in clashing}, problems
+    return ClientKeyScan({k: v for k, v in keys.items() if k not in clashing}, problems, skipped)
 
 
 def client_keys(directory: str) -> dict[bytes, str]:
-    """Public key -> file name of every ``*.key`` in a host's clients directory; ``PortalError`` when
-    two files hold one key or clash by name (``scan_client_keys``)."""
-    keys, problems = scan_client_keys(directory)
-    if problems:
-        raise PortalError("; ".join(problems))
-    return keys
+    """Public key -> file name of every trusted ``*.key`` in a host's clients directory;
+    ``PortalError`` when the directory is untrusted, or two files hold one key or clash by name
+    (``scan_client_keys``)."""
+    scan = scan_client_keys(directory)
+    if scan.problems:
+        raise PortalError("; ".join(scan.problems))
+    return scan.keys

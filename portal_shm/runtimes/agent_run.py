@@ -101,13 +101,20 @@ def environment(pairs: Sequence[str]) -> dict:
 
 
 def make_shared_dir(name: str, owner: tuple) -> str:
-    """``agents_dir()/name``, mode 0700, owned by the agent's user; the parent is sticky like /tmp."""
+    """``agents_dir()/name``, mode 0700, owned by the agent's user; the parent is sticky like /tmp
+    (and removed by the last agent that leaves it empty: ``remove_agent``)."""
     base = agents_dir()
-    if not os.path.isdir(base):
-        os.makedirs(base, exist_ok=True)
-        os.chmod(base, 0o1777)
     shared = os.path.join(base, name)
-    os.mkdir(shared, 0o700)
+    for attempt in range(3):
+        if not os.path.isdir(base):
+            os.makedirs(base, exist_ok=True)
+            os.chmod(base, 0o1777)
+        try:
+            os.mkdir(shared, 0o700)
+            break
+        except FileNotFoundError:  # (another agent removed the empty parent just now)
+            if attempt == 2:
+                raise
     if owner != (os.getuid(), os.getgid()):
         os.chown(shared, *owner)
     return shared
@@ -124,6 +131,10 @@ def remove_agent(client: Any, container: Any, shared: str) -> None:
     except Exception:
         pass
     shutil.rmtree(shared, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(shared))  # (the last agent out leaves nothing in /tmp)
+    except OSError:
+        pass
 
 
 def _stream(source: Any, sink: Any) -> None:

@@ -16,6 +16,7 @@ import zmq
 from ..errors import PortalError
 from ..wire import protocol as P
 from .backend import Backend, ServerHandle, ServerLaunch
+from .config_file import packed_config
 
 REQUEST_TIMEOUT_MS = 5000
 
@@ -97,10 +98,14 @@ class AttachBackend(Backend):
             raise PortalError(f"attach needs listener addresses ipc://PATH (see portal-shm ps), got {self.address!r}")
         object.__setattr__(self, "address", addresses)
 
+    def trust_boundary(self) -> Optional[str]:
+        return "listener"  # (its runtime is whatever started the listener: a container, another user)
+
     def run_dir_base(self) -> Optional[str]:
         return os.path.dirname(self.address[0][len("ipc://") :])
 
     def start(self, launch: ServerLaunch) -> ServerHandle:
+        packed_config(launch.config, launch.server_index)  # (refused here, by size, before it travels)
         client = ListenerClient(self.address[launch.server_index % len(self.address)])
         reply = client.request({"cmd": "start", "config": launch.config})
         return AttachedHandle(client, reply["worker"], int(reply.get("pid", 0)))

@@ -75,6 +75,13 @@ class Backend(ABC):
         fork (recycling's spares, ``agent/local/zygotes.py``); containers and actors start fresh."""
         return False
 
+    def trust_boundary(self) -> Optional[str]:
+        """What separates its servers from the agent as a security boundary ("container"), or None
+        where nothing does (the agent's user runs the agent's env code: process, venv, micromamba).
+        An env's infos cross a boundary only as msgpack carries them exactly; from a server without
+        one, what msgpack cannot carry comes pickled (``wire/info_codec.py``)."""
+        return "runtime"
+
     def max_envs_per_server(self) -> Optional[int]:
         """An upper bound the runtime imposes (e.g. one emulator per process), or None."""
         return None

@@ -103,6 +103,11 @@ def stop_containers(image: Optional[str] = None, name: Optional[str] = None, eve
                 except OSError:
                     pass
             stopped.append(info.name)
+    if stopped:
+        try:
+            os.rmdir(servers_dir())  # (once its last listener and portal are gone: nothing left in /tmp)
+        except OSError:
+            pass
     return stopped
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import PortalError
-from ..wire.launch import CONFIG_ENV_VAR, encode_config
 from .agent_container import LABEL_AGENT_CONTAINER, host_path, own_container_id, socket_problem
 from .backend import Backend, ServerHandle, ServerLaunch
 from .cache import server_digest
+from .config_file import CONFIG_ENV_VAR, remove_config, write_launch_config
 
 LABEL_PREFIX = "portal-shm"
 LABEL_OWNER = f"{LABEL_PREFIX}.owner-pid"
@@ -212,6 +212,9 @@ class DockerBackend(Backend):
             return NOBODY, NOBODY
         return os.getuid(), os.getgid()
 
+    def trust_boundary(self) -> Optional[str]:
+        return "container"
+
     def runtime_owner(self) -> Optional[tuple]:
         owner = self.container_user()
         return None if owner == (os.getuid(), os.getgid()) else owner
@@ -229,10 +232,9 @@ class DockerBackend(Backend):
         import docker.errors
 
         run_dir = launch.run_dir
-        config = dict(launch.config)
         tag = os.path.basename(run_dir)
         kwargs: dict = {
-            "environment": {CONFIG_ENV_VAR: encode_config(config), "PYTHONUNBUFFERED": "1"},
+            "environment": {"PYTHONUNBUFFERED": "1"},
             "network_mode": "none",
             "volumes": {host_path(run_dir, client): {"bind": run_dir, "mode": "rw"}},
             "labels": {
@@ -270,10 +272,17 @@ class DockerBackend(Backend):
                 f"docker image {self.image!r} not found locally: build it first "
                 f"(portal-shm build NAME|DIR -t {self.image}) or docker pull it"
             ) from None
+        # (the run directory is bind-mounted at its own path: the file's path is the same inside)
+        config = write_launch_config(launch, owner=self.runtime_owner())
+        kwargs["environment"] = {**kwargs["environment"], CONFIG_ENV_VAR: config}
         try:
             container = client.containers.run(self.image, **kwargs)
         except docker.errors.APIError as exc:
+            remove_config(config)
             raise PortalError(
                 f"docker could not start a container of {self.image!r}: {exc.explanation or exc}"
             ) from None
+        except BaseException:
+            remove_config(config)
+            raise
         return DockerHandle(container, self.image)

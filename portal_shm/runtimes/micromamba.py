@@ -73,6 +73,9 @@ class MicromambaBackend(Backend):
     def forks_servers(self) -> bool:
         return True
 
+    def trust_boundary(self) -> Optional[str]:
+        return None  # the agent's user, the agent's env code
+
     def start(self, launch: ServerLaunch) -> ServerHandle:
         path = ensure_micromamba_env(self)
         handle = ProcessBackend(python=env_python(path)).start(launch)

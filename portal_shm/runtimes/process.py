@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import PortalError
-from ..wire.launch import CONFIG_ENV_VAR, encode_config, read_tail
+from ..wire.launch import read_tail
 from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode
+from .config_file import CONFIG_ENV_VAR, remove_config, write_launch_config
 from .import_path import agent_import_path
 
 # ``python -m`` would put the working directory first on sys.path, so a checkout of portal-shm
@@ -69,11 +71,15 @@ class ProcessBackend(Backend):
     def forks_servers(self) -> bool:
         return True
 
+    def trust_boundary(self) -> Optional[str]:
+        return None  # the agent's user, the agent's env code
+
     def start(self, launch: ServerLaunch) -> ServerHandle:
         python = self.python or sys.executable
         same_interpreter = python == sys.executable
         env = dict(os.environ)
-        env[CONFIG_ENV_VAR] = encode_config({**launch.config, "import_path": agent_import_path(same_interpreter)})
+        config = {**launch.config, "import_path": agent_import_path(same_interpreter)}
+        env[CONFIG_ENV_VAR] = write_launch_config(launch, config)
         if same_interpreter:
             package_parent = str(Path(__file__).resolve().parents[2])
             env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
@@ -89,8 +95,21 @@ class ProcessBackend(Backend):
                     close_fds=True,
                 )
             except OSError as exc:
-                raise PortalError(
-                    f"cannot start an env server with interpreter {python!r}: {exc}; "
-                    "pass python= the path of an existing Python that has portal-shm installed"
-                ) from None
+                remove_config(env[CONFIG_ENV_VAR])
+                raise PortalError(_why_not_started(python, exc)) from None
         return ProcessHandle(process, launch.log_path, python)
+
+
+def _why_not_started(python: str, exc: OSError) -> str:
+    """The reason a server's process did not start, with the fix that fits that reason."""
+    if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR):
+        return (
+            f"cannot start an env server with interpreter {python!r}: {exc}; "
+            "pass python= the path of an existing Python that has portal-shm installed"
+        )
+    if exc.errno == errno.E2BIG:
+        return (
+            f"cannot start an env server with interpreter {python!r}: {exc}: the agent's own environment "
+            "variables are over the system's limit (each at most 128 KiB); the servers inherit them"
+        )
+    return f"cannot start an env server with interpreter {python!r}: {exc}"

@@ -82,6 +82,9 @@ class VenvBackend(Backend):
     def forks_servers(self) -> bool:
         return True
 
+    def trust_boundary(self) -> Optional[str]:
+        return None  # the agent's user, the agent's env code
+
     def start(self, launch: ServerLaunch) -> ServerHandle:
         path = ensure_venv(self)
         handle = ProcessBackend(python=venv_python(path)).start(launch)

@@ -6,6 +6,10 @@ They run inside env runtimes, so they need gymnasium there (not in the env serve
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import enum
+import fractions
 import os
 import signal
 import threading
@@ -572,3 +576,193 @@ class HugeSpaceEnv(gym.Env):
 
     def step(self, action):
         return np.broadcast_to(np.zeros(1, np.uint8), self.observation_space.shape), 0.0, False, False, {}
+
+
+def _own_server() -> Any:
+    """The ``EnvServer`` stepping the calling env, found on the stack: an env runs inside its
+    server's process, so a hostile one can reach everything the server holds."""
+    import inspect
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if hasattr(candidate, "mailbox") and hasattr(candidate, "done"):
+            return candidate
+        frame = frame.f_back
+    raise RuntimeError("no env server on the stack")
+
+
+class WedgingEnv(gym.Env):
+    """A hostile env that wedges its server where the agent's side can see it, from its ``after``-th
+    step on, then sleeps for ``sleep`` seconds inside ``step``:
+
+    - ``how="writing"``: sets its server's status word to WRITING (the early ring's "results
+      follow at once") and rings the agent;
+    - ``how="promise"``: says its results are done and a message follows (status OK, extra flag set),
+      rings the agent, and never sends the message.
+
+    An agent (or an env host's router) that waits for either without a deadline waits forever."""
+
+    def __init__(self, how: str = "writing", after: int = 3, sleep: float = 3600.0):
+        if how not in ("writing", "promise"):
+            raise ValueError(f"how={how!r}: give 'writing' or 'promise'")
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.how, self.after, self.sleep, self.t = how, int(after), float(sleep), 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        from portal_shm.wire.layout import EXTRA, STATUS, STATUS_OK, STATUS_WRITING
+
+        self.t += 1
+        if self.t >= self.after:
+            server = _own_server()
+            words = server.mailbox
+            if self.how == "writing":
+                words[STATUS] = STATUS_WRITING
+            else:
+                words[EXTRA] = 1
+                words[STATUS] = STATUS_OK
+            server.done.ring()
+            time.sleep(self.sleep)
+        return np.full(2, self.t % 2, np.float32), 1.0, False, False, {}
+
+
+class PayloadEnv(gym.Env):
+    """Keeps the ``payload`` it was made with (an env kwarg of any size: a lookup table, a level
+    file's bytes) and reports its length: what large ``env_kwargs`` reaching a server exercise."""
+
+    def __init__(self, payload: Any = "", episode_length: int = 5):
+        self.payload = payload
+        self.payload_length = len(payload)
+        self.episode_length = int(episode_length)
+        self.observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t % 2, np.float32), 1.0, False, self.t >= self.episode_length, {}
+
+
+class BigInfoEnv(gym.Env):
+    """From step ``after`` on, returns ``info["frame"]``, an array of ``info_bytes`` bytes: what
+    ``info["frame"] = env.render()`` gives at 1080p (6 MB per env; 48 such envs on one server make
+    one message past the cap on control messages). ``blob(n)`` returns ``n`` bytes, for ``call``.
+
+    ``unchecked``: its server sends messages without measuring them first, as a server older than
+    that check did (an env can reach its server: it runs in that process), so that the agent's
+    socket drops the message and the connection."""
+
+    def __init__(self, info_bytes: int = 1920 * 1080 * 3, after: int = 1, unchecked: bool = False):
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.info_bytes, self.after, self.unchecked, self.t = int(info_bytes), int(after), bool(unchecked), 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        info = {}
+        if self.t >= self.after:
+            if self.unchecked:
+                _own_server().max_message = 2**62
+            info["frame"] = np.zeros(self.info_bytes, np.uint8)
+        return np.full(2, self.t % 2, np.float32), 1.0, False, False, info
+
+    def blob(self, size: int) -> np.ndarray:
+        return np.zeros(int(size), np.uint8)
+
+
+class InfoStatus(enum.IntEnum):
+    """An IntEnum as NetHack's ``end_status`` (``nle.StepStatus``) is one."""
+
+    RUNNING = 0
+    DONE = 1
+
+
+InfoPoint = collections.namedtuple("InfoPoint", "x y")
+
+
+@dataclasses.dataclass
+class InfoStats:
+    score: int
+    name: str
+
+
+def info_value(kind: str, t: int) -> Any:
+    """A value of ``kind`` (one of ``INFO_KINDS``) that changes with ``t``: each is a row of the
+    infos table in docs/concepts/infos.md (what each runtime carries)."""
+    if kind == "plain":
+        return {"n": t, "f": t / 2, "b": t % 2 == 0, "s": f"t{t}", "by": bytes([t % 256]), "none": None,
+                "list": [t, "x", [1.5]], "tuple": (t, ("a", b"b")), "dict": {"a": t, "b": [t]}}  # fmt: skip
+    if kind == "numpy":
+        return {"f32": np.float32(t), "i8": np.int8(-t), "c": np.complex64(t + 1j), "bool": np.bool_(t % 2),
+                "arr": np.arange(t + 3, dtype=np.int16).reshape(1, -1), "str": np.array(["a", "bc"]),
+                "in_list": [np.float64(t), np.zeros(2, np.uint8)]}  # fmt: skip
+    if kind == "batched_subclass":  # subclasses that batching turns into their base anyway
+        return collections.OrderedDict(n=t, m=np.ma.masked_array([t, 1], mask=[False, True]))
+    values = {
+        "intenum": lambda: InfoStatus(t % 2),
+        "namedtuple": lambda: InfoPoint(t, -t),
+        "set": lambda: {t, t + 1},
+        "frozenset": lambda: frozenset([t, "x"]),
+        "dataclass": lambda: InfoStats(t, "me"),
+        "object_array": lambda: np.array([t, "x", None], dtype=object),
+        "datetime64": lambda: np.datetime64(t, "s"),
+        "datetime64_array": lambda: np.arange(t, t + 2).astype("datetime64[D]"),
+        # (a timedelta64 scalar is an np.number: gymnasium's batching fails on it, not inside a list)
+        "timedelta64": lambda: [np.timedelta64(t, "ms"), np.arange(2).astype("m8[ms]")],
+        "subclass_in_list": lambda: [collections.OrderedDict(n=t)],
+        "object": lambda: fractions.Fraction(t, 3),  # any other picklable object
+        "unpicklable": lambda: threading.Lock(),
+    }
+    return values[kind]()
+
+
+INFO_KINDS = (
+    "plain", "numpy", "batched_subclass", "intenum", "namedtuple", "set", "frozenset", "dataclass", "object_array",
+    "datetime64", "datetime64_array", "timedelta64", "subclass_in_list", "object", "unpicklable",
+)  # fmt: skip
+
+
+class InfoKindsEnv(gym.Env):
+    """Returns in its infos a value of ``kind`` (``INFO_KINDS``), at every reset and step, under
+    ``info["value"]`` and nested (``info["stats"]["when"]``); episodes of ``episode_length`` steps,
+    so that autoresets carry it in ``final_info`` too.
+
+    ``pickling``: a hostile env that makes its server pickle such values whatever the agent said (it
+    runs in the server's process), as if its runtime were no trust boundary."""
+
+    def __init__(self, kind: str = "plain", episode_length: int = 3, pickling: bool = False):
+        self.observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.kind, self.episode_length, self.pickling, self.t = kind, int(episode_length), bool(pickling), 0
+
+    def _info(self) -> dict:
+        if self.pickling:
+            from portal_shm.wire.info_codec import PICKLE, InfoCodec
+
+            _own_server().info_codec = InfoCodec(PICKLE)
+        return {"value": info_value(self.kind, self.t), "stats": {"when": info_value(self.kind, self.t + 1)}}
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), self._info()
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), float(self.t), False, self.t >= self.episode_length, self._info()

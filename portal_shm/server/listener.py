@@ -1,10 +1,10 @@
 """Long-running env servers that agents attach to by address (``portal-shm start``).
 
 A listener binds a ZeroMQ REP socket at a known address and, for every agent that asks, starts a
-worker: the same command line it was started with, minus ``--listen``, with the agent's config in
-the environment, so each agent session gets fresh envs in a fresh process. Agents poll a
-worker's status through the listener, which is how they notice a worker that died. Runs on the
-env side: standard library, pyzmq and msgpack only.
+worker: the same command line it was started with, minus ``--listen``, handed the agent's config
+as a private file in the agent's run directory (``wire/launch.py``), so each agent session gets
+fresh envs in a fresh process. Agents poll a worker's status through the listener, which is how
+they notice a worker that died. Runs on the env side: standard library, pyzmq and msgpack only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Optional
 import zmq
 
 from ..wire import protocol as P
-from ..wire.launch import CONFIG_ENV_VAR, encode_config, read_tail
+from ..wire.launch import CONFIG_ENV_VAR, read_tail, remove_config, write_config
 
 
 def worker_command(argv: list) -> list:
@@ -75,11 +75,20 @@ def _handle(request: dict, workers: dict, counter, command: list) -> dict:
         worker_id = f"w{next(counter)}"
         log_path = os.path.join(config["run_dir"], f"worker-{config['server_index']}.log")
         env = dict(os.environ)
-        env[CONFIG_ENV_VAR] = encode_config(config)
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        env[CONFIG_ENV_VAR] = write_config(P.packb(config), config["run_dir"])
+        try:
+            with open(log_path, "ab") as log:
+                process = subprocess.Popen(
+                    command,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except BaseException:
+            remove_config(env[CONFIG_ENV_VAR])
+            raise
         workers[worker_id] = (process, log_path)
         return {"ok": True, "worker": worker_id, "pid": process.pid}
     if cmd in ("status", "stop"):

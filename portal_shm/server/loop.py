@@ -23,13 +23,16 @@ from ..wire import trees
 from ..wire.doorbell import Bell, Waiter, close_all, cores_idle, spin_until
 from ..wire.end_states import MAX_STATE_BYTES, end_states_path, write_record
 from ..wire.handoff import fetch_descriptors
+from ..wire.info_codec import REFUSE, InfoCodec, InfoRefused
 from ..wire.layout import CMD, EXTRA, SEQ, SLOT, STATUS, STATUS_ERROR, STATUS_OK, STATUS_WRITING
 from ..wire.payoff import SpinPayoff
 from ..wire.ring import Ring
 from ..wire.schema import is_fixed, leaves, revive, space_to_schema
 from .envs import get_attr, set_attr
 from .native import Columns, batch_of, hosting
+from .obs_check import LeafCheck, leaf_name
 from .recording import check_renders, frame_rings, stepping_envs
+from .sizes import cap_of, fitted
 from .state import capture, carries_mid_episode, restore, warm
 from .stats import ServerCounters
 
@@ -54,6 +57,7 @@ def error_message(exc: BaseException, env_index: Optional[int], phase: str) -> d
         else f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        **(exc.detail if isinstance(exc, InfoRefused) else {}),  # the server's own refusal: its kind, fields
     }
 
 
@@ -123,6 +127,9 @@ class EnvServer:
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 2000)
         self.socket.connect(config["control_address"])
+        self.max_message = cap_of(config)  # the agent's socket drops a bigger message, and the connection
+        # What the agent said of values msgpack cannot carry exactly: pickled, refused or converted
+        self.info_codec = InfoCodec(config.get("infos", REFUSE))
         self._lock_fd: Optional[int] = None
         self.ring: Optional[Ring] = None
         self.go: Optional[Waiter] = None
@@ -130,8 +137,16 @@ class EnvServer:
         self.rung = False
 
     # -- plumbing -------------------------------------------------------------------------
-    def send(self, message: dict) -> None:
-        self.socket.send(P.packb(message), copy=False)
+    def send(self, message: dict, about: str = "", env_indices: Optional[list] = None) -> bool:
+        """Send one control message; one over the agent's cap goes as an ERROR naming what was too
+        big (``sizes.py``), and then False. ``about``: the command it answers; ``env_indices``: the
+        envs its ``results`` belong to."""
+        return self._send_packed(P.packb(message), message, about, env_indices)
+
+    def _send_packed(self, data: bytes, message: dict, about: str, env_indices: Optional[list]) -> bool:
+        refusal = fitted(data, message, self.max_message, about, env_indices or self.env_indices)
+        self.socket.send(data if refusal is None else refusal, copy=False)
+        return refusal is None
 
     def agent_alive(self) -> bool:
         """The agent holds an exclusive record lock on its lock file for as long as it lives."""
@@ -258,7 +273,9 @@ class EnvServer:
         self.obs_var = []
         for index, (path, leaf) in enumerate(leaves(obs_schema)):
             if is_fixed(leaf):
-                self.obs_fixed.append((_leaf_getter(path), views[f"obs.{index}"]))
+                view = views[f"obs.{index}"]  # each leaf written as SyncVectorEnv writes it (``obs_check.py``)
+                check = LeafCheck(view.shape[2:], view.dtype, leaf_name(path))
+                self.obs_fixed.append((_leaf_getter(path), view, check.check))
             else:
                 self.obs_var.append((index, _leaf_getter(path)))
         # Actions with a variable layout (Text, Graph, custom spaces...) come as a message instead.
@@ -273,6 +290,10 @@ class EnvServer:
             if len(self.obs_fixed) == 1 and not self.obs_var and leaves(obs_schema)[0][0] == ()
             else None
         )
+        self.whole_check = self.obs_fixed[0][2] if self.whole_obs is not None else None
+        if self.native is not None and self.whole_obs is not None:  # a native batch's: all its envs' in one array
+            rows = self.whole_obs[0, self.env_indices]
+            self.whole_check = LeafCheck(rows.shape, rows.dtype, batch=True).check
         first, last = self.env_indices[0], self.env_indices[-1] + 1
         self.rows: Any = slice(first, last) if self.env_indices == list(range(first, last)) else self.env_indices
         self.reward = views["reward"]
@@ -376,8 +397,8 @@ class EnvServer:
 
     # -- the hot path ---------------------------------------------------------------------
     def _write(self, k: int, j: int, i: int, obs: Any, payload: list) -> None:
-        for get, array in self.obs_fixed:
-            array[k, i] = get(obs)
+        for get, array, check in self.obs_fixed:
+            array[k, i] = check(get(obs))
         if self.obs_var:
             payload.append(self._remember(j, obs))
 
@@ -399,8 +420,7 @@ class EnvServer:
         """Encode the env's infos (and variable-layout obs; and a native batch's ``columns``: the
         infos of all this server's envs) into its row, or into ``extras`` when too big for it;
         returns the length to write to ``info_len`` (-1: spilled)."""
-        entry = [infos, payload[0] if payload else None]
-        blob = P.packb(entry if columns is None else entry + [columns])
+        blob = self.info_codec.entry(i, infos, payload[0] if payload else None, columns)
         if len(blob) <= self.info_capacity:
             self.info[k, i, : len(blob)] = np.frombuffer(blob, np.uint8)
             return len(blob)
@@ -436,12 +456,13 @@ class EnvServer:
             if message.get("cmd") != P.ACTIONS:
                 raise P.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
             actions = message["actions"]
-        envs, indices, autoreset, read_action, whole = (
+        envs, indices, autoreset, read_action, whole, check = (
             self.counters.timed if sampled else self.stepping,
             self.env_indices,
             self.autoreset,
             self.read_action,
             self.whole_obs,
+            self.whole_check,
         )
         count = len(envs)
         # SAME_STEP: end_only envs' states taken before their reset
@@ -470,7 +491,7 @@ class EnvServer:
                         infos.append(info)
                 rewards[j], terminateds[j], truncateds[j] = reward, terminated, truncated
                 if whole is not None:
-                    whole[k, i] = obs
+                    whole[k, i] = check(obs)
                     if any(infos):
                         lengths[j] = self._blob(k, i, infos, [], extras)
                 else:
@@ -490,13 +511,18 @@ class EnvServer:
             mailbox[STATUS] = STATUS_ERROR
             mailbox[EXTRA] = 0
             return False
-        states = self._states_to_retire(at_end) if retire and all(autoreset) else None
+        states = self._states_to_retire(at_end, extras) if retire and all(autoreset) else None
         if self.ends_fd is not None and any(autoreset) and states is None:
             self.ends_due = (int(self._words[SEQ]), at_end)
+        sent = True
         if states is not None:
-            self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "held": True})
+            sent = self.send({"cmd": P.EXTRA, "blobs": extras, "states": states, "held": True}, "step")
         elif extras:
-            self.send({"cmd": P.EXTRA, "blobs": extras})
+            sent = self.send({"cmd": P.EXTRA, "blobs": extras}, "step")
+        if not sent:  # over the agent's cap: an error naming the envs went instead
+            mailbox[STATUS] = STATUS_ERROR
+            mailbox[EXTRA] = 0
+            return False
         mailbox[EXTRA] = 1 if extras or states is not None else 0
         mailbox[STATUS] = STATUS_OK
         return states is not None
@@ -521,6 +547,7 @@ class EnvServer:
             start = time.perf_counter_ns() if sampled else 0
             try:
                 obs, rewards, terminateds, truncateds, infos = self.native.step(self.act_rows(k))
+                obs = self.whole_check(obs)
             except Exception as exc:
                 errors.append(error_message(exc, indices[0], "step"))
                 obs = None
@@ -560,8 +587,10 @@ class EnvServer:
         self._write_results(k, rewards, terminateds, truncateds, lengths, errors)
         if sampled:
             self.counters.commit_sample()
-        if extras:
-            self.send({"cmd": P.EXTRA, "blobs": extras})
+        if extras and not self.send({"cmd": P.EXTRA, "blobs": extras}, "step"):
+            mailbox[STATUS] = STATUS_ERROR  # over the agent's cap: an error naming the envs went instead
+            mailbox[EXTRA] = 0
+            return False
         mailbox[EXTRA] = 1 if extras else 0
         mailbox[STATUS] = STATUS_OK
         return False
@@ -601,15 +630,19 @@ class EnvServer:
         self._close_envs()
         return True
 
-    def _states_to_retire(self, at_end: dict) -> Optional[list]:
+    def _states_to_retire(self, at_end: dict, extras: dict) -> Optional[list]:
         """Every env's state at its episode's end (``at_end``: those taken before a SAME_STEP
-        reset), or None where one could not be taken (a wrapper's state that is not plain data):
-        the agent then asks for them, and learns why, the way it does of an older server."""
+        reset), or None where one could not be taken (a wrapper's state that is not plain data)
+        or they would not fit one message beside the step's infos (``extras``): the agent then
+        asks for them, and learns why, the way it does of an older server."""
         try:
             states = [self._state_at_end(j, at_end) for j in range(len(self.envs))]
         except Exception:
             return None
-        return None if None in states else states
+        if None in states:
+            return None
+        carried = sum(map(len, states)) + sum(map(len, extras.values()))
+        return None if carried + 1024 + 16 * len(states) > self.max_message else states
 
     def _state_at_end(self, j: int, at_end: dict) -> Optional[bytes]:
         """Env ``j``'s state after the step that ended its episode, taken where a fresh server
@@ -691,14 +724,14 @@ class EnvServer:
                 if errors:
                     self.send(dict(errors[0], more=errors[1:]))
                 else:
-                    self.send({"cmd": P.REPLY, "extras": self._reset_extras})
+                    self.send({"cmd": P.REPLY, "extras": self._reset_extras}, str(cmd))
             elif cmd == P.CALL:
                 results = []
                 for j in self._chosen(message):
                     env_index = self.env_indices[j]
                     attr = get_attr(self.envs[j], message["name"])
                     results.append(attr(*message["args"], **message["kwargs"]) if callable(attr) else attr)
-                self._reply_results(results, message["name"])
+                self._reply_results(results, message["name"], message)
             elif cmd == P.SET_ATTR:
                 for value, j in zip(message["values"], self._chosen(message)):
                     env_index = self.env_indices[j]
@@ -711,7 +744,7 @@ class EnvServer:
                     env_index = self.env_indices[j]
                     results.append(self._capture(j, allow_pickle))
                 closing = message.get("then_close") is True  # recycling: the states, then this server goes
-                self._reply_results(results, "get_state", {"closed": True} if closing else None)
+                self._reply_results(results, "get_state", message, {"closed": True} if closing else None)
                 if closing:
                     self._close_envs()
                     return False
@@ -729,7 +762,7 @@ class EnvServer:
                 for j, env in enumerate(self.envs):
                     env_index = self.env_indices[j]
                     results.append(env.render())
-                self._reply_results(results, "render")
+                self._reply_results(results, "render", message)
             elif cmd == P.CLOSE:
                 # Close every env even when one raises, then stop: the agent is closing anyway.
                 failure = self._close_envs()
@@ -775,12 +808,15 @@ class EnvServer:
         self.envs = []
         return failure
 
-    def _reply_results(self, results: list, name: str, extra: Optional[dict] = None) -> None:
+    def _reply_results(self, results: list, name: str, asked: dict, extra: Optional[dict] = None) -> None:
+        """Send the results of the command ``asked`` (one per env it names)."""
+        reply = {"cmd": P.REPLY, "results": results, **(extra or {})}
         try:
-            data = P.packb({"cmd": P.REPLY, "results": results, **(extra or {})})
+            data = P.packb(reply)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"the result of {name!r} cannot be sent to the agent: {exc}") from None
-        self.socket.send(data, copy=False)
+        about = f"call({name!r})" if asked.get("cmd") == P.CALL else f"{name}()"
+        self._send_packed(data, reply, about, [self.env_indices[j] for j in self._chosen(asked)])
 
     def reset(self, message: dict) -> list:
         """Reset the envs (those in the mask); returns the error messages of envs that raised."""
@@ -829,7 +865,7 @@ class EnvServer:
                 except Exception as exc:
                     errors.append(error_message(exc, i, P.RESET))
             else:
-                for _, array in self.obs_fixed:
+                for _, array, _ in self.obs_fixed:
                     array[k, i] = array[prev, i]
                 if self.obs_var:
                     payload.append(self.last_var_obs[j])
@@ -844,6 +880,7 @@ class EnvServer:
             return
         try:
             obs, infos = self.native.reset(np.array(chosen), [seeds[j] for j in chosen])
+            obs = self.whole_check(obs)
         except Exception as exc:
             errors.append(error_message(exc, self.env_indices[chosen[0]], P.RESET))
             return

@@ -1,8 +1,8 @@
 """How an env server starts: its config from the agent, its envs, the handshake, and the exits.
 
-Start it with ``python -m portal_shm.server --config JSON`` (what the backends do) or call
-``serve(factory)`` from an image's entry script; either way the agent passes its connection
-details in the config (``portal_shm.wire.launch``).
+Start it with ``python -m portal_shm.server`` (what the backends do) or call ``serve(factory)`` from
+an image's entry script; either way the agent passes its connection details in the config, a
+private file named by ``$PORTAL_SHM_SERVER_CONFIG`` or ``--config`` (``portal_shm.wire.launch``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .envs import LegacyEnv, is_legacy, load_entry_point, make_env
 from .import_path import adopt
 from .loop import AgentGone, EnvServer, error_message
 from .native import is_batched, make_batched
+from .sizes import cap_of, fitted
 
 
 def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
@@ -110,7 +111,8 @@ def run(config: dict, factory: Optional[Callable[..., Any]] = None, envs: Option
         socket.connect(config["control_address"])
         message = error_message(exc, None, "make")
         message["env_index"] = int(config["env_indices"][0])
-        socket.send(P.packb(message))
+        data = P.packb(message)
+        socket.send(fitted(data, message, cap_of(config), "make", config["env_indices"]) or data)
         socket.close()
         context.term()
         return 3
@@ -131,7 +133,10 @@ def run(config: dict, factory: Optional[Callable[..., Any]] = None, envs: Option
 def load_config(argv: Optional[list] = None, worker: Optional[list] = None) -> Optional[dict]:
     """The agent's config; None when started with ``--listen ADDRESS`` (then it has been served)."""
     parser = argparse.ArgumentParser(prog="python -m portal_shm.server", description=__doc__)
-    parser.add_argument("--config", help=f"JSON connection config (default: ${CONFIG_ENV_VAR})")
+    parser.add_argument(
+        "--config",
+        help=f"the agent's config: file:PATH (read and removed), b64:MSGPACK or JSON (default: ${CONFIG_ENV_VAR})",
+    )
     parser.add_argument(
         "--listen", metavar="ADDRESS", help="run as a long-lived listener at ADDRESS (ipc://PATH) that agents attach to"
     )

@@ -14,7 +14,8 @@ redirects its output to its own log, reseeds Python's and numpy's global generat
 process would draw them) and serves exactly as ``startup.run`` does, with the copied envs.
 
 The agent speaks to the zygote over one Unix socket in its private run directory (the peer must
-be the zygote's own user) in the frames of ``wire/zygote_frames.py``. The zygote exits when the
+be the zygote's own user) in the frames of ``wire/zygote_frames.py``; each fork's config comes as
+a file beside it, as every server's does (``wire/launch.py``). The zygote exits when the
 agent closes the socket or dies; the servers it forked live on, each watching the agent itself.
 """
 
@@ -29,9 +30,10 @@ import struct
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from ..wire import protocol as P
+from ..wire.launch import decode_config
 from ..wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
 from .state import warm
 
@@ -148,9 +150,10 @@ class Zygote:
     def _handle(self, message: dict) -> None:
         cmd = message.get("cmd")
         if cmd == FORK and not self.blockers:
-            request, config, log_path = message.get("id"), message.get("config"), message.get("log_path")
-            if not isinstance(config, dict) or not isinstance(log_path, str):
-                raise P.ProtocolError("a fork request needs a config map and a log path")
+            request, log_path = message.get("id"), message.get("log_path")
+            config = message.get("config_file", message.get("config"))  # (a map inline: older agents)
+            if not isinstance(config, (str, dict)) or not isinstance(log_path, str):
+                raise P.ProtocolError("a fork request needs a config (file or map) and a log path")
             pid = os.fork()
             if pid == 0:
                 self._become_server(config, log_path)
@@ -184,8 +187,9 @@ class Zygote:
             except OSError:
                 pass
 
-    def _become_server(self, config: dict, log_path: str) -> None:
-        """In the forked child: drop the zygote's ends, take a log of its own, serve, exit."""
+    def _become_server(self, config: Union[str, dict], log_path: str) -> None:
+        """In the forked child: drop the zygote's ends, take a log of its own, read its config (a
+        file the agent wrote, read and removed here, as ``startup.load_config`` does), serve, exit."""
         code = 1
         try:
             self.listener.close()
@@ -203,7 +207,7 @@ class Zygote:
             numpy = sys.modules.get("numpy")
             if numpy is not None:
                 numpy.random.seed()
-            code = self.serve(config, self.envs)
+            code = self.serve(decode_config(config) if isinstance(config, str) else config, self.envs)
         except BaseException:
             traceback.print_exc()
         finally:

@@ -2,13 +2,16 @@
 
 Both sides import this module, so it must stay importable on Python 3.9 with numpy 1.x and
 nothing beyond numpy and msgpack. Decoding is written for untrusted input: an env runtime can
-send anything, and the worst it may cause in the agent is a ``ProtocolError``.
+send anything, and the worst it may cause in the agent is a ``ProtocolError``. The one exception,
+``unpackb(..., unpickle=True)``, is for the infos of servers whose runtime is no trust boundary
+(``info_codec.py``): what msgpack cannot carry exactly comes from them pickled (``EXT_PICKLE``).
 """
 
 from __future__ import annotations
 
+import pickle
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 import numpy as np
@@ -56,11 +59,19 @@ CMD_RETIRE = 8
 # an idle vCPU halts, then overlaps the writing instead of following it.
 CMD_RING_EARLY = 16
 
+# The most bytes one control message may hold: the agent's socket drops a bigger one together with
+# the connection (ZeroMQ's MAXMSGSIZE), so servers measure theirs first (``server/sizes.py``). The
+# agent hands its cap to each server in the config ("max_message_bytes").
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+# An ERROR's "kind" when the server sent it in place of a message over the cap: nothing crashed.
+KIND_MESSAGE_TOO_BIG = "message-too-big"
+# ... and when an env's info value may not be sent as it is (``info_codec.py``): nor did anything crash.
+KIND_INFO_ENCODING = "info-encoding"
 
 _EXT_NDARRAY = 1
 _EXT_NUMPY_SCALAR = 2
 _EXT_TUPLE = 3
+EXT_PICKLE = 4  # one value pickled: only infos, only from runtimes that are no trust boundary
 
 
 def _buffer_option() -> dict[str, int]:
@@ -87,6 +98,10 @@ class ProtocolError(Exception):
     """A message that does not follow the protocol: corrupt, oversized or of an unsafe type."""
 
 
+class UnpickleError(ProtocolError):
+    """A pickled info value that this side cannot load (its class is not importable here)."""
+
+
 def _checked_dtype(descr: Any) -> np.dtype:
     dtype = safe_dtype(descr, MESSAGE_KINDS)
     if dtype is None:
@@ -94,18 +109,35 @@ def _checked_dtype(descr: Any) -> np.dtype:
     return dtype
 
 
+def numpy_ext(obj: Any) -> msgpack.ExtType:
+    """A numpy array or scalar of a ``MESSAGE_KINDS`` dtype (the caller checked) as its extension."""
+    if isinstance(obj, np.ndarray):
+        header = msgpack.Packer(**_SMALL).pack([obj.dtype.str, list(obj.shape)])
+        return msgpack.ExtType(_EXT_NDARRAY, header + np.ascontiguousarray(obj).tobytes())
+    return msgpack.ExtType(_EXT_NUMPY_SCALAR, msgpack.Packer(**_SMALL).pack(obj.dtype.str) + obj.tobytes())
+
+
+def tuple_ext(items: bytes) -> msgpack.ExtType:
+    """A tuple as its extension, given its items packed as a list."""
+    return msgpack.ExtType(_EXT_TUPLE, items)
+
+
+def new_packer(default: Callable[[Any], Any]) -> msgpack.Packer:
+    """A packer of exact types (subclasses and tuples go to ``default``), bytes as bin."""
+    return msgpack.Packer(default=default, use_bin_type=True, strict_types=True, **_SMALL)
+
+
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if not allowed(obj.dtype, MESSAGE_KINDS):
             raise TypeError(f"numpy arrays of dtype {obj.dtype} cannot be sent (object arrays are not allowed)")
-        header = msgpack.Packer(**_SMALL).pack([obj.dtype.str, list(obj.shape)])
-        return msgpack.ExtType(_EXT_NDARRAY, header + np.ascontiguousarray(obj).tobytes())
+        return numpy_ext(obj)
     if isinstance(obj, np.generic):
         if not allowed(obj.dtype, MESSAGE_KINDS):
             raise TypeError(f"numpy scalars of dtype {obj.dtype} cannot be sent")
-        return msgpack.ExtType(_EXT_NUMPY_SCALAR, msgpack.Packer(**_SMALL).pack(obj.dtype.str) + obj.tobytes())
+        return numpy_ext(obj)
     if isinstance(obj, tuple):
-        return msgpack.ExtType(_EXT_TUPLE, _packer_bytes(list(obj)))
+        return tuple_ext(_packer_bytes(list(obj)))
     if isinstance(obj, dict):
         return dict(obj)
     if isinstance(obj, list):
@@ -128,8 +160,7 @@ def _plain(obj: Any) -> Any:
 
 def _packer_bytes(obj: Any) -> bytes:
     # msgpack ships py.typed but leaves packb unannotated; no local or cast on this per-message path
-    packer = msgpack.Packer(default=_default, use_bin_type=True, strict_types=True, **_SMALL)
-    return packer.pack(obj)  # type: ignore[no-any-return]
+    return new_packer(_default).pack(obj)  # type: ignore[no-any-return]
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
@@ -179,18 +210,38 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise ProtocolError("numpy scalar payload has the wrong size")
         return np.frombuffer(payload, dtype=dtype)[0]
     if code == _EXT_TUPLE:
-        depth = getattr(_nesting, "depth", 0)
-        if depth >= MAX_TUPLE_NESTING:
-            raise ProtocolError(f"tuples nested deeper than {MAX_TUPLE_NESTING}")
-        _nesting.depth = depth + 1
-        try:
-            value = unpackb(data)
-        finally:
-            _nesting.depth = depth
-        if not isinstance(value, list):
-            raise ProtocolError("corrupt tuple")
-        return tuple(value)
+        return _tuple(data, False)
+    if code == EXT_PICKLE:
+        raise ProtocolError(
+            "a pickled value: the agent unpickles infos only from servers whose runtime is no trust "
+            "boundary (process, venv, micromamba), never from this one"
+        )
     raise ProtocolError(f"unknown msgpack extension type {code}")
+
+
+def _unpickling_hook(code: int, data: bytes) -> Any:
+    if code == EXT_PICKLE:
+        try:
+            return pickle.loads(data)
+        except Exception as exc:
+            raise UnpickleError(f"{type(exc).__name__}: {exc}") from None
+    if code == _EXT_TUPLE:
+        return _tuple(data, True)
+    return _ext_hook(code, data)
+
+
+def _tuple(data: bytes, unpickle: bool) -> tuple[Any, ...]:
+    depth = getattr(_nesting, "depth", 0)
+    if depth >= MAX_TUPLE_NESTING:
+        raise ProtocolError(f"tuples nested deeper than {MAX_TUPLE_NESTING}")
+    _nesting.depth = depth + 1
+    try:
+        value = unpackb(data, unpickle)
+    finally:
+        _nesting.depth = depth
+    if not isinstance(value, list):
+        raise ProtocolError("corrupt tuple")
+    return tuple(value)
 
 
 def packb(obj: Any) -> bytes:
@@ -198,14 +249,17 @@ def packb(obj: Any) -> bytes:
     return _packer_bytes(obj)
 
 
-def unpackb(data: bytes) -> Any:
-    """Decode a message from an untrusted peer; any malformation becomes a ``ProtocolError``."""
+def unpackb(data: bytes, unpickle: bool = False) -> Any:
+    """Decode a message from an untrusted peer; any malformation becomes a ``ProtocolError``.
+
+    ``unpickle``: also load pickled values (``EXT_PICKLE``), for the infos of a server whose runtime
+    is no trust boundary alone; one that cannot be loaded here is an ``UnpickleError``."""
     if len(data) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(data)} bytes exceeds the limit of {MAX_MESSAGE_BYTES}")
     try:
         return msgpack.unpackb(
             data,
-            ext_hook=_ext_hook,
+            ext_hook=_unpickling_hook if unpickle else _ext_hook,
             raw=False,
             strict_map_key=False,
             use_list=True,

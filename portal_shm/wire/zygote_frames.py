@@ -1,6 +1,6 @@
 """The frames an agent and a zygote exchange over their Unix socket (``server/zygote.py``).
 
-Length-prefixed msgpack maps: the agent sends ``fork`` (a server's config and log path) and
+Length-prefixed msgpack maps: the agent sends ``fork`` (a server's config file and log path) and
 ``signal`` (for a forked server the zygote has not reaped yet); the zygote sends ``ready`` once
 (whether it can fork, and why not), ``forked`` (the pid of a request) and ``exited`` (a forked
 server's exit status). Both sides check sizes and types: a frame is untrusted input.

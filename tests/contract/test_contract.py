@@ -18,6 +18,7 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import portal_shm
+from portal_shm.runtimes.resources import run_base_dir
 from testkit.compare import assert_same, follow_each_env, kept, rollout
 from testkit.native_ale import breakout_in_process, breakout_options
 from tests.contract.conftest import ATARI_VECTOR
@@ -196,6 +197,23 @@ def test_local_servers_name_their_process(make):
     envs = make("CartPole-v1", 2)
     for server in envs.servers:
         assert isinstance(server["pid"], int) and not pid_gone(server["pid"]), server
+
+
+def test_env_kwargs_of_a_megabyte_reach_every_server_and_leave_no_config_file(make):
+    """A server's config travels as a private file, not in an environment variable (Linux refuses
+    one over 128 KiB): 1 MB of env kwargs starts and serves; the servers removed their files."""
+    if make.hosted:
+        pytest.skip("an env host takes env kwargs of at most 64 KiB from an agent (its hello's cap)")
+    payload = "0123456789abcdef" * (1 << 16)  # (1 MiB)
+    envs = make("portal_shm.server.example_envs:PayloadEnv", 4, payload=payload, episode_length=3)
+    assert envs.get_attr("payload_length") == (len(payload),) * 4
+    assert envs.get_attr("payload")[3] == payload  # (the kwarg itself arrived whole)
+    envs.reset(seed=0)
+    assert envs.step(np.zeros(4, np.int64))[1].tolist() == [1.0] * 4
+    run_dir = os.path.join(run_base_dir(), envs.tag)
+    assert [name for name in os.listdir(run_dir) if name.startswith("config-")] == []
+    envs.close()
+    assert not os.path.exists(run_dir)
 
 
 def test_async_batches_follow_each_envs_own_gymnasium_env(make):

@@ -10,6 +10,7 @@ the other Docker tests.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -239,11 +240,17 @@ def test_an_agent_container_steps_envs_on_a_remote_host_with_keys_mounted_as_sec
     agent_image, _ = images
     keys = Keys(str(tmp_path / "keys"))
     host = HostProcess(keys)
+    # What the agent needs (the host's public key, its own pair) in a secrets folder of its own, owned
+    # by the container's user: the host's key directory stays the host's (it refuses one another user owns).
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(mode=0o700)
+    for path in (keys.host_key, keys.agent, keys.agent[: -len("_secret")]):
+        shutil.copy(path, secrets)
     try:
-        subprocess.run(["chown", "-R", "{}:{}".format(*agent_user(None)), keys.root], check=True)
-        relative = [os.path.relpath(path, keys.root) for path in (keys.host_key, keys.agent)]
+        subprocess.run(["chown", "-R", "{}:{}".format(*agent_user(None)), str(secrets)], check=True)
+        relative = [os.path.basename(path) for path in (keys.host_key, keys.agent)]
         result = portal_shm_cli(
-            "agent", "--network", "host", "-v", f"{keys.root}:/run/secrets/portal-shm:ro", agent_image, "--",
+            "agent", "--network", "host", "-v", f"{secrets}:/run/secrets/portal-shm:ro", agent_image, "--",
             "python", "-c", REMOTE, host.address, *relative,
         )  # fmt: skip
     finally:

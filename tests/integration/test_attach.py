@@ -38,6 +38,22 @@ def test_agents_attach_one_after_another(listener):
     assert [name for name in os.listdir(os.path.dirname(listener[len("ipc://") :]))] == ["listener.sock"]
 
 
+def test_a_listeners_workers_take_a_megabyte_of_env_kwargs(listener):
+    """The listener hands each worker the agent's config as a private file in the agent's run
+    directory, not in the worker's environment (Linux refuses a variable over 128 KiB)."""
+    payload = "0123456789abcdef" * (1 << 16)
+    envs = portal_shm.make_vec(
+        "portal_shm.server.example_envs:PayloadEnv", 2, backend="attach", address=listener, payload=payload
+    )
+    try:
+        assert envs.get_attr("payload_length") == (len(payload), len(payload))
+        run_dir = os.path.join(os.path.dirname(listener[len("ipc://") :]), envs.tag)
+        assert [name for name in os.listdir(run_dir) if name.startswith("config-")] == []
+    finally:
+        envs.close()
+    assert not os.path.exists(run_dir)
+
+
 def test_attached_worker_errors_and_deaths_are_reported(listener):
     with pytest.raises(portal_shm.EnvNotFoundError, match="NoSuchEnv"):
         portal_shm.make_vec("NoSuchEnv-v0", 1, backend="attach", address=listener)

@@ -426,6 +426,72 @@ def test_an_env_ringing_every_pipe_of_its_server_costs_only_its_own_session(star
     assert report["steps"] > 20
 
 
+# -- an env that wedges its server where the router looks ------------------------------------------------
+
+WEDGING = "portal_shm.server.example_envs:WedgingEnv"
+
+
+def _step_until_error(envs, steps=6):
+    """Lockstep steps until one raises: that error (None: none did)."""
+    for _ in range(steps):
+        try:
+            envs.step(np.zeros(envs.num_envs, np.int64))
+        except Exception as exc:
+            return exc
+    return None
+
+
+@pytest.mark.parametrize("how", ["writing", "promise"])
+def test_an_env_that_wedges_its_server_ends_only_its_own_session(start_host, keys, how):
+    """An env can write its own server's status word and ring its agent: it says "writing, results
+    follow" (the early ring's state) or "done, a message follows", and then sleeps in ``step``. The
+    router never waits on either: the step goes to the session's thread, whose step timeout (the
+    host's ``--step-timeout``) ends the session with an error to its agent and a log line naming
+    the key, the session and the env; the honest tenant's every step is answered within a second."""
+    host = start_host("--step-timeout", "3")
+    with HonestAgent(host.address, keys) as honest:
+        wedged = remote(WEDGING, 2, host, keys, client_key=keys.tenant, env_kwargs={"how": how, "after": 3})
+        try:
+            wedged.reset(seed=0)
+            outcome = _step_until_error(wedged)
+        finally:
+            _close_quietly(wedged)
+        report = honest.finish()
+    _host_alive(host)
+    assert isinstance(outcome, portal_shm.PortalTimeoutError), repr(outcome)
+    assert "ended this session" in str(outcome) and "--step-timeout" in str(outcome), outcome
+    assert host.wait_for_log("wedged", 5), host.log[-3000:]
+    line = next(line for line in host.log.splitlines() if "wedged" in line)
+    assert re.search(r"session 127\.0\.0\.1 \(tenant\.key\) #\d+: an env is wedged", line), line
+    assert re.search(r"env server \d \(envs \[[\d, ]+\]\)", line), line
+    assert report["max_ms"] < 1000, report
+
+
+def test_sigterm_stops_a_host_whose_env_is_wedged(start_host, keys):
+    """With an env asleep inside a step (the host's default step timeout is minutes), SIGTERM stops
+    the daemon within seconds: the router is never the one waiting, and its close stops the
+    session's servers under the step."""
+    host = start_host()
+    wedged = remote(WEDGING, 2, host, keys, env_kwargs={"how": "promise", "after": 1})
+    outcome = []
+    try:
+        wedged.reset(seed=0)
+        stepping = threading.Thread(target=lambda: outcome.append(_step_until_error(wedged, 1)), daemon=True)
+        stepping.start()
+        time.sleep(1.0)  # the step is wedged, past the router's handover
+        assert stepping.is_alive(), outcome
+        started = time.monotonic()
+        host.process.send_signal(signal.SIGTERM)
+        host.process.wait(30)
+        took = time.monotonic() - started
+        stepping.join(30)
+    finally:
+        _close_quietly(wedged)
+    assert took < 20, f"the host took {took:.1f} s to stop"
+    assert "stopped (SIGTERM)" in host.log, host.log[-3000:]
+    assert outcome and isinstance(outcome[0], portal_shm.PortalError), outcome
+
+
 # -- cheap amplifiers: sizes an agent asks for, spaces an env declares -------------------------------------
 
 

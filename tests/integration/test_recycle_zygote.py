@@ -156,3 +156,32 @@ def test_servers_forked_from_a_zygote_start_without_their_predecessors_leak():
     # 20 MiB leaked per reset, each server recycled every ~4 episodes: far less than 20 x episodes
     assert all(server["rss_mb"] is not None and server["rss_mb"] < 300 for server in servers), servers
     assert all("forked from a zygote" in runtime for runtime in forked), forked
+
+
+def test_spares_of_servers_with_env_kwargs_larger_than_a_zygote_frame_are_forked_all_the_same():
+    """Each fork's config goes as a private file beside the zygote's socket, as every server's does:
+    env kwargs past a frame's limit fork as any other, and nothing stays behind (a spare being forked
+    may hold its file a moment: the run directory goes at close)."""
+    from portal_shm.runtimes.resources import run_base_dir
+    from portal_shm.wire.zygote_frames import MAX_FRAME
+
+    payload = bytes(MAX_FRAME + (1 << 20))
+    vector = {"envs_per_server": 2, "recycle": {"episodes": 1, "spare": "fork"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # ("spares ... start as fresh runtimes, not forks")
+        envs = portal_shm.make_vec(
+            "portal_shm.server.example_envs:PayloadEnv", 4, payload=payload, episode_length=3, vector_kwargs=vector
+        )
+        try:
+            envs.reset(seed=0)
+            deadline = time.monotonic() + 120
+            while min(envs.recycles) < 2 and time.monotonic() < deadline:
+                envs.step(np.zeros(4, np.int64))
+            runtimes = [server["runtime"] for server in envs.servers]
+            lengths = envs.get_attr("payload_length")
+            run_dir = os.path.join(run_base_dir(), envs.tag)
+        finally:
+            envs.close()
+    assert min(envs.recycles) >= 2, envs.recycles
+    assert all("forked from a zygote" in runtime for runtime in runtimes), runtimes
+    assert lengths == (len(payload),) * 4 and not os.path.exists(run_dir)

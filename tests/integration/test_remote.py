@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import gymnasium as gym
@@ -189,6 +190,63 @@ def test_wrong_host_key_and_plain_text_never_connect(host, keys, tmp_path):
             portal_shm.make_vec("CartPole-v1", 1, backend="remote", hosts=[host.address], insecure=True)
     with pytest.raises(portal_shm.PortalError, match="pin the hosts' public key"):
         portal_shm.make_vec("CartPole-v1", 1, backend="remote", hosts=[host.address], client_key=keys.agent)
+
+
+# A plain-text agent against an encrypted host, in a process of its own (a hang fails the test
+# instead of the run): first the race made certain (the handshake has failed, libzmq has dropped
+# the connection, then the hello is sent), then several agents as users start them. Each line:
+# "refused SECONDS MESSAGE".
+PLAIN_TEXT_AGENT = textwrap.dedent("""
+    import sys, time, warnings, zmq, portal_shm
+    from portal_shm.remote import messages as M
+    from portal_shm.remote.client.link import HostLink
+    warnings.simplefilter("ignore")
+    address, tries = sys.argv[1], int(sys.argv[2])
+    context = zmq.Context()
+    link = HostLink(context, address, 0, 1, None, 1.0, 10.0, 1 << 20)
+    while link.handshake is None:
+        link.drain()
+        time.sleep(0.01)
+    while link.socket.poll(0, zmq.POLLOUT):  # until libzmq has dropped the connection's pipe
+        time.sleep(0.01)
+    started = time.monotonic()
+    try:
+        link.send({"cmd": M.HELLO})
+        print("sent", flush=True)
+    except portal_shm.PortalError as exc:
+        print("refused %.3f %s" % (time.monotonic() - started, exc), flush=True)
+    link.close()
+    for _ in range(tries):
+        started = time.monotonic()
+        try:
+            portal_shm.make_vec("CartPole-v1", 1, backend="remote", hosts=[address], insecure=True,
+                                startup_timeout=3.0)
+            print("connected", flush=True)
+        except portal_shm.PortalError as exc:
+            print("refused %.3f %s" % (time.monotonic() - started, exc), flush=True)
+""")
+
+
+def test_a_plain_text_agent_is_refused_within_startup_timeout_after_others_came_and_went(host, keys):
+    """A plain-text agent blocked for good in ZeroMQ's send of its hello when the encrypted host's
+    refusal of its handshake came first (a DEALER with no connection blocks on send): every send
+    of the agent now waits for room up to a bound, reading the handshake's outcome meanwhile."""
+    for _ in range(2):  # agents come and go first
+        envs = remote("CartPole-v1", 1, [host], keys)
+        envs.reset(seed=0)
+        envs.close()
+    tries = 12
+    agent = subprocess.run(
+        [sys.executable, "-c", PLAIN_TEXT_AGENT, host.address, str(tries)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    lines = agent.stdout.splitlines()
+    assert agent.returncode == 0 and len(lines) == 1 + tries, agent.stdout + agent.stderr
+    for line in lines:
+        assert line.startswith("refused ") and "the host expects encryption" in line and "host_key=" in line, line
+        assert float(line.split()[1]) < 3.0 + 2.0, line
 
 
 def test_insecure_needs_both_sides_and_both_warn():

@@ -240,6 +240,7 @@ def _lockstep_waiting_for(box, waiter, spin_wait=200e-6, step_timeout=5.0):
 
     lockstep = Lockstep.__new__(Lockstep)
     lockstep.spin_wait, lockstep.payoff, lockstep.step_timeout = spin_wait, SpinPayoff(spin_wait), step_timeout
+    lockstep.no_wait, lockstep.awaited = False, []
     link = ServerLink(0, [0], None)
     link.mailbox, link.done = memoryview(box), waiter
     return lockstep, link
@@ -282,3 +283,56 @@ def test_a_server_stuck_writing_is_reported_at_the_deadline_not_waited_for_forev
     assert 0.2 <= time.monotonic() - begin < 2.0
     bell.close()
     waiter.close()
+
+
+class _NoRestarts:
+    enabled = False
+
+
+def test_a_driver_that_may_never_wait_is_never_made_to_by_a_servers_status_word(tmp_path):
+    """An env host's router asks ``step_finished`` and finishes with ``no_wait``: an env that writes
+    its server's status word ("writing, results follow", "done, a message follows") and rings, or
+    puts it back to busy after it said done, never makes it wait (it would wait for every tenant)."""
+    import zmq
+
+    from portal_shm.agent.local.control import ControlChannel
+    from portal_shm.agent.local.lockstep import NotFinished
+    from portal_shm.wire.layout import EXTRA, STATUS_OK, STATUS_WRITING
+
+    box = np.zeros(len(MAILBOX_FIELDS), np.int64)
+    read, write = bell_pipe()
+    bell, waiter = Bell(write), Waiter(read)
+    lockstep, link = _lockstep_waiting_for(box, waiter)
+    lockstep.servers, lockstep.recovery = [link], _NoRestarts()
+    context = zmq.Context()
+    link.channel = ControlChannel(context, f"ipc://{tmp_path}/control")
+    try:
+        begin = time.monotonic()
+        box[STATUS] = STATUS_WRITING
+        bell.ring()
+        assert lockstep.step_finished({waiter.fd: 1}) is False  # (it used to watch the word: forever)
+        box[STATUS], box[EXTRA] = STATUS_OK, 1
+        bell.ring()
+        assert lockstep.step_finished({waiter.fd: 1}) is False  # the message it promised is not there
+        assert lockstep.awaited == [link.channel.socket]  # what the driver's poller watches for it
+        box[EXTRA] = 0
+        assert lockstep.step_finished({}) is True
+        box[STATUS] = STATUS_PENDING  # said done, then went back: the finish raises instead of waiting
+        lockstep.no_wait = True
+        try:
+            lockstep._wait_done(link, None)
+            raise AssertionError("a server that went back on its status made the driver wait")
+        except NotFinished as exc:
+            assert "env server 0" in str(exc)
+        box[STATUS], box[EXTRA] = STATUS_OK, 1
+        try:
+            lockstep._step_message(link, None, {})
+            raise AssertionError("a promised message that is not there made the driver wait")
+        except NotFinished as exc:
+            assert "has not sent it" in str(exc)
+        assert time.monotonic() - begin < 1.0
+    finally:
+        link.channel.close()
+        context.term()
+        bell.close()
+        waiter.close()

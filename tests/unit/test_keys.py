@@ -102,3 +102,94 @@ def test_a_clash_that_appears_while_serving_refuses_those_keys_and_logs_both_fil
         assert not accepted.callback("portal-shm", alice_key)
     assert accepted.callback("portal-shm", keys.public_key(bob, "test"))
     assert "alice-copy.key and alice.key hold the same public key" in caplog.text
+
+
+# -- StrictModes: a clients directory or key file others could write is not trusted -------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user takes root")
+NOBODY = 65534
+
+
+def _clients_with(tmp_path, *names):
+    """A clients directory (0700) holding a public key file per name; (directory, {name: key})."""
+    clients = tmp_path / "clients"
+    clients.mkdir(mode=0o700)
+    public = {}
+    for name in names:
+        path, _ = keys.create_key_pair(str(tmp_path / "agents"), name)
+        shutil.copy(path, clients)
+        public[name] = keys.public_key(path, "test")
+    return clients, public
+
+
+@pytest.mark.parametrize(("mode", "who"), [(0o777, "group and others"), (0o770, "its group"), (0o1703, "others")])
+def test_a_host_refuses_to_start_with_a_clients_directory_others_can_write(tmp_path, mode, who):
+    clients, _ = _clients_with(tmp_path, "alice")
+    os.chmod(clients, mode)
+    expected = rf"clients directory {clients} is writable by {who} \(mode {mode:o}\).*chmod go-w {clients}"
+    with pytest.raises(PortalError, match=expected):
+        _host(tmp_path, clients)
+
+
+@needs_root
+def test_a_host_refuses_to_start_with_a_clients_directory_another_user_owns(tmp_path):
+    clients, _ = _clients_with(tmp_path, "alice")
+    os.chown(clients, NOBODY, NOBODY)
+    with pytest.raises(PortalError, match=rf"{clients} is owned by uid {NOBODY}, neither this user"):
+        _host(tmp_path, clients)
+
+
+def test_a_host_refuses_a_key_directory_others_can_write(tmp_path):
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    os.chmod(host_dir, 0o777)
+    with pytest.raises(PortalError, match=rf"key directory {host_dir} is writable by group and others"):
+        keys.ensure_host_keys(str(host_dir))
+    assert not os.listdir(host_dir)  # refused before any key was made there
+
+
+def test_key_files_others_can_write_or_own_and_files_that_are_not_regular_are_skipped_and_named(tmp_path, caplog):
+    clients, public = _clients_with(tmp_path, "good", "writable", "foreign")
+    os.chmod(clients / "writable.key", 0o666)
+    foreign = os.geteuid() == 0
+    if foreign:
+        os.chown(clients / "foreign.key", NOBODY, NOBODY)
+    elsewhere, _ = keys.create_key_pair(str(tmp_path / "elsewhere"), "linked")
+    os.symlink(elsewhere, clients / "linked.key")
+    os.mkfifo(clients / "fifo.key")  # (opened for reading, it would block the host's ZAP thread)
+    (clients / "folder.key").mkdir()
+    with caplog.at_level(logging.WARNING, logger="portal_shm.host"):
+        accepted = ClientKeys(str(clients))
+        assert accepted.callback("portal-shm", public["good"])
+        assert not accepted.callback("portal-shm", public["writable"])
+        assert not accepted.callback("portal-shm", keys.public_key(elsewhere, "test"))
+        assert accepted.callback("portal-shm", public["foreign"]) is not foreign
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clients directory: skipped")]
+    writable = f"{clients}/writable.key: writable by group and others (mode 666)"
+    assert any(writable in m and f"chmod go-w {clients}/writable.key" in m for m in skipped), skipped
+    for name, kind in (("linked", "a symbolic link"), ("fifo", "a FIFO"), ("folder", "a directory")):
+        assert any(f"{clients}/{name}.key: not a regular file ({kind})" in m for m in skipped), skipped
+    if foreign:
+        assert any(f"{clients}/foreign.key: owned by uid {NOBODY}" in m and "chown" in m for m in skipped)
+    assert len(skipped) == 4 + foreign, skipped
+
+
+def test_the_reread_on_change_applies_the_same_checks(tmp_path, caplog):
+    """A key file made writable by others is skipped from the next handshake on (a chmod changes
+    no time of the directory's); a directory made writable by others refuses every key until it
+    is fixed."""
+    clients, public = _clients_with(tmp_path, "alice", "bob")
+    accepted = ClientKeys(str(clients))
+    assert accepted.callback("portal-shm", public["alice"]) and accepted.callback("portal-shm", public["bob"])
+    with caplog.at_level(logging.WARNING, logger="portal_shm.host"):
+        os.chmod(clients / "bob.key", 0o646)
+        assert not accepted.callback("portal-shm", public["bob"])
+        assert accepted.callback("portal-shm", public["alice"])
+        assert f"skipped {clients}/bob.key: writable by others (mode 646)" in caplog.text
+        os.chmod(clients, 0o777)
+        assert not accepted.callback("portal-shm", public["alice"])
+        assert f"clients directory {clients} is writable by group and others (mode 777)" in caplog.text
+        assert "every client key is refused until then" in caplog.text
+    os.chmod(clients, 0o700)
+    os.chmod(clients / "bob.key", 0o644)
+    assert accepted.callback("portal-shm", public["alice"]) and accepted.callback("portal-shm", public["bob"])

@@ -24,6 +24,7 @@ DEFAULT_MAX_PER_STEP = 2
 KEYS = ("episodes", "rss_mb", "seconds", "slowdown", "jitter", "wait_steps", "max_per_step", "spare")
 SPARES = ("fork", "start")
 RULES = ("episodes", "rss_mb", "seconds", "slowdown")
+INFOS = ("exact", "lossy")
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ CHECKS: dict[str, Check] = {
     "recycle": _recycle,
     "spin_wait": _seconds(lambda b: None, none=True, zero=True),
     "max_ring_bytes": _integer(1, lambda n, b: None, none=True),
+    "infos": _choice(*INFOS),
 }
 #: The options an agent's hosts apply (the others are the agent's own, or the host operator's).
 HOSTED = (
@@ -206,6 +208,7 @@ HOSTED = (
     "on_env_failure",
     "max_restarts",
     "recycle",
+    "infos",
 )
 
 
@@ -225,6 +228,11 @@ class VectorOptions:
     recycle: Optional[RecyclePolicy] = None
     spin_wait: Optional[float] = None
     max_ring_bytes: Optional[int] = None
+    #: Info values msgpack cannot carry exactly, from runtimes that are a trust boundary (docker,
+    #: remote hosts, Ray, attach): "exact" refuses them (``InfoEncodingError``), "lossy" converts
+    #: them (an enum member to its value, a namedtuple to a tuple, anything else to its repr()).
+    #: Process, venv and micromamba runtimes carry them exactly either way (``wire/info_codec.py``).
+    infos: str = "exact"
 
     @classmethod
     def of(

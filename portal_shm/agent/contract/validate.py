@@ -5,7 +5,8 @@ agent does not control). Every message it sends goes through one of these functi
 agent uses it: types, sizes and env indices are checked, spaces are bounded before gymnasium
 allocates anything for them, and any violation raises ``ServerProtocolError``. The worst a
 server can do is send wrong observations or make the agent raise; it cannot make the agent run
-its code (no pickle anywhere), read outside the ring (the agent computes the ring's layout
+its code (nothing from it is unpickled; only the infos of servers whose runtime is no
+trust boundary, the agent's own user and code, may hold pickles: ``decode_infos``), read outside the ring (the agent computes the ring's layout
 itself), allocate without bound, or crash.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ...errors import ServerProtocolError
+from ...errors import InfoEncodingError, ServerProtocolError
 from ...wire import protocol as P
 from ...wire.dtypes import RING_KINDS, allowed, safe_dtype
 from ...wire.end_states import MAX_STATE_BYTES
@@ -190,6 +191,28 @@ def check_error(message: dict[str, Any], env_indices: list[int]) -> tuple[Any, s
     )
 
 
+def info_refusal(message: dict[str, Any], env_index: Any, phase: str, boundary: str, runtime: str) -> InfoEncodingError:
+    """The ``InfoEncodingError`` of an ERROR whose kind says its server refused to send an env's
+    info value (``wire/info_codec.py``), its texts clipped; ``boundary``: the runtime's, as the
+    agent knows it (the server does not say)."""
+
+    def text(key: str) -> str:
+        return _clip(message.get(key, ""))[:300]
+
+    cause = message.get("cause")
+    return InfoEncodingError(
+        env_index,
+        phase,
+        text("key") or "infos",
+        text("what") or "a value",
+        text("hint"),
+        cause if cause in ("boundary", "pickle") else "boundary",
+        boundary,
+        text("reason"),
+        runtime,
+    )
+
+
 def check_blobs(blobs: Any, env_indices: list[int], who: str) -> dict[int, bytes]:
     """{env index: encoded infos} sent beside the ring, for this server's envs only."""
     if blobs is None:
@@ -231,14 +254,23 @@ def check_reply(message: dict[str, Any], env_indices: list[int], who: str) -> tu
 
 
 def decode_infos(
-    blob: Any, env_index: int
+    blob: Any, env_index: int, unpickle: bool = False
 ) -> tuple[list[dict[Any, Any]], Optional[dict[Any, Any]], Optional[dict[str, list[Any]]]]:
     """One env's infos blob: (list of info dicts, variable-layout observation or None, and the
-    infos columns of its server's envs or None: a native batch's, in its first env's row)."""
+    infos columns of its server's envs or None: a native batch's, in its first env's row).
+
+    ``unpickle``: the env's runtime is no trust boundary (process, venv, micromamba), so values
+    msgpack cannot carry exactly come pickled (``wire/info_codec.py``); from any other server a
+    pickle is a ``ServerProtocolError``, and never loaded. One the agent cannot load (its class is
+    not importable here) is an ``InfoEncodingError``."""
     if not isinstance(blob, bytes):
         raise _fail(f"env {env_index} sent infos that are not bytes")
     try:
-        entry = P.unpackb(blob)
+        entry = P.unpackb(blob, unpickle)
+    except P.UnpickleError as exc:
+        raise InfoEncodingError(
+            env_index, "step", "infos", "a pickled value", "send plain data instead", "unpickle", reason=str(exc)
+        ) from None
     except P.ProtocolError as exc:
         raise _fail(f"env {env_index} wrote corrupt infos: {exc}") from None
     if not (

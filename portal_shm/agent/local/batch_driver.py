@@ -29,7 +29,7 @@ from ..contract.pending import AsyncState
 from ..contract.validate import check_blobs
 from .batches import ServerQueue
 from .health import Health
-from .recovery import RESTARTABLE, Recovery, StandIn
+from .recovery import RESTARTABLE, Recovery, StandIn, failures
 from .replies import collect, send_all
 from .ring_views import RingViews
 from .session import ServerLink
@@ -225,8 +225,8 @@ class BatchDriver:
             if message["cmd"] != P.ERROR:
                 return check_blobs(message.get("blobs"), server.env_indices, server.describe())
             server_errors = server.errors(message)
-            if self.recovery.enabled:
-                raise server_errors[0]
+            if self.recovery.enabled and failures(server_errors):
+                raise failures(server_errors)[0]
             errors.extend(server_errors)
             return {}
         except RESTARTABLE as exc:

@@ -18,7 +18,7 @@ import numpy as np
 from gymnasium.spaces import Space
 from gymnasium.vector.utils import iterate
 
-from ...errors import EnvError, PortalTimeoutError, ServerProtocolError
+from ...errors import EnvError, PortalError, PortalTimeoutError, ServerProtocolError
 from ...wire import protocol as P
 from ...wire.doorbell import spin_until
 from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING, STATUS_WRITING
@@ -28,7 +28,7 @@ from ..contract.restarts import restart_infos
 from ..contract.validate import check_blobs
 from .control import POLL_SLICE
 from .health import Health
-from .recovery import RESTARTABLE, Recovery
+from .recovery import RESTARTABLE, Recovery, failures
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import ServerLink
@@ -57,6 +57,12 @@ class StepRecycler(Protocol):
     def retired(self, server: ServerLink, message: dict[str, Any]) -> None: ...
 
     def after_step(self, k: int, infos: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class NotFinished(PortalError):
+    """A step finished by a driver that may never wait (``Lockstep.no_wait``) found a server
+    not finished after all: its status word went back, or the message it promised is not there. An
+    honest server never does that, so the driver ends the step's session instead of waiting."""
 
 
 class Lockstep:
@@ -94,6 +100,9 @@ class Lockstep:
         self.slot = -1
         self.posted: tuple[int, Optional[list[dict[str, Any]]]] = (P.CMD_STEP, None)  # the step's command, actions
         self.step_seqs: dict[int, int] = {}  # server -> command number of its part of the step
+        self.no_wait = False  # set by a driver that may never wait: a wait raises ``NotFinished`` instead
+        #: The control sockets of servers whose message ``step_finished`` found not there yet.
+        self.awaited: list[Any] = []
 
     def _next_slot(self) -> int:
         """The slot the next call writes; with ``copy=False``, a client still holding its views
@@ -247,8 +256,8 @@ class Lockstep:
                     self._wait_done(server, deadline)
                     if server.mailbox[STATUS] == STATUS_ERROR or server.mailbox[EXTRA]:
                         server_errors = self._step_message(server, timeout, extras)
-                        if server_errors and recovery.enabled:
-                            raise server_errors[0]
+                        if recovery.enabled and failures(server_errors):
+                            raise failures(server_errors)[0]
                         errors.extend(server_errors)
                 if not errors:
                     infos = self.ring.gather(k, extras, infos, server.env_indices)
@@ -326,6 +335,8 @@ class Lockstep:
     def _step_message(self, server: ServerLink, timeout: Optional[float], extras: dict[int, bytes]) -> list[EnvError]:
         """The message a server sent beside its step: its env errors, or infos blobs into ``extras``
         (and, from a server retired at its envs' episode end, their states for the recycler)."""
+        if self.no_wait and not server.channel.ready():
+            raise NotFinished(f"{server.describe()} said a message follows its step and has not sent it")
         message = server.recv(timeout, "step")
         if message["cmd"] == P.ERROR:
             return server.errors(message)
@@ -343,6 +354,8 @@ class Lockstep:
         words, payoff = server.mailbox, self.payoff
         if words[STATUS] < STATUS_PENDING:
             return
+        if self.no_wait:
+            raise NotFinished(f"{server.describe()} set its status back to busy after it had finished its step")
         start = None
         if payoff.worth_it():
             hit = spin_until(lambda: words[STATUS] < STATUS_PENDING, self.spin_wait)
@@ -383,23 +396,37 @@ class Lockstep:
             )
 
     # -- for a driver outside the portal's thread ----------------------------------------------
+    # An env host's router drives lockstep steps of many tenants on one thread: nothing here may
+    # wait on what a server (an env runs in it) controls. ``step_finished`` only reads the status
+    # words and the control socket; ``step_wait`` with ``no_wait`` set then finishes the step,
+    # raising ``NotFinished`` where a server went back on what they said.
     def step_finished(self, readable: Any) -> Optional[bool]:
-        """After ``step_async``: whether every server finished, once the rings of the done pipes whose
-        fds are in ``readable`` are read (None: a pipe closed, ``step_wait`` says why).
+        """After ``step_async``: whether every server finished and what it promised beside its
+        results is there, once the rings of the done pipes whose fds are in ``readable`` are read.
+        None: ``step_wait`` must finish it (a pipe closed, or a server failed and the restart policy
+        has work to do). Never waits: a server still writing (it rang early) or whose message is
+        still on its way is not finished yet.
 
         Each ring is read as it comes: a pipe left readable would wake the caller's poll again at
         once, and it would spin until the slowest server finished, on the cores the servers need.
         The status words, not the rings, say who finished.
         """
         finished = True
+        awaited = self.awaited
+        awaited.clear()
         for server in self.servers:
             done = server.done
             if done.fd in readable:
                 done.take()
                 if done.closed:
                     return None
-            if server.mailbox[STATUS] == STATUS_WRITING:  # it rang early: the results follow at once
-                self._wait_written(server, None)
-            if server.mailbox[STATUS] >= STATUS_PENDING:
+            words = server.mailbox
+            status = words[STATUS]
+            if status >= STATUS_PENDING:  # (WRITING among them: rings early only when asked, never here)
                 finished = False
+            elif status == STATUS_ERROR and self.recovery.enabled:
+                return None  # a restart takes seconds: the caller's thread, not the driver's
+            elif (status == STATUS_ERROR or words[EXTRA]) and not server.channel.ready():
+                finished = False
+                awaited.append(server.channel.socket)
         return finished

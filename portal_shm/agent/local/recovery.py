@@ -7,8 +7,11 @@ fresh one (a new process or container from the same spec) and lets the portal go
 - A failure is a server that died (segfault, ``os._exit``, SIGKILL, OOM, ``docker kill``), that
   did not answer within ``step_timeout``, that broke the protocol, or an env that raised in
   ``step`` or ``reset``. An exception inside ``call``/``render``/``set_attr`` is reported, not
-  restarted: the server is still healthy. A hung server is only noticed with ``step_timeout``
-  set; without it the agent waits for as long as the server lives.
+  restarted: the server is still healthy. Nor is a value an env gave that is too big for one
+  control message (``MessageTooBigError``), nor an info value that cannot reach the agent as it is
+  (``InfoEncodingError``): it would come back the same, so the caller gets the error and the
+  server goes on. A hung server is only noticed with ``step_timeout`` set; without
+  it the agent waits for as long as the server lives.
 - The unit of restart is the server: every env it hosts is restarted. Pass
   ``envs_per_server=1`` to confine a failure to one env.
 - In the step where the failure shows, each restarted env reports ``truncated=True``,
@@ -77,7 +80,16 @@ from typing import Any, NamedTuple, Optional
 
 from gymnasium.vector import AutoresetMode
 
-from ...errors import EnvError, PortalError, PortalTimeoutError, RestartLimitError, ServerDiedError, ServerProtocolError
+from ...errors import (
+    EnvError,
+    InfoEncodingError,
+    MessageTooBigError,
+    PortalError,
+    PortalTimeoutError,
+    RestartLimitError,
+    ServerDiedError,
+    ServerProtocolError,
+)
 from ...wire import protocol as P
 from ...wire.end_states import end_states_path, max_file_bytes, read_record
 from ..contract.infos import add_info
@@ -87,6 +99,14 @@ from .ring_views import RingViews, SavedRows
 from .session import PortalSession, ServerLink
 
 RESTARTABLE = (ServerDiedError, PortalTimeoutError, ServerProtocolError, EnvError)
+# Env errors that are no failure of the env's runtime, which a restart would meet again: the caller
+# gets them, the server goes on.
+NOT_FAILURES = (MessageTooBigError, InfoEncodingError)
+
+
+def failures(errors: list[EnvError]) -> list[EnvError]:
+    """The env errors that the restart policy restarts a server for (``NOT_FAILURES`` left out)."""
+    return [error for error in errors if not isinstance(error, NOT_FAILURES)]
 
 
 class StandIn(NamedTuple):

@@ -14,7 +14,7 @@ from ...errors import EnvError, ServerProtocolError
 from ...wire import protocol as P
 from ..contract.validate import check_reply
 from .health import Health
-from .recovery import RESTARTABLE, Recovery
+from .recovery import RESTARTABLE, Recovery, failures
 from .session import ServerLink
 
 #: Servers that failed during a control exchange, with what they failed of.
@@ -68,8 +68,8 @@ def collect(
             message = server.recv(remaining, what)
             if message["cmd"] == P.ERROR:
                 server_errors = server.errors(message)
-                if restart and what == "reset":
-                    raise server_errors[0]
+                if restart and what == "reset" and failures(server_errors):
+                    raise failures(server_errors)[0]
                 errors.extend(server_errors)
             elif message["cmd"] == P.REPLY:
                 envs = server.env_indices if chosen is None else chosen[server.index]

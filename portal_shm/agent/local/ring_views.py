@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from gymnasium.spaces import Space
 
-from ...errors import ServerProtocolError
+from ...errors import InfoEncodingError, ServerProtocolError
 from ...wire import stats as S
 from ...wire import trees
 from ...wire.schema import is_fixed, leaves, revive
@@ -49,6 +49,7 @@ class RingViews:
         single_action_space: Space[Any],
         ring_depth: int,
         info_capacity: int,
+        unpickles: Optional[list[bool]] = None,
     ) -> None:
         self.mailbox = views["mailbox"]
         #: The servers' counters (``wire/stats.py``), read by ``agent/local/stats_reader.py``.
@@ -66,6 +67,11 @@ class RingViews:
         self.single_observation_space = single_observation_space
         #: Unbatched infos (one env's dict as it is), for ``Portal``, the one-env ``gymnasium.Env``.
         self.raw_infos = False
+        #: Per env: whether its infos may hold pickled values (its runtime is no trust boundary).
+        self.unpickles = list(unpickles) if unpickles is not None else [False] * self.num_envs
+        #: Infos ``gather`` could not unpickle (``InfoEncodingError``s): the portal raises them once
+        #: its drivers took every server's results (``VectorPortal._run``); those envs' infos are left out.
+        self.refused: list[InfoEncodingError] = []
         # Actions of spaces without a fixed layout are sent as a message (one per server and step):
         # then ``actions`` is None and the ring has no action leaves.
         fixed_actions = is_fixed(act_schema)
@@ -197,7 +203,11 @@ class RingViews:
                 blob = self.info[k, i, :length].tobytes()
             else:
                 raise ServerProtocolError(f"env {i} wrote an invalid infos length {length}")
-            env_infos, var_obs, columns = decode_infos(blob, i)
+            try:
+                env_infos, var_obs, columns = decode_infos(blob, i, self.unpickles[i])
+            except InfoEncodingError as exc:
+                self.refused.append(exc)
+                continue
             position = i if first < 0 else first + j
             for env_info in env_infos:
                 if env_info:

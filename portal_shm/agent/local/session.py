@@ -18,20 +18,22 @@ import zmq
 from ...errors import (
     EnvError,
     EnvNotFoundError,
+    MessageTooBigError,
     ProtocolMismatchError,
     ServerDiedError,
     ServerProtocolError,
     env_error_class,
 )
-from ...runtimes.backend import ServerHandle, ServerLaunch
+from ...runtimes.backend import Backend, ServerHandle, ServerLaunch
 from ...runtimes.resources import PortalResources
 from ...wire import protocol as P
 from ...wire.doorbell import Bell, Waiter, bell_pipe, close_all
 from ...wire.handoff import SegmentOffer
+from ...wire.info_codec import LOSSY, PICKLE, REFUSE
 from ...wire.layout import CMD, SEQ, SLOT, STATUS, STATUS_PENDING
 from ...wire.protocol import CMD_CONTROL
 from ...wire.ring import Ring
-from ..contract.validate import check_error, check_hello
+from ..contract.validate import check_error, check_hello, info_refusal
 from .control import ControlChannel
 from .spec import EnvSpec
 from .zygotes import Zygotes
@@ -147,12 +149,15 @@ class ServerLink:
         return f"env server {self.index} (envs {self.env_indices}) [runtime: {self.runtime()}]"
 
     def check_alive(self) -> None:
+        """Raise if the server exited, or if its control connection dropped while it runs (what it
+        sent is lost: ``ControlChannel.check_connection``). For the slow path of waits."""
         handle = self.handle
         if handle is None:
             return
         status = handle.exit_status()
         if status is not None:
             raise ServerDiedError(self.index, self.env_indices, status, handle.log_tail(), handle.describe())
+        self.channel.check_connection()
 
     def started_ends(self) -> tuple[Optional[ControlChannel], Optional[Bell], Optional[Waiter]]:
         """Its channel and doorbell ends, None for those it does not have (yet): for cleanups
@@ -162,6 +167,10 @@ class ServerLink:
     def error(self, message: dict[str, Any]) -> EnvError:
         """The agent-side exception for an ERROR message this server sent (fields validated)."""
         env_index, phase, error_type, text, remote_traceback = check_error(message, self.env_indices)
+        if message.get("kind") == P.KIND_MESSAGE_TOO_BIG:  # the server's own refusal: no env raised
+            return MessageTooBigError(env_index, phase, error_type, text, remote_traceback, self.runtime())
+        if message.get("kind") == P.KIND_INFO_ENCODING:  # an info value it may not send as it is: neither
+            return info_refusal(message, env_index, phase, self.spec.backend.trust_boundary() or "", self.runtime())
         cls = EnvNotFoundError if error_type.endswith("EnvNotFound") else env_error_class(error_type)
         return cls(env_index, phase, error_type, text, remote_traceback, self.runtime())
 
@@ -212,8 +221,9 @@ def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list
 class PortalSession:
     """Servers and shared resources of one portal."""
 
-    def __init__(self, base_dir: Optional[str] = None) -> None:
+    def __init__(self, base_dir: Optional[str] = None, lossy_infos: bool = False) -> None:
         self.resources = PortalResources(base_dir)
+        self.lossy_infos = lossy_infos  # ``VectorOptions.infos == "lossy"``: see ``info_mode``
         self.context = zmq.Context()
         self.servers: list[ServerLink] = []
         self.num_servers = 1
@@ -226,6 +236,13 @@ class PortalSession:
         self.retired: list[ServerHandle] = []  # swapped-out servers still exiting
         self._generations = 0  # the last generation given out: unique over the session's servers
         self.zygotes = Zygotes(self.resources)
+
+    def info_mode(self, backend: Backend) -> str:
+        """What a server of ``backend`` does with info values msgpack cannot carry exactly: pickle
+        them where its runtime is no trust boundary, else refuse them, or convert them (``lossy``)."""
+        if backend.trust_boundary() is None:
+            return PICKLE
+        return LOSSY if self.lossy_infos else REFUSE
 
     def next_generation(self) -> int:
         self._generations += 1
@@ -277,6 +294,8 @@ class PortalSession:
                 "lock_path": resources.lock_path,
                 "run_dir": resources.run_dir,
                 "ring_token": token,
+                "max_message_bytes": channel.max_message,  # the cap of the agent's socket (``server/sizes.py``)
+                "infos": self.info_mode(server.spec.backend),  # (``wire/info_codec.py``)
             }
             launch = ServerLaunch(
                 server.index,

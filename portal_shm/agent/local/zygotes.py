@@ -14,6 +14,7 @@ spares start fresh from then on (warned once).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import select
 import signal
@@ -24,6 +25,7 @@ from typing import Any, Callable, Optional
 
 from ...errors import PortalError
 from ...runtimes.backend import ServerHandle, ServerLaunch
+from ...runtimes.config_file import remove_config, write_launch_config
 from ...runtimes.resources import PortalResources
 from ...wire import protocol as P
 from ...wire.launch import read_tail
@@ -243,10 +245,14 @@ class ZygoteLink:
                 handle.start_fresh()
 
     def _request(self, handle: ForkedHandle) -> bool:
+        """Ask for a fork; its config goes as a private file, as to every server (``config_file.py``),
+        which the forked server reads and removes: frames stay small whatever the env kwargs."""
         self.forks[handle.request] = handle
         launch = handle.launch
-        if self.send({"cmd": FORK, "id": handle.request, "config": launch.config, "log_path": launch.log_path}):
+        config = write_launch_config(launch)
+        if self.send({"cmd": FORK, "id": handle.request, "config_file": config, "log_path": launch.log_path}):
             return True
+        remove_config(config)
         del self.forks[handle.request]
         return False
 
@@ -303,7 +309,8 @@ class Zygotes:
         caller starts a fresh runtime (no zygote for this kind of server, or it is warming up)."""
         if spec.factory is not None or not spec.backend.forks_servers():
             return None
-        key = repr((spec.backend.key(), P.packb(launch.config["env"]), len(launch.env_indices)))
+        env = hashlib.sha256(P.packb(launch.config["env"])).hexdigest()  # (kwargs may be megabytes)
+        key = repr((spec.backend.key(), env, len(launch.env_indices)))
         if key in self.failed:
             return None
         link = self.links.get(key)

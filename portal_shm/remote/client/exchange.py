@@ -131,7 +131,8 @@ class Exchange:
         link = host.link
         assert header is not None
         seq = link.send(header, arrays)
-        wait([link], lambda: [] if seq in link.results else [link], None, what)
+        deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout + 5.0  # (as collect)
+        wait([link], lambda: [] if seq in link.results else [link], deadline, what)
         reply, data = link.results.pop(seq)
         if reply["cmd"] == M.ERROR:
             raise host_error(host, reply)

@@ -118,20 +118,22 @@ class Hosts:
                     "this machine?"
                 )
                 raise E.PortalError(f"cannot reach env host {address}: {problem}; {fix}")
-        offset = 0
+        offset, deadline = 0, time.monotonic() + deadline_s + self.link_options.connect_timeout
         for index, (address, count) in enumerate(zip(addresses, counts)):
             self.hosts.append(Host(index, offset, count, self._open(index, address, offset, count)))
             offset += count
         wait(
             self.links,
             lambda: [host.link for host in self.hosts if 1 not in _results(host.link)],
-            time.monotonic() + deadline_s + self.link_options.connect_timeout,
+            deadline,
             "starting the envs",
         )
         return [self._welcome(host) for host in self.hosts]
 
-    def _open(self, index: int, address: str, offset: int, count: int) -> HostLink:
-        """A connection to host ``index`` that has sent its hello (a fresh session each time)."""
+    def _open(self, index: int, address: str, offset: int, count: int, proven: bool = False) -> HostLink:
+        """A connection to host ``index`` that has sent its hello (a fresh session each time), or a
+        handshake the host refused raised, naming the fix (within one ``heartbeat_interval``: no
+        send waits longer). ``proven``: this address took these keys before (``keys_proven``)."""
         options = self.link_options
         link = HostLink(
             self.context,
@@ -143,8 +145,14 @@ class Hosts:
             options.heartbeat_timeout,
             max_message=MAX_MESSAGE,
         )
+        link.keys_proven = proven
         offer = codecs.agent_offer(options.compression, is_loopback(address))
-        link.send({**self.hello, "num_envs": count, "codecs": offer, "compression": options.compression})
+        hello = {**self.hello, "num_envs": count, "codecs": offer, "compression": options.compression}
+        try:
+            link.send(hello)
+        except BaseException:
+            link.close()
+            raise
         return link
 
     def reopen(self, index: int, cause: BaseException, deadline: float) -> Host:
@@ -154,8 +162,7 @@ class Hosts:
         address = self.placement.address_after_loss(index, host.address, deadline)
         host.link.close()
         while True:
-            host.link = link = self._open(index, address, host.offset, host.num_envs)
-            link.keys_proven = True
+            host.link = link = self._open(index, address, host.offset, host.num_envs, proven=True)
             try:
                 wait([link], lambda: [] if 1 in _results(link) else [link], deadline, "reconnecting")
                 self._welcome(host)

@@ -100,6 +100,8 @@ class HostLink:
         return list(range(self.offset, self.offset + self.num_envs))
 
     def send(self, header: dict[str, Any], arrays: Any = ()) -> int:
+        """Send a message of the session, numbered; waits for room one ``heartbeat_interval`` at
+        most (``_put``), then leaves it to the resend window."""
         self.asked = time.monotonic()  # silence counts from the later of this and the last word
         header = self.seq.stamp(header)
         if header["cmd"] == M.RESET:
@@ -108,8 +110,36 @@ class HostLink:
         if header["cmd"] == M.HELLO:
             self.hello = data
         self.seq.keep(header["seq"], data)
-        self.socket.send_multipart(data, copy=False)
+        self._put(data, self.interval)
         return int(header["seq"])
+
+    def _put(self, data: list[Any], seconds: float = 0.0) -> bool:
+        """Hand ``data`` to libzmq, waiting up to ``seconds`` for room; False when it was not taken.
+
+        A DEALER blocks on send while it has no connection to give a message to, and it has none
+        for good once a handshake failed (libzmq drops the connection and does not retry): the
+        host refused our key, or one side runs plain text. So nothing here blocks: while no room
+        comes, the monitor is read, and a failed handshake raises the error that names the fix. A
+        message not taken stays in the resend window (``Sequencer``); the caller's wait decides
+        from the host's silence whether it is lost.
+        """
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                self.socket.send_multipart(data, zmq.NOBLOCK, copy=False)
+                return True
+            except zmq.Again:
+                pass
+            self._events()
+            if self.handshake not in (None, "ok"):
+                raise PortalError(f"cannot use env host {self.address}: {self.handshake}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            poller = zmq.Poller()
+            poller.register(self.socket, zmq.POLLOUT)
+            poller.register(self.monitor, zmq.POLLIN)
+            poller.poll(max(1, int(min(left, 0.05) * 1000)))
 
     def lost(self, detail: str) -> HostLostError:
         return HostLostError(self.address, self.env_indices, detail)
@@ -117,11 +147,15 @@ class HostLink:
     # -- receiving ----------------------------------------------------------------------------
     def drain(self) -> None:
         """Take every message and monitor event that has arrived, without waiting."""
-        while self.monitor.getsockopt(_EVENTS_OPT) & _POLLIN:
-            self._handshake_event(parse_monitor_message(self.monitor.recv_multipart())["event"])
+        self._events()
         socket = self.socket
         while socket.getsockopt(_EVENTS_OPT) & _POLLIN:  # (no exceptions on the hot path)
-            self._take(socket.recv_multipart(copy=False))
+            self._take(socket.recv_multipart(zmq.NOBLOCK, copy=False))
+
+    def _events(self) -> None:
+        """Take every monitor event that has arrived, without waiting."""
+        while self.monitor.getsockopt(_EVENTS_OPT) & _POLLIN:
+            self._handshake_event(parse_monitor_message(self.monitor.recv_multipart(zmq.NOBLOCK))["event"])
 
     def _handshake_event(self, event: int) -> None:
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
@@ -181,7 +215,7 @@ class HostLink:
                 # list), or the host's answers to the pings would keep the link alive and waiting
                 # forever; a host that has the session ignores a second hello. A refused hello's
                 # reason came before this (one connection keeps order) as result 1.
-                self.socket.send_multipart(self.hello, copy=False)
+                self._put(self.hello)  # (not taken: the next ping's answer asks again)
             return
         if "seq" not in header:  # the host's router answered (a refusal), outside the session
             if self.established and cmd == M.ERROR:  # (it dropped the session, or refused a message of it)
@@ -209,7 +243,8 @@ class HostLink:
         self.seq.acknowledged(ack)
         if self.seq.behind and ack == self._last_pong_ack:  # no progress between two pongs: resend
             for data in self.seq.unacknowledged():
-                self.socket.send_multipart(data, copy=False)
+                if not self._put(data):
+                    break  # no room: the next pong without progress resends
         self._last_pong_ack = ack if isinstance(ack, int) else -1
 
     def tick(self, now: float, waiting: bool) -> None:
@@ -226,9 +261,11 @@ class HostLink:
             raise self.lost(detail)
         if now - self.last_ping >= self.interval:
             self.last_ping = now
-            self.socket.send_multipart(frames.pack({"cmd": M.PING, "ack": self.seq.received, "sent": self.seq.sent}))
+            self._put(frames.pack({"cmd": M.PING, "ack": self.seq.received, "sent": self.seq.sent}))
 
     def close(self) -> None:
+        if self.socket.closed:  # (a link whose reopening failed is closed again with the rest)
+            return
         self.socket.disable_monitor()
         self.monitor.close(0)
         self.socket.close(0)

@@ -52,6 +52,7 @@ class Host:
 
     def __init__(self, options: HostOptions) -> None:
         self.options = options
+        options.check()
         self.policy = options.policy
         self.policy.check()
         self.name = options.name
@@ -63,6 +64,7 @@ class Host:
         self._held: set[bytes] = set()  # routing ids another key took over: their session's replies wait
         self._collect_at: Optional[float] = None  # when to run the cyclic collector (sessions ended)
         self._collected_at = 0.0
+        self._opened = 0  # sessions opened so far: the number in their log lines
         self._stop = threading.Event()
         self._auth: Optional[ThreadAuthenticator] = None
         self.public_key: Optional[str] = None
@@ -71,7 +73,13 @@ class Host:
         self.socket = self._bind()
         self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._session_context = SessionContext(
-            self.context, self.outbox_address, self.policy, self.name, self.limits, self.quota_usage
+            self.context,
+            self.outbox_address,
+            self.policy,
+            self.name,
+            self.limits,
+            self.quota_usage,
+            options.step_timeout,
         )
         self._run_dir = HostRunDir(self._describe, self.usage_report)
         self._poller = zmq.Poller()
@@ -95,13 +103,13 @@ class Host:
         socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, half)
         socket.setsockopt(zmq.HEARTBEAT_TTL, half)
         if not o.insecure:
-            public, secret, path = keys.ensure_host_keys(o.keys_dir)
-            self.public_key, self.public_key_path = public.decode("ascii"), path
-            clients = o.clients_dir or os.path.join(os.path.dirname(path), "clients")
-            os.makedirs(clients, mode=0o700, exist_ok=True)
             try:
+                public, secret, path = keys.ensure_host_keys(o.keys_dir)
+                self.public_key, self.public_key_path = public.decode("ascii"), path
+                clients = o.clients_dir or os.path.join(os.path.dirname(path), "clients")
+                os.makedirs(clients, mode=0o700, exist_ok=True)
                 self._clients = ClientKeys(clients)
-            except PortalError:
+            except (PortalError, OSError):
                 socket.close(0)
                 self.context.term()
                 raise
@@ -313,8 +321,10 @@ class Host:
                 identity, {"cmd": M.ERROR, "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
             )
             return
+        self._opened += 1
         try:
-            session = HostSession(self._session_context, identity, client, header, user)
+            # "<peer> (<key file>) #<n>": what every log line of the session names it by
+            session = HostSession(self._session_context, identity, f"{client} #{self._opened}", header, user)
         except OSError as exc:  # out of descriptors for its wake pipe
             log.error("refused %s: cannot make a session: %s", client, exc)
             self._reply(
@@ -498,19 +508,40 @@ class Host:
             "envs": sum(s.num_envs for s in live if s.started),
             "servers": sum(_server_count(s) for s in live),
         }
-        for session in self.sessions.values():
+        for session in live:
             session.stop()
-        for session in self.sessions.values():
-            if session.finished.wait(30):
-                session.close_pipes()
+        stuck = self._wait_finished(live, self.CLOSE_SECONDS)
+        if stuck:  # (closing their envs hangs: an env's close(), a runtime that does not stop)
+            for session in stuck:
+                session.abort()
+            stuck = self._wait_finished(stuck, self.ABORT_SECONDS)
+        for session in stuck:
+            log.error("session %s did not end within %.0f s of the host's stop: leaving it", session.client,
+                      self.CLOSE_SECONDS + self.ABORT_SECONDS)  # fmt: skip
         self.sessions.clear()
         if self._auth is not None:
             self._auth.stop()
             self._auth = None
         for socket in (self._monitor, self._outbox, self.socket):
             socket.close(0)
-        self.context.term()
+        if not stuck:  # (term() waits for every socket of the context, a stuck session's among them)
+            self.context.term()
         self._run_dir.release()
+
+    CLOSE_SECONDS = 10.0  # for sessions to close their envs when the host stops, then they are stopped
+    ABORT_SECONDS = 5.0
+
+    @staticmethod
+    def _wait_finished(sessions: list[HostSession], seconds: float) -> list[HostSession]:
+        """Wait up to ``seconds`` in all for ``sessions`` to end; those that did not."""
+        deadline = time.monotonic() + seconds
+        stuck = []
+        for session in sessions:
+            if session.finished.wait(max(0.0, deadline - time.monotonic())):
+                session.close_pipes()
+            else:
+                stuck.append(session)
+        return stuck
 
 
 def _server_count(session: HostSession) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 import zmq
 
 from ... import errors as E
+from ...agent.local.lockstep import NotFinished
 from ...agent.local.spec import EnvSpec
 from ...agent.vector import VectorPortal
 from ...wire import protocol as P
@@ -29,7 +30,7 @@ from ...wire.schema import is_fixed, space_to_schema
 from .. import codecs, frames
 from .. import messages as M
 from ..error_data import to_data
-from ..infos import unbatch
+from ..infos import crossing, unbatch
 from ..reliable import Sequencer
 from .policy import HostPolicy
 from .quotas import Limits
@@ -82,6 +83,7 @@ class SessionContext:
     host_name: str
     limits: Limits
     usage: Callable[[str], dict[str, Any]]  # an agent key's usage against the limits (Quotas.usage)
+    step_timeout: float  # the longest a step of the session's envs may take (--step-timeout)
 
 
 class HostSession(threading.Thread):
@@ -116,6 +118,9 @@ class HostSession(threading.Thread):
         self._in_flight = 0
         self._batched = False
         self._whole = False  # async batches of the agent, each all of this host's envs
+        self._recycling = False
+        self._lossy_infos = False  # the agent asked for infos="lossy" (``infos.crossing``)
+        self._act_fixed = False
         self.started = False  # the envs run and the welcome went out
         self.busy = False  # the thread has a request of the router's in hand
         self.inline: Optional[dict[str, Any]] = None  # a lockstep step the router thread drives (see begin_inline)
@@ -169,9 +174,11 @@ class HostSession(threading.Thread):
     HANDOVER_SECONDS = 0.02
 
     def can_step_inline(self) -> bool:
+        """Whether the router may drive the next step: never where starting it could wait (a
+        recycler's swap waits for a spare's reply, actions without a fixed layout are messages)."""
         if not self.started or self.busy or self._batched or self._whole or self.inline is not None:
             return False
-        return not self.envs.recovering
+        return self._act_fixed and not self._recycling and not self.envs.recovering
 
     def begin_inline(self, header: dict[str, Any], arrays: list[Any]) -> list[Any]:
         """Start the step (actions into the ring, servers rung); the done fds the router polls."""
@@ -180,16 +187,23 @@ class HostSession(threading.Thread):
         return [done.fd for done in self.envs.doorbells()]
 
     def inline_done(self, readable: Any) -> Optional[bool]:
-        """Whether every server finished the router's step (None: a server's pipe closed, its
-        thread must see to it)."""
+        """Whether every server finished the router's step, never waiting (None: a server's pipe
+        closed or a restart is due: its thread must see to it)."""
         return self.envs.step_finished(readable)
+
+    def inline_awaits(self) -> list[Any]:
+        """What the router's poller should watch for the step besides the done fds: the control
+        sockets of servers whose message is still on its way."""
+        return self.envs.awaited_messages()
 
     def finish_inline(self) -> list[Any]:
         """The reply's frames, once every server is done (the router saw all done fds readable)."""
         seq, self.inline = self._inline_seq(), None
         try:
-            obs, reward, terminated, truncated, infos = self.envs.step_wait()
+            obs, reward, terminated, truncated, infos = self.envs.step_wait_now()
             return self._result_frames(seq, obs, (reward, terminated, truncated), infos, self.num_envs)
+        except NotFinished:
+            raise  # an env that went back on its status: the router ends the session (never waits)
         except Exception as exc:
             return self.numbered_frames({**self.error_data(exc), "re": seq})
 
@@ -217,6 +231,10 @@ class HostSession(threading.Thread):
         if self.busy:
             self._abort()
         self._put(_STOP)
+
+    def abort(self) -> None:
+        """Stop the envs' servers now, whatever the thread is doing (the host is stopping)."""
+        self._abort()
 
     def _abort(self) -> None:
         portal = self.portal
@@ -271,8 +289,13 @@ class HostSession(threading.Thread):
             # The agent's batches come from one host each: a host with no more envs than a batch
             # steps them all at once (lockstep here) and hands each step out as one batch.
             self._whole = bool(vector.get("batch_size")) and vector["batch_size"] >= self.num_envs
+            self._recycling = vector.get("recycle") is not None
+            self._lossy_infos = vector.get("infos") == "lossy"
             if self._whole:
                 vector.pop("batch_size")
+            # Every wait of the session's thread is bounded: an agent may ask for less than the host's.
+            asked = vector.get("step_timeout")
+            vector["step_timeout"] = self.ctx.step_timeout if asked is None else min(asked, self.ctx.step_timeout)
             spec = EnvSpec(grant.env_id, grant.env_kwargs, grant.backend)
             # No spinning: the router thread, the zmq I/O thread and the agent's traffic need the
             # cores a spinning agent or server would take, and a step here waits for a network anyway.
@@ -342,6 +365,9 @@ class HostSession(threading.Thread):
                     self._emit({"cmd": M.RESULT, "re": header["seq"]})
                     return
                 self._handle(cmd, header, arrays)
+            except E.PortalTimeoutError as exc:  # (not restarted: the agent asked for no restarts, or none is left)
+                self._end_wedged(exc, None if cmd == M.SEND else header.get("seq"))
+                return
             except Exception as exc:
                 if isinstance(exc, (frames.FrameError, KeyError, TypeError, ValueError)) and not isinstance(
                     exc, E.PortalError
@@ -352,6 +378,16 @@ class HostSession(threading.Thread):
                 self._emit({**self.error_data(exc), **({} if re is None else {"re": re})})
             finally:
                 self.busy = False
+
+    def _end_wedged(self, exc: E.PortalTimeoutError, re: Any) -> None:
+        """An env that overran the step timeout is wedged (hung, or hostile): its servers are
+        stopped (``_free``, by the caller's ``finally``) and its agent told, so it never holds the
+        session's thread, its envs or the host's shutdown."""
+        log.error(
+            "session %s: an env is wedged, ending the session (portal-shm host --step-timeout): %s", self.client, exc
+        )
+        error = E.PortalTimeoutError(f"{exc}; the env host ended this session (portal-shm host --step-timeout)")
+        self._emit({**self.error_data(error), **({} if re is None else {"re": re})})
 
     # While async batches step, the thread looks for finished servers and for the agent's requests
     # in turn, sleeping on both at once (the servers' done pipes and the inbox's wake pipe): blocking
@@ -563,7 +599,12 @@ class HostSession(threading.Thread):
     def _result_frames(
         self, seq: Optional[int], obs: Any, flags: Any, infos: dict[str, Any], count: int, env_ids: Any = None
     ) -> list[Any]:
-        header: dict[str, Any] = {"cmd": M.RESULT if env_ids is None else "batch", "infos": unbatch(infos, count)}
+        try:
+            phase = "step" if flags is not None else "reset"
+            sparse = crossing(unbatch(infos, count), self._lossy_infos, phase, env_ids)
+        except E.InfoEncodingError as exc:  # a value its agent cannot receive as it is: the step's error
+            return self.numbered_frames({**self.error_data(exc), **({} if seq is None else {"re": seq})})
+        header: dict[str, Any] = {"cmd": M.RESULT if env_ids is None else "batch", "infos": sparse}
         if seq is not None:
             header["re"] = seq
         if env_ids is not None:

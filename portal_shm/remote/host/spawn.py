@@ -10,12 +10,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from ...errors import PortalError
-from ..keys import create_key_pair
+from ..keys import create_key_pair, make_private_dir
 
 
 class LocalKeys:
@@ -26,7 +27,7 @@ class LocalKeys:
         self.host_dir = os.path.join(root, "host")
         self.clients_dir = os.path.join(self.host_dir, "clients")
         public, self.agent = create_key_pair(os.path.join(root, "agent"), "agent")
-        os.makedirs(self.clients_dir, mode=0o700, exist_ok=True)
+        make_private_dir(self.clients_dir)  # (and the host's key directory above it)
         shutil.copy(public, self.clients_dir)
 
     @property
@@ -36,6 +37,44 @@ class LocalKeys:
     def options(self) -> dict[str, Any]:
         """What ``make_vec(..., backend="remote")`` needs to reach a host started with these keys."""
         return {"host_key": self.host_key, "client_key": self.agent}
+
+    @classmethod
+    def temporary(cls: type[_Keys], prefix: str = "portal-shm-keys-") -> _Keys:
+        """Keys in a new private temporary directory, which ``remove`` (or the end of a ``with``
+        block) deletes: a benchmark or test leaves no key material behind."""
+        root = tempfile.mkdtemp(prefix=prefix)
+        try:
+            return cls(root)
+        except BaseException:
+            remove_key_dir(root)
+            raise
+
+    def remove(self) -> None:
+        """Delete the key directory, secret keys first (``remove_key_dir``)."""
+        remove_key_dir(self.root)
+
+    def __enter__(self: _Keys) -> _Keys:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+_Keys = TypeVar("_Keys", bound=LocalKeys)
+
+
+def remove_key_dir(root: str) -> None:
+    """Delete ``root``: its secret key files (``*_secret``) first, so that a removal cut short (an
+    error, a signal) leaves no secret behind, then everything else. Unlinked, not overwritten:
+    on journaling and copy-on-write filesystems an overwrite guarantees nothing more."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.endswith("_secret"):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except FileNotFoundError:
+                    pass
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _die_with_parent() -> None:
