@@ -46,9 +46,9 @@ BASE = "portal-shm/base:bookworm"  # no portal-shm.env-image label, no env serve
 MARKER = "{marker}"  # in an attack's arguments: the path of the file the attack would create
 
 # The agent key is named after its file (agent.key); the host logs each refusal with it.
-REFUSED = re.compile(r"refused \S+ \(agent[^)]*\): (.*)")
-STARTED = re.compile(r"session \S+ \(agent[^)]*\): \d+ x ")
-ENDED = re.compile(r"session \S+ \(agent[^)]*\) ended")
+REFUSED = re.compile(r"refused \S+ \(agent[^)]*\)(?: #\d+)?: (.*)")  # (#n: the session's number)
+STARTED = re.compile(r"session \S+ \(agent[^)]*\)(?: #\d+)?: \d+ x ")
+ENDED = re.compile(r"session \S+ \(agent[^)]*\)(?: #\d+)? ended")
 FAILED = re.compile(r"session .* failed|closing the envs of")
 HOST_ERROR = re.compile(r"\S+ \S+ portal_shm\S* (ERROR|CRITICAL) ")
 
