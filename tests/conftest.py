@@ -47,6 +47,7 @@ _SCRATCH = tempfile.mkdtemp(prefix="psm-tests-", dir="/tmp" if os.path.isdir("/t
 os.environ.setdefault("SB3_LOGDIR", os.path.join(_SCRATCH, "sb3"))  # (a developer's own choice stands)
 os.environ.setdefault("RAY_TMPDIR", _SCRATCH)  # Ray makes its "ray" folder in it
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", _SCRATCH)  # (for pytest runs tests start; this one: basetemp)
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_SCRATCH, "inductor"))  # else /tmp/torchinductor_<user>
 
 
 def pytest_unconfigure(config):
