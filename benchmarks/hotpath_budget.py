@@ -75,14 +75,14 @@ def _served_loop(envs: list, actions: list) -> tuple:
     act = ring.views["act.0"]
     for k in range(depth):
         act[k] = np.asarray([actions[(k * count + j) % len(actions)] for j in range(count)]).reshape(act[k].shape)
-    slot = [0]
+    slot, words, seq = [0], memoryview(server.mailbox), MAILBOX_FIELDS.index("seq")
 
     def run(seconds: float) -> int:
         n, k = 0, slot[0]
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             k = (k + 1) % depth
-            server.seq += 1  # as an agent numbers its commands: one step in SAMPLE_EVERY is sampled
+            words[seq] += 1  # as an agent numbers its commands: one step in SAMPLE_EVERY is sampled
             server.step(k)
             n += count
         slot[0] = k
@@ -91,8 +91,7 @@ def _served_loop(envs: list, actions: list) -> tuple:
         return n
 
     def close() -> None:
-        server.socket.close(0)
-        server.context.term()
+        server.link.close(agent_gone=False)
         ring.close()
 
     return run, close

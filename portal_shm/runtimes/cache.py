@@ -51,12 +51,14 @@ def cache_root(cache_dir: Optional[str] = None) -> str:
 
 
 # The env side as it is copied into runtimes: the package root (lazy: it loads only its version), the
-# entry-point name of the presets, and the two folders the import contract confines the env side to.
-ENV_SIDE = ("__init__.py", "version.py", "presets.py", "wire", "server")
+# entry-point name of the presets, the two folders the import contract confines the env side to, and
+# the example envs (``portal_shm.server.example_envs:*`` re-exports them; the server never imports them).
+ENV_SIDE = ("__init__.py", "version.py", "presets.py", "wire", "server", "example_envs")
 
 
 def server_modules() -> dict[str, str]:
-    """Relative path -> path of the files an env runtime needs: ``portal_shm.wire`` and ``.server``.
+    """Relative path -> path of the files an env runtime needs: ``portal_shm.wire``, ``.server`` and
+    ``.example_envs``.
 
     Whole folders, subfolders included (``server/multi_agent``), rather than a list of modules:
     import-linter (pyproject.toml) keeps the env side from importing anything outside them, so what

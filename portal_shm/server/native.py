@@ -5,7 +5,7 @@ A *batched* entry point (marked with ``batched``) is called once per server with
 once per env. It returns a ``NativeBatch``, or plain envs (a list of ``num_envs``) where the family's
 batched implementation is missing or cannot express the options: then the server steps them one
 by one as any other, which is the fallback old runtimes keep. The server steps a batch with one
-call per command (``EnvServer._step_native``) and resets it with one call; the rest of the server
+call per command (``native_stepper.NativeStepper``) and resets it with one call; the rest of the server
 sees its envs through ``BatchMember`` stand-ins (spaces, metadata, attributes, close).
 
 Python 3.9 syntax, numpy only: this runs in env runtimes.
@@ -76,6 +76,7 @@ class NativeBatch:
     single_observation_space: Any
     single_action_space: Any
     metadata: dict = {}
+    _listener: Optional[Callable[[], None]] = None  # its server's (``listen``)
 
     def configure(self, autoreset_mode: str) -> None:
         """The autoreset mode the agent attached with ("NextStep", "SameStep" or "Disabled"), before
@@ -92,7 +93,14 @@ class NativeBatch:
         raise NotImplementedError
 
     def stepped(self) -> None:
-        """The native call of a step returned: its server may ring its agent now (it sets this)."""
+        """The native call of a step returned: its server may ring its agent now (``listen``)."""
+        if self._listener is not None:
+            self._listener()
+
+    def listen(self, stepped: Callable[[], None]) -> None:
+        """Call ``stepped`` whenever ``stepped()`` is: the server that steps this batch, which may
+        ring its agent before it writes the results (``native_stepper.EarlyRing``)."""
+        self._listener = stepped
 
     def close(self) -> None:
         """Release the native env (called once, when the server closes its envs)."""

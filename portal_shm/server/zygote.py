@@ -108,9 +108,9 @@ class Zygote:
         self.listener.listen(1)
 
     def agent_alive(self) -> bool:
-        from .loop import _probe_agent
+        from .agent_link import probe_agent
 
-        alive, self._lock_fd = _probe_agent(self.config.get("lock_path"), self._lock_fd)
+        alive, self._lock_fd = probe_agent(self.config.get("lock_path"), self._lock_fd)
         return bool(alive)
 
     def accept(self) -> bool:

@@ -44,7 +44,7 @@ _WALK_DEPTH = 64  # a refusal's walk gives up naming deeper values (msgpack stop
 
 class InfoRefused(TypeError):
     """An env's info value that this server may not send as it is. ``detail`` is what its error
-    message carries (``server/loop.py``'s ``error_message``), so that the agent raises an
+    message carries (``server/errors.py``'s ``error_message``), so that the agent raises an
     ``InfoEncodingError`` instead of counting an env failure: the env did nothing wrong."""
 
     def __init__(self, env_index: Optional[int], key: str, what: str, hint: str, cause: str, reason: str = "") -> None:

@@ -40,7 +40,7 @@ ACTIONS = "actions"  # per-env actions of spaces without a fixed layout, sent ju
 
 # What a server's handshake says of its envs' states ("states"; absent from older servers): every
 # env's can be taken at any moment (an adapter knows it), or some env's only at an episode's end,
-# where its generators are its state (``server/state.py``): recycling swaps that server only then.
+# where its generators are its state (``server/state/``): recycling swaps that server only then.
 STATES_COMPLETE = "complete"
 STATES_AT_EPISODE_END = "episode-end"
 
