@@ -38,10 +38,10 @@ from .contract.pending import PendingCall
 from .local import env_fns as F
 from .local.batch_driver import Batch, BatchDriver
 from .local.batches import batch_grouping
+from .local.failure import failure_policy
 from .local.health import Health
 from .local.lockstep import Lockstep
 from .local.portal_spaces import ObservationMode, check_observation_mode, portal_spaces
-from .local.recovery import Recovery
 from .local.replies import ControlCalls
 from .local.ring_views import RingViews
 from .local.session import PortalSession
@@ -221,12 +221,12 @@ class VectorPortal(PortalVectorEnv):
         control calls, the lockstep or async-batch driver, the clock, stats and top's report."""
         startup_timeout, step_timeout = options.startup_timeout, options.step_timeout
         servers = self._session.servers
-        self._recovery = Recovery(
+        self._recovery = failure_policy(
+            options.on_env_failure,
             self._session,
             self._ring,
             self.autoreset_mode,
             step_timeout,
-            options.on_env_failure,
             options.max_restarts,
             startup_timeout,
         )

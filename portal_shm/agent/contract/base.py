@@ -64,7 +64,23 @@ class Asked:
 
 
 class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
-    """A gymnasium ``VectorEnv`` whose envs live in isolated runtimes (see the module docstring)."""
+    """A gymnasium ``VectorEnv`` whose envs live in isolated runtimes (see the module docstring).
+
+    Every error of its own is a ``PortalError`` (``portal_shm.errors``); calls out of order raise
+    gymnasium's ``AlreadyPendingCallError`` and ``NoAsyncCallError``, calls after ``close()`` its
+    ``ClosedEnvironmentError``; ``close()`` itself raises nothing. What a step or reset raises
+    depends on ``on_env_failure``. With ``"raise"`` (the default): an ``EnvError`` when an env
+    raised (also the env's own type, ``ValueError`` say; the portal goes on, unless it was made of
+    env functions, as AsyncVectorEnv), ``ServerDiedError`` for a server that exited, ``HostLostError``
+    for a host that stopped answering, ``PortalTimeoutError`` past ``step_timeout``. With
+    ``"restart"`` a failed server is restarted (a lost host reconnected) and the step returns, the
+    failed envs' episodes ended (``infos["env_restarted"]``), until an env used up ``max_restarts``:
+    ``RestartLimitError``. Either way ``MessageTooBigError`` and ``InfoEncodingError`` (an env gave
+    a value that cannot be sent; the portal goes on) and ``ServerProtocolError`` (a server or host
+    broke the protocol; ``ConnectionDroppedError``: its connection dropped a message). After a
+    failure that leaves the servers mid-call (a timeout, a dead server, a protocol breach, used-up
+    restarts) the portal cannot continue: every call but ``close()`` raises ``PortalError``.
+    """
 
     num_envs: int
     batch_size: int
@@ -164,13 +180,33 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         """Reset all envs (lockstep; ``options["reset_mask"]`` for some), or every env and return the
-        first batch (async batches)."""
+        first batch (async batches).
+
+        Raises:
+            EnvError: An env raised, or gave a value that cannot be sent (see the class docstring).
+            ServerDiedError: An env server exited.
+            HostLostError: An env host stopped answering (hosts elsewhere, or placed by Ray).
+            PortalTimeoutError: No results within ``step_timeout`` (or the wait's ``timeout``).
+            ServerProtocolError: A server or host broke the protocol.
+            RestartLimitError: An env failed again after ``max_restarts`` restarts.
+            ValueError: ``seed`` is a list of another length than ``num_envs``, or ``reset_mask`` is
+                invalid (gymnasium's checks; ``TypeError`` for its type) or given with async batches.
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+        """
         self.reset_async(seed=seed, options=options)
         return self.reset_wait()
 
     def reset_async(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Start the reset and return at once; ``reset_wait`` collects the results. ``seed``: None,
-        an int (env ``i`` gets ``seed + i``) or one per env; ``options["reset_mask"]`` as gymnasium's."""
+        an int (env ``i`` gets ``seed + i``) or one per env; ``options["reset_mask"]`` as gymnasium's.
+
+        Raises:
+            ValueError: ``seed`` is a list of another length than ``num_envs``, or ``reset_mask`` is
+                invalid (gymnasium's checks; ``TypeError`` for its type) or given with async batches.
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+        """
         self._check_usable()
         seeds = seed_list(seed, self.num_envs)
         self._pending.check_idle("reset_async")
@@ -184,7 +220,18 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict[str, Any]]:
         """Results of ``reset_async``: every env's (lockstep) or the first batch (async batches).
         ``timeout`` (seconds) raises ``PortalTimeoutError``, also a ``multiprocessing.TimeoutError``
-        as with AsyncVectorEnv (the portal cannot continue then)."""
+        as with AsyncVectorEnv (the portal cannot continue then).
+
+        Raises:
+            EnvError: An env raised, or gave a value that cannot be sent (see the class docstring).
+            ServerDiedError: An env server exited.
+            HostLostError: An env host stopped answering (hosts elsewhere, or placed by Ray).
+            PortalTimeoutError: No results within ``step_timeout`` (or the wait's ``timeout``).
+            ServerProtocolError: A server or host broke the protocol.
+            RestartLimitError: An env failed again after ``max_restarts`` restarts.
+            NoAsyncCallError: ``reset_async`` was not called (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+        """
         self._check_usable()
         self._pending.check_waiting(AsyncState.WAITING_RESET)
         self._pending.end()
@@ -194,12 +241,33 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         return self._reset_result(timeout)
 
     def step(self, actions: Any) -> StepResult:
-        """Step every env once (lockstep), or ``send`` the last batch's envs and ``recv`` the next."""
+        """Step every env once (lockstep), or ``send`` the last batch's envs and ``recv`` the next.
+
+        Raises:
+            EnvError: An env raised, or gave a value that cannot be sent (see the class docstring).
+            ServerDiedError: An env server exited.
+            HostLostError: An env host stopped answering (hosts elsewhere, or placed by Ray).
+            PortalTimeoutError: No results within ``step_timeout`` (or the wait's ``timeout``).
+            ServerProtocolError: A server or host broke the protocol.
+            RestartLimitError: An env failed again after ``max_restarts`` restarts.
+            TypeError: ``actions`` is a scalar where one action per env is due.
+            ValueError: ``actions`` do not match ``num_envs`` envs of the action space.
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+        """
         self.step_async(actions)
         return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
-        """Start the step and return at once (async batches: ``send`` the last batch's envs)."""
+        """Start the step and return at once (async batches: ``send`` the last batch's envs).
+
+        Raises:
+            TypeError: ``actions`` is a scalar where one action per env is due, or holds a value that
+                cannot be sent (nothing was sent then).
+            ValueError: ``actions`` do not match the envs of the action space.
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+        """
         self._check_usable()
         self._pending.check_idle("step_async")
         if self.batched:
@@ -211,7 +279,17 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     def step_wait(self, timeout: Optional[float] = None) -> StepResult:
         """Results of ``step_async`` (async batches: the next ``recv``). ``timeout`` (seconds) raises
         ``PortalTimeoutError``, also a ``multiprocessing.TimeoutError`` as with AsyncVectorEnv; the
-        portal cannot continue after it."""
+        portal cannot continue after it.
+
+        Raises:
+            EnvError: An env raised, or gave a value that cannot be sent (see the class docstring).
+            ServerDiedError: An env server exited.
+            HostLostError: An env host stopped answering (hosts elsewhere, or placed by Ray).
+            PortalTimeoutError: No results within ``step_timeout`` (or the wait's ``timeout``).
+            ServerProtocolError: A server or host broke the protocol.
+            RestartLimitError: An env failed again after ``max_restarts`` restarts.
+            NoAsyncCallError: ``step_async`` was not called (gymnasium's).
+        """
         self._check_waitable()
         self._pending.check_waiting(AsyncState.WAITING_STEP)
         self._pending.end()
@@ -222,13 +300,35 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     # -- async batches (envpool's API) ---------------------------------------------------------
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step ``env_ids`` (default: the last ``recv``'s) with ``actions``, batched along ``env_ids``,
-        and return at once (async batches)."""
+        and return at once (async batches).
+
+        Raises:
+            ValueError: ``env_ids`` are not distinct env indices, name none (and no ``recv`` came
+                before), or cover part of a server's envs; ``actions`` do not match them.
+            TypeError: ``actions`` is a scalar where one action per env is due.
+            AlreadyPendingCallError: Some of ``env_ids`` are still stepping or have results waiting
+                (gymnasium's).
+            PortalError: The portal steps in lockstep (``batch_size == num_envs``: use ``step``), or
+                cannot continue after an earlier failure.
+        """
         self._require_batches("send")
         self._send(actions, env_ids)
 
     def recv(self, timeout: Optional[float] = None) -> StepResult:
         """The next ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``,
-        ``infos["env_id"]`` says which (async batches)."""
+        ``infos["env_id"]`` says which (async batches).
+
+        Raises:
+            EnvError: An env raised, or gave a value that cannot be sent (see the class docstring).
+            ServerDiedError: An env server exited.
+            HostLostError: An env host stopped answering (hosts elsewhere, or placed by Ray).
+            PortalTimeoutError: No results within ``step_timeout`` (or the wait's ``timeout``).
+            ServerProtocolError: A server or host broke the protocol.
+            RestartLimitError: An env failed again after ``max_restarts`` restarts.
+            NoAsyncCallError: Fewer than ``batch_size`` envs are stepping or finished (gymnasium's).
+            PortalError: The portal steps in lockstep (``batch_size == num_envs``: use ``step``), or
+                cannot continue after an earlier failure.
+        """
         self._require_batches("recv")
         if self._pending.state is AsyncState.WAITING_STEP:
             self._pending.end()
@@ -236,7 +336,15 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
 
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env; ``recv()`` then hands out the reset batches (envpool's ``async_reset``:
-        ``reset()`` with async batches is this followed by ``recv()``)."""
+        ``reset()`` with async batches is this followed by ``recv()``).
+
+        Raises:
+            ValueError: ``seed`` is a list of another length than ``num_envs``, or ``options`` holds a
+                ``reset_mask`` (async batches reset every env).
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal steps in lockstep (``batch_size == num_envs``: use ``reset``), or
+                cannot continue after an earlier failure.
+        """
         self._require_batches("async_reset")
         self._pending.check_idle("async_reset")
         options, _ = reset_options(options, self.num_envs, True)
@@ -300,7 +408,19 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         return name
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call ``name`` on every env (or read it, when it is not callable); one result per env."""
+        """Call ``name`` on every env (or read it, when it is not callable); one result per env.
+
+        Raises:
+            EnvError: An env raised (``AttributeError`` too, for an attribute it lacks); the portal goes on.
+            HostPolicyError: An env host does not allow ``name`` (``portal-shm host --calls``).
+            ServerDiedError: An env server exited (with ``on_env_failure="restart"`` it is restarted).
+            PortalTimeoutError: An owner did not answer in time.
+            ServerProtocolError: An owner broke the protocol.
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+            ValueError: ``name`` is ``reset``, ``step`` or ``close``, which have methods of their own.
+            TypeError: An argument cannot be sent (nothing was sent then).
+        """
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
@@ -317,25 +437,68 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
 
     def call_envs(self, env_ids: Any, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``call`` in the envs ``env_ids`` only (SB3's ``env_method(..., indices=)``): their results,
-        in the order of ``env_ids``; the other envs' owners are not even woken."""
+        in the order of ``env_ids``; the other envs' owners are not even woken.
+
+        Raises:
+            ValueError: ``env_ids`` are not distinct env indices of the portal, or ``name`` is
+                ``reset``, ``step`` or ``close``.
+            TypeError: ``env_ids`` are not ints, or an argument cannot be sent.
+            EnvError: The env raised; the portal goes on. Otherwise as ``call``.
+        """
         fields = {"name": self._callable(name), "args": list(args), "kwargs": kwargs}
         return self._ask_and_wait("call", fields, env_ids, f"call({name!r})")
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Each env's attribute ``name``."""
+        """Each env's attribute ``name``.
+
+        Raises:
+            EnvError: An env raised (``AttributeError`` too, for an attribute it lacks); the portal goes on.
+            HostPolicyError: An env host does not allow ``name`` (``portal-shm host --calls``).
+            ServerDiedError: An env server exited (with ``on_env_failure="restart"`` it is restarted).
+            PortalTimeoutError: An owner did not answer in time.
+            ServerProtocolError: An owner broke the protocol.
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+        """
         return self._ask_and_wait("get_attr", {"name": name}, None, f"get_attr({name!r})")
 
     def get_attr_envs(self, env_ids: Any, name: str) -> tuple[Any, ...]:
-        """``get_attr`` of the envs ``env_ids`` only, in their order."""
+        """``get_attr`` of the envs ``env_ids`` only, in their order.
+
+        Raises:
+            ValueError: ``env_ids`` are not distinct env indices of the portal.
+            TypeError: ``env_ids`` are not ints.
+            EnvError: The env raised (``AttributeError`` too, for an attribute it lacks); the portal
+                goes on. Otherwise as ``get_attr``.
+        """
         return self._ask_and_wait("get_attr", {"name": name}, env_ids, f"get_attr({name!r})")
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        """Set ``name`` in every env: one value for all, or a list or tuple of one per env."""
+        """Set ``name`` in every env: one value for all, or a list or tuple of one per env.
+
+        Raises:
+            EnvError: An env raised setting it (a property without a setter, say); the portal goes on.
+            HostPolicyError: An env host does not allow ``name`` (``portal-shm host --calls``).
+            ServerDiedError: An env server exited (with ``on_env_failure="restart"`` it is restarted).
+            PortalTimeoutError: An owner did not answer in time.
+            ServerProtocolError: An owner broke the protocol.
+            AlreadyPendingCallError: An async call is in flight (gymnasium's).
+            PortalError: The portal cannot continue after an earlier failure.
+            ValueError: ``values`` is a list or tuple of another length than ``num_envs``.
+            TypeError: A value cannot be sent (nothing was sent then).
+        """
         values = per_env_values(values, self.num_envs)
         self._ask_and_wait("set_attr", {"name": name}, None, f"set_attr({name!r})", values)
 
     def set_attr_envs(self, env_ids: Any, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        """``set_attr`` in the envs ``env_ids`` only: one value for all, or one per env named."""
+        """``set_attr`` in the envs ``env_ids`` only: one value for all, or one per env named.
+
+        Raises:
+            ValueError: ``env_ids`` are not distinct env indices of the portal, or ``values`` is a list
+                or tuple of another length than ``env_ids``.
+            TypeError: ``env_ids`` are not ints, or a value cannot be sent.
+            EnvError: The env raised; the portal goes on. Otherwise as ``set_attr``.
+        """
         count = len(check_env_ids(env_ids, self.num_envs))
         self._ask_and_wait("set_attr", {"name": name}, env_ids, f"set_attr({name!r})", per_env_values(values, count))
 
@@ -359,7 +522,15 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         versioned msgpack blob made in the env's runtime, restorable into any env of the same id
         and versions (another server, container or host). ``allow_pickle``: envs with no state
         adapter are pickled inside their runtime (the agent never unpickles anything; an env host
-        allows it only with ``portal-shm host --pickled-states``)."""
+        allows it only with ``portal-shm host --pickled-states``).
+
+        Raises:
+            EnvError: An env's state cannot be taken in its runtime (no state adapter fits it and
+                ``allow_pickle`` is False, or its host does not allow pickled states); the message
+                says what would work. Otherwise as ``get_attr``.
+            ServerProtocolError: An owner answered with something that is not bytes.
+            ValueError: ``env_ids`` are not distinct env indices of the portal (``TypeError``: not ints).
+        """
         states = list(self._ask_and_wait("get_state", {"allow_pickle": bool(allow_pickle)}, env_ids, "get_state"))
         if not all(isinstance(state, bytes) for state in states):
             raise ServerProtocolError("an env's owner answered get_state with something that is not bytes")
@@ -369,7 +540,16 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         """Restore ``states`` (from ``get_state``) into the envs ``env_ids``, one each (a state may go
         to several envs: a fork); returns every env's observation, as a masked reset does (the
         others' unchanged), and the restored envs' infos. Their episodes go on from the state.
-        ``allow_pickle``: accept states the env's runtime pickled (unpickling there runs code)."""
+        ``allow_pickle``: accept states the env's runtime pickled (unpickling there runs code).
+
+        Raises:
+            ValueError: ``states`` are not one state (bytes) per env of ``env_ids``, or ``env_ids`` are
+                not distinct env indices of the portal.
+            EnvError: A state does not fit its env (another env or version made it, or it was pickled
+                and ``allow_pickle`` is False). Otherwise as ``reset``.
+            PortalError: The portal steps in async batches (restore states in a lockstep portal), or
+                cannot continue after an earlier failure.
+        """
         ids = check_env_ids(env_ids, self.num_envs)
         states = list(states)
         if len(states) != len(ids) or not all(isinstance(state, bytes) for state in states):

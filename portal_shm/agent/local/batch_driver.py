@@ -6,8 +6,9 @@ the arrays a batch is gathered into. A batch is a set of whole servers; ``recv``
 views when its servers hold consecutive envs in one slot, else copies into arrays this driver
 owns (same validity rule as lockstep).
 
-With ``on_env_failure="restart"`` a failed server's step is made by the agent (``recovery.StandIn``)
-and handed out like any other server's: see the module docstring of ``recovery.py``.
+The failure policy (``failure.py``) says what a failed server's step becomes; with
+``on_env_failure="restart"`` it is made by the agent (``recovery.StandIn``) and handed out like any
+other server's: see the module docstring of ``recovery.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..contract.pending import AsyncState
 from ..contract.validate import check_blobs
 from .batches import ServerQueue
 from .health import Health
-from .recovery import RESTARTABLE, Recovery, StandIn, failures
+from .recovery import RESTARTABLE, Recovery, StandIn
 from .replies import collect, send_all
 from .ring_views import RingViews
 from .session import ServerLink
@@ -84,6 +85,8 @@ class BatchDriver:
         self.num_envs = ring.num_envs
         self.ring_depth = ring.ring_depth
         self.step_timeout = recovery.step_timeout
+        # (the wait's default timeout, each server's from its send): the policy's to say
+        self._wait_timeout, self._server_timeout = recovery.timeouts(self.step_timeout)
         self.server_size = len(servers[0].env_indices)
         actions = ring.actions
         assert actions is not None  # VectorPortal makes async batches only for fixed-layout action spaces
@@ -204,8 +207,8 @@ class BatchDriver:
         With the restart policy only an explicit ``timeout`` applies: a server past
         ``step_timeout`` since its own ``send`` is restarted instead (``_check_server``).
         """
-        if timeout is None and not self.recovery.enabled:
-            timeout = self.step_timeout
+        if timeout is None:
+            timeout = self._wait_timeout
         return None if timeout is None else time.monotonic() + timeout
 
     def _step_extras(self, index: int, errors: list[EnvError]) -> dict[int, bytes]:
@@ -224,13 +227,10 @@ class BatchDriver:
                 return {}
             if message["cmd"] != P.ERROR:
                 return check_blobs(message.get("blobs"), server.env_indices, server.describe())
-            server_errors = server.errors(message)
-            if self.recovery.enabled and failures(server_errors):
-                raise failures(server_errors)[0]
-            errors.extend(server_errors)
+            errors.extend(self.recovery.step_errors(server.errors(message)))
             return {}
         except RESTARTABLE as exc:
-            if not self.recovery.enabled:
+            if not self.recovery.handles(exc):
                 raise
             return self._end_failed(index, exc).extras
 
@@ -249,17 +249,16 @@ class BatchDriver:
         """Raise if a stepping server died; with the restart policy restart it instead, also
         when it overran ``step_timeout``: its failed step then waits in ``ready``."""
         server = self.servers[index]
-        if not self.recovery.enabled:
-            server.check_alive()
-            return
         try:
             server.check_alive()
-            if self.step_timeout is not None and time.monotonic() - self.queue.sent_at[index] > self.step_timeout:
+            limit = self._server_timeout
+            if limit is not None and time.monotonic() - self.queue.sent_at[index] > limit:
                 raise PortalTimeoutError(
-                    f"{server.describe()} did not finish its step within {self.step_timeout} s "
-                    "(step_timeout): hung or too slow"
+                    f"{server.describe()} did not finish its step within {limit} s (step_timeout): hung or too slow"
                 )
         except RESTARTABLE as exc:
+            if not self.recovery.handles(exc):
+                raise
             self.queue.stopped(index)
             self._end_failed(index, exc)
 
@@ -368,7 +367,7 @@ class BatchDriver:
         try:
             infos = self.ring.gather(k, extras, infos, server.env_indices, position, self.batch_size)
         except ServerProtocolError as exc:
-            if not self.recovery.enabled or server.index in self._stand_ins:
+            if server.index in self._stand_ins or not self.recovery.handles(exc):
                 raise
             extras.update(self._end_failed(server.index, exc).extras)
             infos = self.ring.gather(k, extras, infos, server.env_indices, position, self.batch_size)
@@ -391,7 +390,7 @@ class BatchDriver:
             try:
                 message = self._step_message(index)
             except ServerProtocolError as exc:
-                if not self.recovery.enabled:
+                if not self.recovery.handles(exc):
                     raise
                 self._end_failed(index, exc)
                 continue
@@ -421,8 +420,8 @@ class BatchDriver:
             )
         for message in messages:
             P.packb(message)  # raises TypeError naming an unsendable value before any server is told
-        sent, failed = send_all(self.servers, messages, self.recovery.enabled)
-        extras, _, errors, failed_replies = collect(sent, "reset", self.step_timeout, self.recovery.enabled)
+        sent, failed = send_all(self.servers, messages, self.recovery)
+        extras, _, errors, failed_replies = collect(sent, "reset", self.step_timeout, self.recovery)
         failed.update(failed_replies)
         # -- recovery: restart failed servers and repeat the reset for their envs --
         for server, cause in failed.items():

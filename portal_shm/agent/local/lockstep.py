@@ -5,8 +5,9 @@ server), each server gets ``STEP k`` in its mailbox and a ring on its doorbell, 
 waits on the servers in order, batching each one's infos as soon as it is done. The slot moves
 round the ring, so a batch handed out stays valid for ``ring_depth - 1`` further calls.
 
-With ``on_env_failure="restart"`` the step's rows of a failed server are made by the agent
-(``recovery.py``); the driver only says where a server failed.
+The failure policy (``failure.py``) says what a failed server's step becomes: an error, or (with
+``on_env_failure="restart"``) rows the agent makes (``recovery.py``); the driver only says where
+a server failed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..contract.restarts import restart_infos
 from ..contract.validate import check_blobs
 from .control import POLL_SLICE
 from .health import Health
-from .recovery import RESTARTABLE, Recovery, failures
+from .recovery import RESTARTABLE, Recovery
 from .replies import ControlCalls
 from .ring_views import RingViews
 from .session import ServerLink
@@ -256,13 +257,12 @@ class Lockstep:
                     self._wait_done(server, deadline)
                     if server.mailbox[STATUS] == STATUS_ERROR or server.mailbox[EXTRA]:
                         server_errors = self._step_message(server, timeout, extras)
-                        if recovery.enabled and failures(server_errors):
-                            raise failures(server_errors)[0]
-                        errors.extend(server_errors)
+                        if server_errors:  # (the policy may restart the server for one instead)
+                            errors.extend(recovery.step_errors(server_errors))
                 if not errors:
                     infos = self.ring.gather(k, extras, infos, server.env_indices)
             except RESTARTABLE as exc:
-                if recovery.enabled:
+                if recovery.handles(exc):
                     failed.append((server, exc))
                     redoable.add(server.index)
                 elif isinstance(exc, EnvError):
@@ -424,7 +424,7 @@ class Lockstep:
             status = words[STATUS]
             if status >= STATUS_PENDING:  # (WRITING among them: rings early only when asked, never here)
                 finished = False
-            elif status == STATUS_ERROR and self.recovery.enabled:
+            elif status == STATUS_ERROR and self.recovery.repairs:
                 return None  # a restart takes seconds: the caller's thread, not the driver's
             elif (status == STATUS_ERROR or words[EXTRA]) and not server.channel.ready():
                 finished = False

@@ -31,7 +31,7 @@ fresh one (a new process or container from the same spec) and lets the portal go
   the same steps and the same observations come back.
 - Exact restarts at an episode's boundary (lockstep portals): with this policy each server writes
   the states of the envs whose episode ended in a step to a file in the run directory once that
-  step's results are out (the env's generators and its wrappers' at the end, ``server/state.py``;
+  step's results are out (the env's generators and its wrappers' at the end, ``server/state/``;
   plain envs need no adapter; ``wire/end_states.py``), read only if it fails. When a server fails in the step right after all of
   its envs ended an episode (NEXT_STEP: the autoreset step, where resets run; SAME_STEP: the
   first step of the new episodes), the fresh server is given those states and makes that step
@@ -82,8 +82,6 @@ from gymnasium.vector import AutoresetMode
 
 from ...errors import (
     EnvError,
-    InfoEncodingError,
-    MessageTooBigError,
     PortalError,
     PortalTimeoutError,
     RestartLimitError,
@@ -92,21 +90,16 @@ from ...errors import (
 )
 from ...wire import protocol as P
 from ...wire.end_states import end_states_path, max_file_bytes, read_record
+from ..contract.failure import NOT_FAILURES, FailurePolicy, failures
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos, restart_seed
 from ..contract.validate import check_end_states, check_reply
 from .ring_views import RingViews, SavedRows
 from .session import PortalSession, ServerLink
 
+#: The failures of a server a restart repairs (``FailurePolicy.handles`` says whether it does).
 RESTARTABLE = (ServerDiedError, PortalTimeoutError, ServerProtocolError, EnvError)
-# Env errors that are no failure of the env's runtime, which a restart would meet again: the caller
-# gets them, the server goes on.
-NOT_FAILURES = (MessageTooBigError, InfoEncodingError)
-
-
-def failures(errors: list[EnvError]) -> list[EnvError]:
-    """The env errors that the restart policy restarts a server for (``NOT_FAILURES`` left out)."""
-    return [error for error in errors if not isinstance(error, NOT_FAILURES)]
+__all__ = ["NOT_FAILURES", "RESTARTABLE", "Recovery", "RestartRecord", "StandIn", "failures"]  # (re-exported)
 
 
 class StandIn(NamedTuple):
@@ -143,11 +136,14 @@ def _first_line(cause: BaseException, limit: int = 500) -> str:
     return lines[0][:limit] if lines else ""
 
 
-class Recovery:
+class Recovery(FailurePolicy):
     """Restart bookkeeping of one portal: restart counts, seeds, and episodes still to end.
 
-    It gets what it works on passed in (the session that restarts servers, the ring views it
-    writes a failed server's rows into) and keeps no pointer to the portal.
+    The shared part of both failure policies (``failure.py``): they differ only in the answers of
+    ``FailurePolicy`` (whether a failure is raised or repaired); under either, a recycled server
+    whose fresh one fails is restarted in place and envs reset as their next step. It gets what
+    it works on passed in (the session that restarts servers, the ring views it writes a failed
+    server's rows into) and keeps no pointer to the portal.
     """
 
     def __init__(
@@ -156,7 +152,6 @@ class Recovery:
         ring: RingViews,
         autoreset_mode: AutoresetMode,
         step_timeout: Optional[float],
-        policy: str,
         max_restarts: int,
         startup_timeout: float,
     ) -> None:
@@ -164,7 +159,6 @@ class Recovery:
         self.ring = ring
         self.mode = autoreset_mode
         self.step_timeout = step_timeout
-        self.enabled = policy == "restart"
         self.max_restarts = max_restarts
         self.startup_timeout = startup_timeout
         self.restarts = [0] * ring.num_envs  # episodes ended by a restart (shown once each in the infos)
@@ -274,8 +268,9 @@ class Recovery:
         """The states to restart the failed ``server`` from and make its failed step (command
         number ``step_seq``) again: those it wrote for every env of it at the command just before,
         a step that ended all their episodes (no call or reset between); else None. Read from the
-        file it leaves them in (``wire/end_states.py``), which is then removed."""
-        if not self.enabled or self.busy(server.index):
+        file it leaves them in (``wire/end_states.py``), which is then removed. Asked only for a
+        failure the policy ``handles``."""
+        if self.busy(server.index):
             return None
         path = end_states_path(self.session.resources.run_dir, server.token)
         data = read_record(path, max_file_bytes(len(server.env_indices)))

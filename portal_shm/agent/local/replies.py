@@ -12,9 +12,10 @@ from typing import Any, Optional
 
 from ...errors import EnvError, ServerProtocolError
 from ...wire import protocol as P
+from ..contract.failure import FailurePolicy
 from ..contract.validate import check_reply
 from .health import Health
-from .recovery import RESTARTABLE, Recovery, failures
+from .recovery import RESTARTABLE, Recovery
 from .session import ServerLink
 
 #: Servers that failed during a control exchange, with what they failed of.
@@ -22,11 +23,11 @@ Failed = dict[ServerLink, BaseException]
 
 
 def send_all(
-    servers: list[ServerLink], messages: list[dict[str, Any]], restart: bool
+    servers: list[ServerLink], messages: list[dict[str, Any]], policy: FailurePolicy
 ) -> tuple[list[ServerLink], Failed]:
     """Send each server its control message; (servers reached, failed server -> exception).
 
-    Without the restart policy the first failure raises.
+    The first failure the ``policy`` does not handle raises.
     """
     sent: list[ServerLink] = []
     failed: Failed = {}
@@ -37,7 +38,7 @@ def send_all(
             server.post_control()
             sent.append(server)
         except RESTARTABLE as exc:
-            if not restart:
+            if not policy.handles(exc):
                 raise
             failed[server] = exc
     return sent, failed
@@ -47,15 +48,15 @@ def collect(
     servers: list[ServerLink],
     what: str,
     timeout: Optional[float],
-    restart: bool,
+    policy: FailurePolicy,
     chosen: Optional[dict[int, list[int]]] = None,
 ) -> tuple[dict[int, bytes], list[Any], list[EnvError], Failed]:
     """One reply per server: (infos blobs beside the ring, results, env errors, failed servers).
 
-    With the restart policy a failed server does not stop the collection: it is returned in the
-    fourth item (server -> exception) for the caller to recover. A reset counts an env's exception
-    as a failure, other calls only a broken server. ``chosen``: a call that names some envs only
-    (server index -> its envs named), whose results are one per env named.
+    A failed server the ``policy`` handles does not stop the collection: it is returned in the
+    fourth item (server -> exception) for the caller to recover. A reset asks the policy about an
+    env's exception (``step_errors``), other calls count only a broken server. ``chosen``: a call
+    that names some envs only (server index -> its envs named), whose results are one per env named.
     """
     extras: dict[int, bytes] = {}
     results: list[Any] = []
@@ -68,9 +69,7 @@ def collect(
             message = server.recv(remaining, what)
             if message["cmd"] == P.ERROR:
                 server_errors = server.errors(message)
-                if restart and what == "reset" and failures(server_errors):
-                    raise failures(server_errors)[0]
-                errors.extend(server_errors)
+                errors.extend(policy.step_errors(server_errors) if what == "reset" else server_errors)
             elif message["cmd"] == P.REPLY:
                 envs = server.env_indices if chosen is None else chosen[server.index]
                 server_extras, server_results = check_reply(message, envs, server.describe())
@@ -79,7 +78,7 @@ def collect(
             else:
                 raise ServerProtocolError(f"{server.describe()} answered {what} with {message['cmd']!r:.40}")
         except RESTARTABLE as exc:
-            if not restart:
+            if not policy.handles(exc):
                 raise
             failed[server] = exc
     return extras, results, errors, failed
@@ -108,14 +107,14 @@ class ControlCalls:
         servers = self.servers if chosen is None else [self.servers[index] for index in chosen]
         self.messages = {server.index: message for server, message in zip(servers, messages)}
         self._chosen = chosen
-        self._sent, self._send_failed = send_all(servers, messages, self.recovery.enabled)
+        self._sent, self._send_failed = send_all(servers, messages, self.recovery)
 
     def replies(
         self, what: str, timeout: Optional[float]
     ) -> tuple[dict[int, bytes], list[Any], list[EnvError], Failed]:
         """``collect``'s four items for the servers reached, those not reached among the failed."""
         timeout = self.step_timeout if timeout is None else timeout
-        extras, results, errors, failed = collect(self._sent, what, timeout, self.recovery.enabled, self._chosen)
+        extras, results, errors, failed = collect(self._sent, what, timeout, self.recovery, self._chosen)
         failed.update(self._send_failed)
         return extras, results, errors, failed
 

@@ -24,7 +24,7 @@ What happens (lockstep portals; the rules of when are ``recycle_policy.py``):
   the bound go on mid-episode from their state, exactly as well where the state adapter is
   complete (own ``get_state``, ALE, MuJoCo).
 - An env no adapter knows (a plain gymnasium env) has a state only at an episode's end: its
-  generators, wrappers and pending autoreset (``server/state.py``, ``EpisodeEndState``), which
+  generators, wrappers and pending autoreset (``server/state/``, ``EpisodeEndState``), which
   its server's handshake says (``STATES_AT_EPISODE_END``). Such a server is swapped only when it
   retires, in a step where all its envs end an episode (in SAME_STEP the server takes the states
   just before the step's reset, which the fresh server makes again), never past the bound nor a

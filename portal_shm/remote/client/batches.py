@@ -72,7 +72,7 @@ class RemoteBatches:
                     host.link.tick(now, host.in_flight > 0 and not host.link.batches)
                 break
             except E.HostLostError as exc:
-                if not self.recovery.enabled:
+                if not self.recovery.handles(exc):
                     raise
                 self.recovery.restart_batched(hosts.index_of(exc), exc)
         host = min((h for h in hosts if h.link.batches), key=lambda h: h.link.batches[0][2])
@@ -89,8 +89,7 @@ class RemoteBatches:
         global_ids = np.asarray(ids, dtype=np.int64) + host.offset
         infos = self.arrays.infos(replies, count, envs=global_ids)
         host.in_flight = max(0, host.in_flight - count)
-        if host.restarted:
-            reward, truncated, infos = self.recovery.mark_restarted(host, ids, reward, truncated, infos)
+        reward, truncated, infos = self.recovery.mark_restarted(host, ids, reward, truncated, infos)
         infos["env_id"] = global_ids.astype(np.int32)
         infos["_env_id"] = np.ones(count, dtype=np.bool_)
         self.last_ids = global_ids

@@ -86,7 +86,7 @@ class Exchange:
                 hosts.wait(waiting, deadline, what)
                 break
             except E.HostLostError as exc:
-                if not self.recovery.enabled or self.batched:
+                if self.batched or not self.recovery.handles(exc):
                     raise
                 lost[hosts.index_of(exc)] = exc
         out: list[Reply] = []
@@ -95,13 +95,10 @@ class Exchange:
                 out.append(self._recover(i, lost[i], posted.headers[i], posted.arrays[i], what))
             elif i not in pending and not others:
                 continue
-            elif i not in pending and host.ended is not None and what == "step":
-                (cause, fresh, reset_infos), host.ended = host.ended, None
-                out.append(self.recovery.end_episodes(host, cause, host.last_obs, fresh, reset_infos))
             elif i not in pending:
-                stand_in, host.stand_in = host.stand_in, None
-                if stand_in is not None and what == "step":
-                    out.append((host, *stand_in))
+                owed = self.recovery.owed_reply(host, what)  # (a restart's: episodes end, or a stand-in)
+                if owed is not None:
+                    out.append(owed)
                 else:
                     out.append((host, {"infos": [], "obs": host.last_obs_value}, list(host.last_obs)))
             else:

@@ -47,11 +47,8 @@ class Host:
         self.server_hosting: list[Optional[str]] = []  # and what steps them (``EnvServer`` ``hosting``)
         self.last_obs: list[np.ndarray] = []  # observation leaves as the last lockstep call left them
         self.last_obs_value: Any = None  # the same for spaces without a fixed layout
-        self.stand_in: Any = None  # (header, arrays) the next step returns instead of asking (a restart)
-        self.restarted: dict[int, dict[str, Any]] = {}  # async batches: env -> its restart infos, until sent out
         self.in_flight = 0  # async batches: envs sent to this host and not yet back
-        self.ended: Optional[tuple[BaseException, list[Any], list[Any]]] = None  # lost in a call: the next
-        # step ends its envs' episodes (the cause, the fresh envs' reset observations and infos)
+        # (what a restart owes the host's envs is the failure policy's: ``recovery.py``)
 
     @property
     def address(self) -> str:

@@ -50,9 +50,10 @@ class RemoteLockstep:
                 if not part["reset_mask"].any():
                     headers.append(None)  # none of this host's envs: it keeps its observation, as gymnasium's do
                     continue
-            host.stand_in = None
-            if host.ended is not None and (mask is None or mask[host.offset : host.offset + host.num_envs].all()):
-                self.showing[host.index], host.ended = host.ended[0], None  # this reset shows the restart
+            whole = mask is None or bool(mask[host.offset : host.offset + host.num_envs].all())
+            shown = self.recovery.replaced(host, whole)
+            if shown is not None:
+                self.showing[host.index] = shown  # this reset shows the restart
             headers.append({"cmd": M.RESET, "seed": seeds[host.offset : host.offset + host.num_envs], "options": part})
         return self.exchange.post(headers, what="reset")
 
@@ -72,9 +73,9 @@ class RemoteLockstep:
         parts = self.arrays.split_actions(
             actions, self.num_envs, len(hosts), lambda i: slice(hosts[i].offset, hosts[i].offset + hosts[i].num_envs)
         )
+        owing = self.recovery.owing()  # (hosts whose step a restart makes)
         headers = [
-            None if host.stand_in is not None or host.ended is not None else {"cmd": M.STEP, **fields}
-            for host, (fields, _) in zip(hosts, parts)
+            None if host.index in owing else {"cmd": M.STEP, **fields} for host, (fields, _) in zip(hosts, parts)
         ]
         self.posted = self.exchange.post(headers, [a for _, a in parts], "step")
 
@@ -96,7 +97,7 @@ class RemoteLockstep:
             if not local:
                 headers.append(None)
                 continue
-            host.stand_in = None
+            self.recovery.replaced(host, False)
             headers.append(
                 {
                     "cmd": M.SET_STATE,

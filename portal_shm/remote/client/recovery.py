@@ -22,6 +22,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ... import errors as E
+from ...agent.contract.failure import FailurePolicy
 from ...agent.contract.infos import add_info
 from ...agent.contract.restarts import restart_infos, restart_seed
 from ...wire import trees
@@ -31,11 +32,13 @@ from .hosts import Host, Hosts
 from .link import wait
 
 
-class HostRecovery:
+class HostRecovery(FailurePolicy):
     """Restart bookkeeping of a RemoteVectorPortal: restart counts and seeds per env.
 
-    It gets what it needs passed in: the portal's hosts (which open a fresh session on a host)
-    and how to check a host's observations.
+    The shared part of both failure policies (``failure.py``), which differ in the answers of
+    ``FailurePolicy``: only the restart policy is ever handed a lost host. It gets what it needs
+    passed in: the portal's hosts (which open a fresh session on a host) and how to check a
+    host's observations.
     """
 
     def __init__(
@@ -44,7 +47,6 @@ class HostRecovery:
         checked_obs: Callable[[Host, list[Any], int], list[Any]],
         obs_schema: dict[str, Any],
         autoreset_mode: AutoresetMode,
-        policy: str,
         max_restarts: int,
         timeout: float,
         heartbeat_timeout: float,
@@ -53,13 +55,20 @@ class HostRecovery:
         self.checked_obs = checked_obs
         self.obs_schema = obs_schema
         self.mode = autoreset_mode
-        self.enabled = policy == "restart"
         self.max_restarts = max_restarts
         self.timeout = timeout
         self.heartbeat_timeout = heartbeat_timeout
         num_envs = sum(host.num_envs for host in hosts)
         self.restarts = [0] * num_envs
         self.seeds: list[Any] = [None] * num_envs
+        # What restarted hosts are owed (host index -> ...), each until it is handed out:
+        #: lost in a call: the next step ends its envs' episodes (the cause, the fresh envs' reset
+        #: observations and infos);
+        self.ended: dict[int, tuple[BaseException, list[Any], list[Any]]] = {}
+        #: (header, arrays) the next step returns instead of asking the host (NEXT_STEP: the reset);
+        self.stand_ins: dict[int, tuple[dict[str, Any], list[Any]]] = {}
+        #: async batches: env (on the host) -> its restart infos, until a batch brings it.
+        self.restarted: dict[int, dict[int, dict[str, Any]]] = {}
 
     def reconnect(self, index: int, cause: BaseException, batched: bool = False) -> tuple[Host, list[Any], list[Any]]:
         """A fresh session on host ``index`` with its envs reset: (host, obs columns, sparse infos).
@@ -109,9 +118,31 @@ class HostRecovery:
     def end_later(self, index: int, cause: BaseException) -> Host:
         """Host ``index`` was lost during a call: a fresh session now, its envs reset; their episodes
         end at the next step (``end_episodes``), as a step's loss ends them."""
-        host, fresh, reset_infos = self.reconnect(index, cause)
-        host.ended = (cause, fresh, reset_infos)
-        return host
+        _, fresh, reset_infos = self.reconnect(index, cause)
+        self.ended[index] = (cause, fresh, reset_infos)
+        return self.hosts[index]
+
+    def owing(self) -> set[int]:
+        """The hosts whose next step this policy makes instead of asking them."""
+        return set(self.stand_ins) | set(self.ended)
+
+    def owed_reply(self, host: Host, what: str) -> Optional[tuple[Any, ...]]:
+        """The reply of ``host``, not asked in ``what``, that a restart owes: the step that ends its
+        envs' episodes or the one standing in (None if none; a stand-in ends with any request)."""
+        if what == "step" and host.index in self.ended:
+            cause, fresh, reset_infos = self.ended.pop(host.index)
+            return self.end_episodes(host, cause, host.last_obs, fresh, reset_infos)
+        stand_in = self.stand_ins.pop(host.index, None)
+        return (host, *stand_in) if stand_in is not None and what == "step" else None
+
+    def replaced(self, host: Host, whole: bool) -> Optional[BaseException]:
+        """A reset (``whole``: of all of ``host``'s envs) or restore replaces the step a restart
+        owes the host; a whole reset shows the restart of a call (returns its cause), and its
+        episodes need not end at the next step."""
+        self.stand_ins.pop(host.index, None)
+        if whole and host.index in self.ended:
+            return self.ended.pop(host.index)[0]
+        return None
 
     @staticmethod
     def restarted_infos(host: Host, cause: BaseException) -> list[Any]:
@@ -137,7 +168,10 @@ class HostRecovery:
             host.last_obs = fresh
             return host, {"infos": infos}, fresh + flags
         if self.mode is AutoresetMode.NEXT_STEP:  # the next step hands out the reset, as gymnasium's autoreset would
-            host.stand_in = ({"infos": reset_infos}, fresh + [flags[0], flags[1], np.zeros(count, np.bool_)])
+            self.stand_ins[host.index] = (
+                {"infos": reset_infos},
+                fresh + [flags[0], flags[1], np.zeros(count, np.bool_)],
+            )
         host.last_obs = last_obs
         return host, {"infos": infos}, last_obs + flags
 
@@ -151,20 +185,23 @@ class HostRecovery:
         """Async batches: host ``index`` is back with its envs reset; mark them for their next batch."""
         host, _, _ = self.reconnect(index, cause, batched=True)
         host.in_flight = host.num_envs
-        host.restarted = _restart_infos(host, cause, {})
+        self.restarted[index] = _restart_infos(host, cause, {})
 
-    @staticmethod
     def mark_restarted(
-        host: Host, ids: list[Any], reward: np.ndarray, truncated: np.ndarray, infos: dict[str, Any]
+        self, host: Host, ids: list[Any], reward: np.ndarray, truncated: np.ndarray, infos: dict[str, Any]
     ) -> tuple[Any, ...]:
         """The batch that brings restarted envs' resets: truncated, reward 0, ``env_restarted``."""
-        rows = [row for row, j in enumerate(ids) if j in host.restarted]
+        restarted = self.restarted.get(host.index)
+        rows = [row for row, j in enumerate(ids) if j in restarted] if restarted else []
         if not rows:
             return reward, truncated, infos
+        assert restarted is not None
         reward, truncated = np.array(reward), np.array(truncated)
         for row in rows:
             reward[row], truncated[row] = 0.0, True
-            infos = add_info(infos, host.restarted.pop(ids[row]), row, len(ids))
+            infos = add_info(infos, restarted.pop(ids[row]), row, len(ids))
+        if not restarted:
+            del self.restarted[host.index]
         return reward, truncated, infos
 
 

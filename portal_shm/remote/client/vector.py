@@ -33,11 +33,11 @@ from .. import messages as M
 from .backend import LinkOptions, RemoteBackend
 from .batches import RemoteBatches
 from .exchange import Exchange, Posted
+from .failure import failure_policy
 from .host_arrays import HostArrays
 from .hosts import Hosts
 from .lockstep import RemoteLockstep, Step
 from .placement import FixedHosts, Placement
-from .recovery import HostRecovery
 from .stats import host_part, merge
 
 #: The contract's per-env requests as the host protocol names them.
@@ -128,12 +128,12 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._arrays = arrays = HostArrays(obs_schema, act_schema, self.single_action_space, self.copy)
         if self.batched and not arrays.obs_fixed:
             raise E.PortalError("async batches over hosts need an observation space with a fixed layout")
-        self._recovery = recovery = HostRecovery(
+        self._recovery = recovery = failure_policy(
+            options.on_env_failure,
             hosts,
             arrays.checked_obs,
             obs_schema,
             self.autoreset_mode,
-            options.on_env_failure,
             options.max_restarts,
             float(options.startup_timeout),
             self.backend.heartbeat_timeout,
