@@ -90,6 +90,23 @@ def make_vec(
     the path of that file (or its dict, or ``load_tuning``'s result). Its ``vector_kwargs`` go
     under the explicit ``vector_kwargs`` (those win); a file tuned for another id or ``num_envs``
     raises ``TuningError`` (``portal_shm.tuning``).
+
+    Raises:
+        EnvNotFoundError: ``id`` is no registered env or entry point in the envs' runtime; the
+            message says what was searched and what to do.
+        EnvError: An env raised while it was made (the error is also the env's own type).
+        ServerDiedError: An env server exited while starting; its log tail is in the message.
+        PortalTimeoutError: The servers did not start within ``startup_timeout``.
+        ProtocolMismatchError: A server speaks another protocol version (an image of another
+            portal-shm: rebuild it).
+        ConfigTooLargeError: A server's config (its env kwargs, mostly) is too large to hand over.
+        HostPolicyError: An env host's operator does not allow the env, an option or a kwarg
+            (``backend="remote"`` or ``"ray"``); the message names the flag that would.
+        PortalError: The backend cannot start the envs: Docker unreachable or the image missing, an
+            env host unreachable, no Ray node to place a host on, and the like.
+        TuningError: ``tune`` was measured for another ``id`` or ``num_envs`` (also a ``ValueError``).
+        ValueError: ``num_envs`` is not a positive integer, or a vector kwarg is out of its bounds
+            (``TypeError`` for an unknown one).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")

@@ -43,6 +43,14 @@ def snapshot(value: Any) -> Any:
     return value
 
 
+def without_recycled(records: list) -> list:
+    """``records`` (a reset's snapshot, then the steps') without the ``env_recycled`` infos of the
+    steps, which the same run without recycling does not have; changed in place and returned."""
+    for record in records[1:]:
+        record[4].pop("env_recycled", None), record[4].pop("_env_recycled", None)
+    return records
+
+
 def kept(value: Any) -> Any:
     """The result as the portal returned it: no copy (a client that keeps references)."""
     return value

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+ATARI_VECTOR = "portal_shm.presets:atari_vector"  # a batched entry point: a server's envs in ALE's vector env
+
 
 def breakout_options(max_episode_steps: int) -> dict[str, Any]:
     """``presets.atari``'s options (what ``atari_vector`` takes) for Breakout episodes of at most

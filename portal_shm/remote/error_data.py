@@ -12,19 +12,33 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import errors as E
 from ..agent.contract.validate import MAX_TEXT
-from . import messages as M
+from ..errors import (
+    ConnectionDroppedError,
+    EnvError,
+    EnvNotFoundError,
+    HostPolicyError,
+    InfoEncodingError,
+    MessageTooBigError,
+    PortalError,
+    PortalTimeoutError,
+    ProtocolMismatchError,
+    RestartLimitError,
+    ServerDiedError,
+    ServerProtocolError,
+    env_error_class,
+)
+from .messages import ERROR
 
 _PLAIN = {
     cls.__name__: cls
     for cls in (
-        E.PortalError,
-        E.PortalTimeoutError,
-        E.ServerProtocolError,
-        E.ConnectionDroppedError,
-        E.ProtocolMismatchError,
-        E.HostPolicyError,
+        PortalError,
+        PortalTimeoutError,
+        ServerProtocolError,
+        ConnectionDroppedError,
+        ProtocolMismatchError,
+        HostPolicyError,
     )
 }
 
@@ -43,7 +57,8 @@ def redact(text: Any) -> Any:
 
 
 _REDACTED = ("message", "remote_message", "remote_traceback", "runtime", "log_tail", "status", "cause", "reason")
-_ENV_KINDS = ("EnvNotFoundError", "MessageTooBigError", "EnvError")  # an ``EnvError``'s kinds, by their fields
+# An ``EnvError``'s kinds (subclasses first), by their fields.
+_ENV_KINDS = {cls.__name__: cls for cls in (EnvNotFoundError, MessageTooBigError, EnvError)}
 _INFO_FIELDS = ("key", "what", "hint", "cause", "boundary", "reason")  # an ``InfoEncodingError``'s own
 
 
@@ -61,13 +76,13 @@ def to_data(exc: BaseException, runtime: str = "") -> dict[str, Any]:
 
 
 def _fields(exc: BaseException) -> dict[str, Any]:
-    out: dict[str, Any] = {"cmd": M.ERROR, "kind": type(exc).__name__, "message": str(exc)}
-    if isinstance(exc, E.InfoEncodingError):
+    out: dict[str, Any] = {"cmd": ERROR, "kind": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, InfoEncodingError):
         out.update(env_index=exc.env_index, phase=exc.phase, runtime=exc.runtime)
         out.update((key, getattr(exc, key)) for key in _INFO_FIELDS)
-    elif isinstance(exc, E.EnvError):
+    elif isinstance(exc, EnvError):
         out.update(
-            kind=next(kind for kind in _ENV_KINDS if isinstance(exc, getattr(E, kind))),
+            kind=next(name for name, cls in _ENV_KINDS.items() if isinstance(exc, cls)),
             env_index=exc.env_index,
             phase=exc.phase,
             error_type=exc.error_type,
@@ -75,9 +90,9 @@ def _fields(exc: BaseException) -> dict[str, Any]:
             remote_traceback=exc.remote_traceback,
             runtime=exc.runtime,
         )
-    elif isinstance(exc, E.RestartLimitError):
+    elif isinstance(exc, RestartLimitError):
         out.update(env_indices=exc.env_indices, restarts=exc.restarts, runtime=exc.runtime, cause=str(exc.cause))
-    elif isinstance(exc, E.ServerDiedError):
+    elif isinstance(exc, ServerDiedError):
         out.update(
             server_index=exc.server_index,
             env_indices=exc.env_indices,
@@ -85,7 +100,7 @@ def _fields(exc: BaseException) -> dict[str, Any]:
             log_tail=exc.log_tail,
             runtime=exc.runtime,
         )
-    elif not isinstance(exc, E.PortalError):
+    elif not isinstance(exc, PortalError):
         out["message"] = f"{type(exc).__name__}: {exc} (the traceback is in the host's log)"
     return out
 
@@ -113,7 +128,7 @@ def from_data(header: dict[str, Any], host: str, offset: int, count: int) -> Exc
     kind, message = _text(header, "kind"), _text(header, "message")
     runtime = f"host {host}: {_text(header, 'runtime')}".rstrip(": ")
     if kind in _ENV_KINDS and _int(header, "env_index", 0, count) is not None:
-        cls = getattr(E, kind) if kind != "EnvError" else E.env_error_class(_text(header, "error_type"))
+        cls = _ENV_KINDS[kind] if kind != "EnvError" else env_error_class(_text(header, "error_type"))
         return cls(
             offset + header["env_index"],
             _text(header, "phase"),
@@ -125,17 +140,15 @@ def from_data(header: dict[str, Any], host: str, offset: int, count: int) -> Exc
     if kind == "InfoEncodingError" and _int(header, "env_index", 0, count) is not None:
         key, what, hint, cause, boundary, reason = (_text(header, key) for key in _INFO_FIELDS)
         phase = _text(header, "phase")
-        return E.InfoEncodingError(
-            offset + header["env_index"], phase, key, what, hint, cause, boundary, reason, runtime
-        )
+        return InfoEncodingError(offset + header["env_index"], phase, key, what, hint, cause, boundary, reason, runtime)
     indices = _indices(header, offset, count)
     if kind == "RestartLimitError" and indices is not None and _int(header, "restarts", 0, 1 << 31) is not None:
-        return E.RestartLimitError(indices, header["restarts"], runtime, E.PortalError(_text(header, "cause")))
+        return RestartLimitError(indices, header["restarts"], runtime, PortalError(_text(header, "cause")))
     if kind == "ServerDiedError" and indices is not None and _int(header, "server_index", 0, 1 << 31) is not None:
-        return E.ServerDiedError(
+        return ServerDiedError(
             header["server_index"], indices, _text(header, "status"), _text(header, "log_tail"), runtime
         )
     text = f"env host {host} (envs {offset}-{offset + count - 1}): {message}"
     if header.get("remote_traceback"):
         text += "\n\n--- traceback on the host ---\n" + _text(header, "remote_traceback").rstrip()
-    return _PLAIN.get(kind, E.PortalError)(text)
+    return _PLAIN.get(kind, PortalError)(text)

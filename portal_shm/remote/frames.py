@@ -13,8 +13,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..wire import protocol as P
 from ..wire.dtypes import RING_KINDS, allowed, safe_dtype
+from ..wire.protocol import ProtocolError, packb, unpackb
 from . import codecs
 
 # The host protocol both sides check at hello; raised whenever this format changes
@@ -71,7 +71,7 @@ def pack(
             stats.count(array.nbytes, len(data))
         specs.append([array.dtype.str, list(array.shape), used])
         out.append(data)
-    return [P.packb({**header, "arrays": specs})] + out
+    return [packb({**header, "arrays": specs})] + out
 
 
 def _dtype(descr: Any) -> np.dtype:
@@ -111,8 +111,8 @@ def unpack_header(frames: Sequence[Any]) -> dict[str, Any]:
     if not frames:
         raise FrameError("empty message")
     try:
-        header = P.unpackb(frames[0].bytes if hasattr(frames[0], "bytes") else bytes(frames[0]))
-    except P.ProtocolError as exc:
+        header = unpackb(frames[0].bytes if hasattr(frames[0], "bytes") else bytes(frames[0]))
+    except ProtocolError as exc:
         raise FrameError(f"header does not decode: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("cmd"), str):
         raise FrameError(f"header is not a message: {header!r:.120}")

@@ -18,11 +18,12 @@ from typing import Any, Callable
 
 import pytest
 
+from testkit.native_ale import ATARI_VECTOR
+
 # Read by Ray at import (as in tests/integration/conftest.py): keeps 127.0.0.1 as the nodes' address.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 KINDS = ["process", "venv", "docker", "remote", "ray"]
-ATARI_VECTOR = "portal_shm.presets:atari_vector"  # a batched entry point: a server's envs in ALE's vector env
 
 
 class Factory:
@@ -83,9 +84,9 @@ def _venv(stack, tmp_path_factory) -> Factory:
 
 
 def _docker(stack, tmp_path_factory) -> Factory:
-    from tests.integration.test_docker import _docker_or_skip, ensure_image
+    from testkit.docker_images import docker_or_skip, ensure_image
 
-    image = ensure_image(_docker_or_skip(), "ale", "portal-shm/ale")  # gymnasium and the example envs
+    image = ensure_image(docker_or_skip(), "ale", "portal-shm/ale")  # gymnasium and the example envs
     return Factory("docker", lambda hosts: {"backend": "docker", "image": image})
 
 

@@ -20,8 +20,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 import portal_shm
 from portal_shm.runtimes.resources import run_base_dir
 from testkit.compare import assert_same, follow_each_env, kept, rollout
-from testkit.native_ale import breakout_in_process, breakout_options
-from tests.contract.conftest import ATARI_VECTOR
+from testkit.native_ale import ATARI_VECTOR, breakout_in_process, breakout_options
 
 pytestmark = pytest.mark.integration
 
@@ -456,7 +455,7 @@ def test_a_state_is_refused_by_an_env_of_another_id(make):
 
 def test_record_video_renders_only_the_chosen_env_and_writes_its_episodes(make, tmp_path):
     pytest.importorskip("imageio.v2", reason="RecordVideo needs the video extra (imageio, imageio-ffmpeg)")
-    from tests.unit.test_record_video import frame_count
+    from testkit.record_video import frame_count
 
     envs = make(
         "portal_shm.server.example_envs:NullEnv", 4, hosts=2, shape=(8, 8, 3), episode_length=5, render_mode="rgb_array"

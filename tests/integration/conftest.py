@@ -4,4 +4,14 @@
 
 import os
 
+import pytest
+
+from testkit.docker_images import docker_or_skip
+
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    """A Docker client, or the test skipped without Docker (``testkit.docker_images.docker_or_skip``)."""
+    return docker_or_skip()

@@ -8,7 +8,6 @@ container, and the errors that say what an agent container lacks. Skipped withou
 the other Docker tests.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -17,19 +16,12 @@ import time
 
 import pytest
 
-from portal_shm.runtimes.agent_container import LABEL_AGENT_CONTAINER
-from tests.integration.test_docker import _docker_or_skip, ensure_image
+from testkit.agent_container import REPO, STEP_PONG, env_containers, report
+from testkit.docker_images import ensure_image
 
 pytestmark = pytest.mark.docker
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEP_PONG = "examples/compose/step_pong.py"
 AGENT_IMAGE = "portal-shm-test/agent"
-
-
-@pytest.fixture(scope="module")
-def docker_client():
-    return _docker_or_skip()
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +36,6 @@ def portal_shm_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProc
     return subprocess.run(
         [sys.executable, "-m", "portal_shm", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
-
-
-def report(output: str) -> dict:
-    """The JSON line step_pong.py prints last."""
-    return json.loads(output.strip().splitlines()[-1])
-
-
-def env_containers(client) -> list:
-    return client.containers.list(all=True, filters={"label": LABEL_AGENT_CONTAINER})
 
 
 def agents_dir_entries() -> list:

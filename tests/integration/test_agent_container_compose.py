@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tests.integration.test_agent_container import REPO, STEP_PONG, env_containers, report
-from tests.integration.test_docker import _docker_or_skip, ensure_image
+from testkit.agent_container import REPO, STEP_PONG, env_containers, report
+from testkit.docker_images import ensure_image
 
 pytestmark = pytest.mark.docker
 
@@ -25,11 +25,6 @@ def compose_command() -> list:
     if shutil.which("docker-compose"):
         return ["docker-compose"]
     pytest.skip("neither docker compose nor docker-compose is installed (apt-get install docker-compose)")
-
-
-@pytest.fixture(scope="module")
-def docker_client():
-    return _docker_or_skip()
 
 
 def test_the_compose_example_steps_pong_as_the_host_does(docker_client):

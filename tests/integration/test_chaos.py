@@ -87,9 +87,9 @@ def test_a_restart_count_the_infos_disagree_with_is_reported_with_its_phase_and_
 
 @pytest.mark.docker
 def test_chaos_on_containers_loses_no_step():
-    from tests.integration.test_docker import _docker_or_skip, ensure_image
+    from testkit.docker_images import docker_or_skip, ensure_image
 
-    ensure_image(_docker_or_skip(), "ale", "portal-shm/ale")
+    ensure_image(docker_or_skip(), "ale", "portal-shm/ale")
     result = short(load_chaos(), ("docker",))
     assert result["skipped"] == {}
     check(result, ("sigkill", "sigstop"), recycles=0)  # a container spare rarely gets ready in 20 s of faults

@@ -16,13 +16,6 @@ pytestmark = pytest.mark.integration
 TAG = "portal-shm-test/cli-build"
 
 
-@pytest.fixture(scope="module")
-def docker_client():
-    from tests.integration.test_docker import _docker_or_skip
-
-    return _docker_or_skip()
-
-
 @pytest.fixture
 def scratch_dir(tmp_path, docker_client):
     """An image directory whose Dockerfile copies files onto ``scratch``; the image goes afterwards."""
@@ -106,7 +99,7 @@ def test_a_base_that_no_registry_gives_fails_at_its_from_step_with_the_fix(scrat
 
 
 def test_run_on_the_docker_backend_names_the_image_it_picked(docker_client):
-    from tests.integration.test_docker import ensure_image
+    from testkit.docker_images import ensure_image
 
     ensure_image(docker_client, "ale", "portal-shm/ale")
     result = _portal_shm("run", "CartPole-v1", "-n", "1", "--seconds", "0.3", "--backend", "docker")

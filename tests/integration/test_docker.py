@@ -18,40 +18,11 @@ import pytest
 
 import portal_shm
 from testkit.compare import assert_same, follow_each_env, rollout
+from testkit.docker_images import ensure_image, portal_containers
 
 pytestmark = pytest.mark.docker
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _docker_or_skip():
-    from portal_shm.runtimes.docker import DockerUnavailableError, docker_client
-
-    try:
-        return docker_client()
-    except DockerUnavailableError as exc:
-        if os.environ.get("PORTAL_SHM_REQUIRE_DOCKER") == "1":
-            raise
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
-def docker_client():
-    return _docker_or_skip()
-
-
-def ensure_image(client, name: str, tag: str) -> str:
-    from portal_shm.runtimes.cache import server_digest
-    from portal_shm.runtimes.docker import LABEL_SERVER_DIGEST
-    from portal_shm.runtimes.image_build import build_image
-
-    try:
-        current = client.images.get(tag).labels.get(LABEL_SERVER_DIGEST) == server_digest()
-    except Exception:
-        current = False
-    if not current:  # missing, or built from other env-server code (a machine that kept older images)
-        build_image(name, tag)
-    return tag
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +33,6 @@ def ale_image(docker_client):
 @pytest.fixture(scope="module")
 def vizdoom_image(docker_client):
     return ensure_image(docker_client, "vizdoom", "portal-shm/vizdoom")
-
-
-def portal_containers(client, tag: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"portal-shm.portal={tag}"})
 
 
 def test_seeded_pong_in_containers_equals_in_process_gymnasium(ale_image, docker_client):

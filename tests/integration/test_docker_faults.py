@@ -13,7 +13,7 @@ import pytest
 
 import portal_shm
 from portal_shm import DockerBackend, EnvSpec, VectorPortal
-from tests.integration.test_docker import _docker_or_skip, portal_containers
+from testkit.docker_images import docker_or_skip, portal_containers
 
 pytestmark = pytest.mark.docker
 
@@ -23,7 +23,7 @@ FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 
 @pytest.fixture(scope="module")
 def client():
-    return _docker_or_skip()
+    return docker_or_skip()
 
 
 @pytest.fixture(scope="module")

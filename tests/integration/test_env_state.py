@@ -122,13 +122,6 @@ def state_images(docker_client):
     return {name: _state_image(name) for name in ("ale", "mujoco", "legacy")}
 
 
-@pytest.fixture(scope="module")
-def docker_client():
-    from tests.integration.test_docker import _docker_or_skip
-
-    return _docker_or_skip()
-
-
 @pytest.mark.parametrize("env_id, kwargs", [("ALE/Pong-v5", PONG), PRESET], ids=["pong", "atari-preset"])
 def test_pong_states_from_a_process_replay_in_a_container(state_images, env_id, kwargs):
     source = portal_shm.make_vec(env_id, 1, **kwargs)

@@ -10,7 +10,7 @@ import pytest
 import portal_shm
 from portal_shm.remote import keys
 from portal_shm.remote.host.spawn import LocalKeys
-from tests.host_daemon import HostDaemon
+from testkit.host_daemon import HostDaemon
 
 pytestmark = pytest.mark.integration
 

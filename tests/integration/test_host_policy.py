@@ -131,9 +131,9 @@ def host(hosts):
 
 @pytest.fixture(scope="module")
 def docker_client():
-    from tests.integration.test_docker import _docker_or_skip, ensure_image
+    from testkit.docker_images import docker_or_skip, ensure_image
 
-    client = _docker_or_skip()
+    client = docker_or_skip()
     ensure_image(client, "ale", ALE)
     return client
 

@@ -1,7 +1,7 @@
 """A host's tenants as attackers (DESIGN.md, "The host as a server with tenants"), against real
 ``portal-shm host`` processes on 127.0.0.1 with real CURVE keys.
 
-Each test runs an honest agent beside the attack (``hostile.HonestAgent``: a remote portal stepping
+Each test runs an honest agent beside the attack (``testkit.hostile.HonestAgent``: a remote portal stepping
 in a thread, every step equal to gymnasium's SyncVectorEnv) and checks that the attack ended at
 most the attacker's own session, that the host process lives on, and that what the attack made the
 host hold (memory, descriptors, sessions, env servers) stayed within its limits and came back.
@@ -23,9 +23,9 @@ import zmq
 import portal_shm
 from portal_shm.wire import protocol as P
 from testkit.compare import assert_same
+from testkit.hostile import HonestAgent, RawClient, action_frames, host_leaks, texts, zstd_bomb
 from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys, add_agent_key
 from testkit.procs import descendants, eventually, fd_count, peak_rss_bytes, rss_bytes
-from tests.integration.hostile import HonestAgent, RawClient, action_frames, host_leaks, texts, zstd_bomb
 
 pytestmark = pytest.mark.integration
 

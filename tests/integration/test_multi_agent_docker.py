@@ -13,8 +13,8 @@ import pytest
 from mpe2 import simple_spread_v3
 
 import portal_shm
-from tests.integration.test_docker import _docker_or_skip, ensure_image, portal_containers
-from tests.multi_agent_replay import ParallelReplay, actions_of
+from testkit.docker_images import docker_or_skip, ensure_image, portal_containers
+from testkit.multi_agent_replay import ParallelReplay, actions_of
 
 pytestmark = pytest.mark.docker
 
@@ -23,7 +23,7 @@ SPREAD = "mpe2.simple_spread_v3:parallel_env"
 
 @pytest.fixture(scope="module")
 def client():
-    return _docker_or_skip()
+    return docker_or_skip()
 
 
 @pytest.fixture(scope="module")

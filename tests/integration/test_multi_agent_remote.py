@@ -13,7 +13,7 @@ from mpe2 import simple_adversary_v3
 import portal_shm
 from portal_shm.errors import HostPolicyError
 from testkit.hosts import HostProcess, Keys
-from tests.multi_agent_replay import ParallelReplay, actions_of, aec_games
+from testkit.multi_agent_replay import ParallelReplay, actions_of, aec_games
 
 pytestmark = pytest.mark.integration
 

@@ -74,9 +74,9 @@ def test_what_the_cluster_cannot_place_is_refused_clearly(cluster):
 
 @pytest.mark.docker
 def test_docker_envs_on_the_nodes(cluster):
-    from tests.integration.test_docker import _docker_or_skip, ensure_image
+    from testkit.docker_images import docker_or_skip, ensure_image
 
-    client = _docker_or_skip()
+    client = docker_or_skip()
     image = ensure_image(client, "ale", "portal-shm/ale")
     ale_py = pytest.importorskip("ale_py")
     gym.register_envs(ale_py)

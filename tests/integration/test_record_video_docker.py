@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from tests.unit.test_record_video import RECORDED, assert_nothing_left, frame_count, frames_written, run_recorded
+from testkit.record_video import RECORDED, assert_nothing_left, frame_count, frames_written, run_recorded
 
 pytestmark = pytest.mark.docker
 
@@ -20,11 +20,11 @@ imageio = pytest.importorskip("imageio.v2", reason="RecordVideo needs the video 
 @pytest.fixture(scope="module")
 def ale_image():
     from portal_shm.runtimes.image_build import build_image
-    from tests.integration.test_docker import _docker_or_skip
+    from testkit.docker_images import docker_or_skip
 
     # The ale image with this checkout's env server (frame rings are new on the env side); its
     # packages' layer comes from the build cache of portal-shm/ale.
-    _docker_or_skip()
+    docker_or_skip()
     return build_image("ale", "portal-shm-test/ale-record")
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from testkit.compare import assert_same, snapshot
+from testkit.compare import assert_same, snapshot, without_recycled
 
 pytestmark = pytest.mark.integration
 
@@ -80,8 +80,7 @@ def test_a_slowing_env_is_recycled_by_the_slowdown_rule_and_goes_on_unchanged():
         assert min(envs.recycles) >= 1, f"not recycled within {steps} steps"
     finally:
         envs.close()
-    for record in records[1:]:
-        record[4].pop("env_recycled", None), record[4].pop("_env_recycled", None)
+    without_recycled(records)
     reference = portal_shm.make_vec(LEAKY, 2, leak_mb=0.0, episode_length=20, vector_kwargs=vector)
     try:
         expected, _, _ = _run(reference, steps, seed=1)
@@ -192,12 +191,6 @@ def test_recycle_is_refused_with_async_batches_and_checked_before_anything_start
         portal_shm.make_vec(LEAKY, 2, vector_kwargs={"recycle": {"episodes": 0}})
 
 
-def _strip_recycled(records):
-    for record in records[1:]:
-        record[4].pop("env_recycled", None), record[4].pop("_env_recycled", None)
-    return records
-
-
 def test_a_host_recycles_its_servers_locally_and_the_agent_sees_the_same_transitions(tmp_path):
     from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys
 
@@ -234,9 +227,9 @@ def test_a_host_recycles_its_servers_locally_and_the_agent_sees_the_same_transit
 
 @pytest.mark.docker
 def test_pong_in_containers_recycled_every_episode_matches_sync_vector_env():
-    from tests.integration.test_docker import _docker_or_skip, ensure_image
+    from testkit.docker_images import docker_or_skip, ensure_image
 
-    client = _docker_or_skip()
+    client = docker_or_skip()
     image = ensure_image(client, "ale", "portal-shm/ale")
     ale_py = pytest.importorskip("ale_py")
     gym.register_envs(ale_py)

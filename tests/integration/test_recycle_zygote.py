@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import portal_shm
-from testkit.compare import assert_same, snapshot
-from tests.integration.test_recycle import LEAKY, _strip_recycled
+from testkit.compare import assert_same, snapshot, without_recycled
 
 pytestmark = pytest.mark.integration
 
+LEAKY = "portal_shm.server.example_envs:LeakyEnv"
 THREADING = "portal_shm.server.example_envs:ThreadingEnv"
 
 
@@ -44,7 +44,7 @@ def _recycled_run(env_id, spare, recycles=3, seed=5):
     finally:
         envs.close()
     flags = [record[4].get("env_recycled", np.zeros(4, bool)) for record in records[1:]]
-    return _strip_recycled(records), np.array(flags), runtimes, counted
+    return without_recycled(records), np.array(flags), runtimes, counted
 
 
 def _reference(env_id, steps, seed=5):

@@ -479,9 +479,9 @@ def test_sb3_adapter_over_two_hosts_matches_sb3s_own_vec_env(host, second_host, 
 
 @pytest.mark.docker
 def test_docker_envs_behind_a_host_match_sync_vector_env(host, keys):
-    from tests.integration.test_docker import _docker_or_skip, ensure_image
+    from testkit.docker_images import docker_or_skip, ensure_image
 
-    client = _docker_or_skip()
+    client = docker_or_skip()
     image = ensure_image(client, "ale", "portal-shm/ale")
     ale_py = pytest.importorskip("ale_py")
     gym.register_envs(ale_py)

@@ -1,7 +1,7 @@
 """Every counted restart is shown once in the infos: ``envs.restarts`` equals the ``env_restarted``
 flags a client saw, whatever phase the failure came in.
 
-Each failure is made to happen at an exact moment (``restart_envs.TokenFaultEnv`` exits where a
+Each failure is made to happen at an exact moment (``testkit.restart_envs.TokenFaultEnv`` exits where a
 token file says, or the test kills a server it knows is in the middle of something), never by
 timing. The short chaos soak (test_chaos.py) found the first of these by chance: a recycled
 server's fresh one, killed before it had restored its envs' states, was restarted in place and
@@ -20,7 +20,7 @@ from portal_shm import EnvSpec, VectorPortal, restart_seed
 
 pytestmark = pytest.mark.integration
 
-TOKEN_FAULT = "tests.integration.restart_envs:TokenFaultEnv"
+TOKEN_FAULT = "testkit.restart_envs:TokenFaultEnv"
 RESTART = {"on_env_failure": "restart", "max_restarts": 10, "step_timeout": 30}
 
 
@@ -179,7 +179,7 @@ def test_a_fresh_server_that_fails_too_is_counted_as_its_envs_are_shown_restarte
 
 
 def TOKEN_FAULT_REFERENCE(seed):
-    from tests.integration.restart_envs import TokenFaultEnv
+    from testkit.restart_envs import TokenFaultEnv
 
     env = TokenFaultEnv()
     obs, _ = env.reset(seed=seed)

@@ -9,14 +9,14 @@ import pytest
 
 import portal_shm
 from portal_shm import presets
-from tests.integration.test_docker import _docker_or_skip
+from testkit.docker_images import docker_or_skip
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
 def train_images():
-    _docker_or_skip()
+    docker_or_skip()
     from portal_shm.runtimes.image_build import build_image
 
     return {name: build_image(name, f"portal-shm-test/{name}-train") for name in ("ale", "vizdoom")}

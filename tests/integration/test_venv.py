@@ -33,7 +33,7 @@ from portal_shm.runtimes.venv import (
     venv_hash,
     venv_python,
 )
-from tests.named_env_script import run_from_elsewhere
+from testkit.named_env_script import run_from_elsewhere
 
 pytestmark = pytest.mark.build  # builds venvs and micromamba envs from the package index
 

@@ -175,11 +175,12 @@ def test_env_side_holds_every_module_of_its_folders_subfolders_included():
     package = pathlib.Path(portal_shm.__file__).parent
     on_disk = {
         path.relative_to(package).as_posix()
-        for folder in ("server", "wire")
+        for folder in ("server", "wire", "example_envs")
         for path in (package / folder).rglob("*.py")
         if "__pycache__" not in path.parts
     }
-    assert "server/multi_agent/parallel_adapter.py" in on_disk
+    assert "server/multi_agent/parallel_adapter.py" in on_disk and "server/state/blob.py" in on_disk
+    assert "example_envs/plain.py" in on_disk  # (what portal_shm.server.example_envs re-exports)
     assert on_disk <= set(ENV_SIDE), sorted(on_disk - set(ENV_SIDE))
 
 

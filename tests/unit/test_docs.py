@@ -29,7 +29,7 @@ from typing import Optional
 
 import pytest
 
-from tests.host_daemon import HostDaemon
+from testkit.host_daemon import HostDaemon
 
 ROOT = pathlib.Path(__file__).parents[2]
 README = ROOT / "README.md"

@@ -197,25 +197,23 @@ def test_post_asks_for_an_early_ring_only_of_servers_that_know_it():
 
 def test_a_server_asked_to_ring_early_rings_before_its_results_with_status_writing(monkeypatch):
     """Only while the machine has a core for the agent to wake on (else it rings after them)."""
-    import portal_shm.server.loop as loop
+    import portal_shm.server.native_stepper as native_stepper
     from portal_shm.wire.layout import STATUS_WRITING
 
-    server = EnvServer.__new__(EnvServer)
-    server.mailbox = np.full(len(MAILBOX_FIELDS), 0, np.int64)
-    server.mailbox[STATUS] = STATUS_PENDING
+    mailbox = np.full(len(MAILBOX_FIELDS), 0, np.int64)
+    mailbox[STATUS] = STATUS_PENDING
     read, write = bell_pipe()
-    server.done, waiter = Bell(write), Waiter(read)
-    server.ring_early, server.rang_early = False, False
-    server._stepped()
-    assert server.mailbox[STATUS] == STATUS_PENDING and not server.rang_early and not waiter.wait(0.0)
-    server.ring_early = True
-    monkeypatch.setattr(loop, "cores_idle", lambda: False)
-    server._stepped()
-    assert server.mailbox[STATUS] == STATUS_PENDING and not server.rang_early and not waiter.wait(0.0)
-    monkeypatch.setattr(loop, "cores_idle", lambda: True)
-    server._stepped()
-    assert server.mailbox[STATUS] == STATUS_WRITING and server.rang_early and waiter.wait(0.0)
-    server.done.close()
+    early, waiter = native_stepper.EarlyRing(mailbox, Bell(write)), Waiter(read)
+    early.stepped()
+    assert mailbox[STATUS] == STATUS_PENDING and not early.rang and not waiter.wait(0.0)
+    early.asked = True
+    monkeypatch.setattr(native_stepper, "cores_idle", lambda: False)
+    early.stepped()
+    assert mailbox[STATUS] == STATUS_PENDING and not early.rang and not waiter.wait(0.0)
+    monkeypatch.setattr(native_stepper, "cores_idle", lambda: True)
+    early.stepped()
+    assert mailbox[STATUS] == STATUS_WRITING and early.rang and waiter.wait(0.0)
+    early.bell.close()
     waiter.close()
 
 

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from portal_shm.server.envs import EnvNotFound, load_entry_point
-from tests.named_env_script import run_from_elsewhere
+from testkit.named_env_script import run_from_elsewhere
 
 
 def test_a_script_naming_its_own_env_steps_when_run_from_another_folder(tmp_path):

@@ -65,7 +65,7 @@ def test_refusals_name_keys_of_dicts_and_items_of_lists():
         with pytest.raises(InfoRefused) as caught:
             codec.entry(0, [{}, info])
         assert caught.value.detail["key"] == key
-    with pytest.raises(InfoRefused, match=r"is an enum.IntEnum \(portal_shm.server.example_envs.InfoStatus\)"):
+    with pytest.raises(InfoRefused, match=r"is an enum.IntEnum \(portal_shm.example_envs.info_kinds.InfoStatus\)"):
         codec.entry(3, [{"end_status": InfoStatus.DONE}])
 
 
@@ -120,7 +120,9 @@ def test_a_refusal_reaches_the_agent_as_an_info_error_with_the_runtime_boundary(
     error = info_refusal(P.unpackb(P.packb(message)), 3, "step", "container", "docker container x")
     assert isinstance(error, E.InfoEncodingError) and isinstance(error, E.EnvError) and isinstance(error, TypeError)
     text = str(error)
-    assert text.startswith("env 3's infos['end_status'] is an enum.IntEnum (portal_shm.server.example_envs.InfoStatus)")
+    assert text.startswith(
+        "env 3's infos['end_status'] is an enum.IntEnum (portal_shm.example_envs.info_kinds.InfoStatus)"
+    )
     assert "container boundary" in text and "infos': 'lossy'" in text
     assert "docker container x" in text
 

@@ -11,7 +11,7 @@ from portal_shm.server import multi_agent
 from portal_shm.server.envs import EnvNotFound
 from portal_shm.server.example_envs import LeavingAgentsEnv, MatchingPenniesEnv
 from portal_shm.server.multi_agent.groups import Group
-from tests.multi_agent_replay import ParallelReplay, actions_of, aec_games
+from testkit.multi_agent_replay import ParallelReplay, actions_of, aec_games
 
 MPE = "mpe2.simple_adversary_v3:parallel_env"
 TICTACTOE = "classic/tictactoe-v3"  # an id of PettingZoo's registry

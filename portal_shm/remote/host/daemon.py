@@ -30,8 +30,8 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ...errors import PortalError
 from .. import frames, keys
-from .. import messages as M
 from ..error_data import redact, to_data
+from ..messages import ERROR, FROM_AGENTS, HELLO, PING, PONG, STEP, UNKNOWN_SESSION
 from .client_keys import ClientKeys
 from .hello import hello_problem
 from .inline_steps import InlineSteps
@@ -202,10 +202,10 @@ class Host:
             header = frames.unpack_header(data)
         except frames.FrameError as exc:
             log.warning("dropped a malformed message from %s: %s", self._who(frame), exc)
-            self._reply(identity, {"cmd": M.ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
+            self._reply(identity, {"cmd": ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
             return
         cmd = header["cmd"]
-        if cmd not in M.FROM_AGENTS:
+        if cmd not in FROM_AGENTS:
             self._refuse(frame, f"a request {cmd[:40]!r}, which hosts do not take from agents")
             return
         if session is not None and not self._owner(session, frame):
@@ -213,13 +213,13 @@ class Host:
         if session is not None:
             session.fd = self._fd(frame)
             session.gone_since = None
-        if cmd == M.PING:
+        if cmd == PING:
             self._pong(identity, session, header)
-        elif cmd == M.HELLO:
+        elif cmd == HELLO:
             if session is None:
                 self._hello(identity, header, frame, data)
         elif session is None:
-            self._reply(identity, {"cmd": M.UNKNOWN_SESSION})
+            self._reply(identity, {"cmd": UNKNOWN_SESSION})
         else:
             session.seq.acknowledged(header.get("ack"))
             try:
@@ -228,19 +228,19 @@ class Host:
                 log.warning("session %s: dropped a malformed %s: %s", session.client, cmd, exc)
                 flag = " (portal-shm host --max-decoded-bytes)" if "bytes of arrays" in str(exc) else ""
                 self._reply(
-                    identity, {"cmd": M.ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}{flag}"}
+                    identity, {"cmd": ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}{flag}"}
                 )
                 return
             if not session.seq.accept(header.get("seq")):
                 return
-            if cmd == M.STEP and session.can_step_inline():
+            if cmd == STEP and session.can_step_inline():
                 self._inline.begin(session, header, arrays)
             else:
                 session.deliver(header, arrays)
 
     def _refuse(self, frame: Any, what: str, kind: str = "ServerProtocolError") -> None:
         log.warning("refused %s: %s", self._who(frame), what)
-        self._reply(frame.bytes, {"cmd": M.ERROR, "kind": kind, "message": f"refused {what}"})
+        self._reply(frame.bytes, {"cmd": ERROR, "kind": kind, "message": f"refused {what}"})
 
     def _owner(self, session: HostSession, frame: Any) -> bool:
         """Whether the message came with the key that opened ``session`` (ZeroMQ's ``User-Id``, the
@@ -265,7 +265,7 @@ class Host:
         self._held.add(session.identity)
         self._reply(
             session.identity,
-            {"cmd": M.ERROR, "kind": "PortalError", "message": "refused: this connection's id belongs to another key"},
+            {"cmd": ERROR, "kind": "PortalError", "message": "refused: this connection's id belongs to another key"},
         )
         return False
 
@@ -298,7 +298,7 @@ class Host:
 
     def _pong(self, identity: bytes, session: Optional[HostSession], header: dict[str, Any]) -> None:
         if session is None:
-            self._reply(identity, {"cmd": M.UNKNOWN_SESSION})
+            self._reply(identity, {"cmd": UNKNOWN_SESSION})
             return
         seq = session.seq
         ack = header.get("ack")
@@ -307,7 +307,7 @@ class Host:
             for data in seq.unacknowledged():
                 self._send(session, data)
         session.last_ping_ack = ack if isinstance(ack, int) else -1
-        self._reply(identity, {"cmd": M.PONG, "ack": seq.received, "sent": seq.sent})
+        self._reply(identity, {"cmd": PONG, "ack": seq.received, "sent": seq.sent})
 
     def _hello(self, identity: bytes, header: dict[str, Any], frame: Any, data: list[Any]) -> None:
         client = self._who(frame)
@@ -318,7 +318,7 @@ class Host:
         if problem:
             log.warning("refused %s: %s", client, problem)
             self._reply(
-                identity, {"cmd": M.ERROR, "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
+                identity, {"cmd": ERROR, "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
             )
             return
         self._opened += 1
@@ -330,7 +330,7 @@ class Host:
             self._reply(
                 identity,
                 {
-                    "cmd": M.ERROR,
+                    "cmd": ERROR,
                     "kind": "PortalError",
                     "message": f"host {self.name} cannot take a session now ({exc.strerror}); try again later",
                     "seq": 1,
@@ -350,7 +350,7 @@ class Host:
             self._reply(
                 identity,
                 {
-                    "cmd": M.ERROR,
+                    "cmd": ERROR,
                     "kind": "PortalError",
                     "message": f"host {self.name} cannot take a session now (no thread to run it); try again later",
                     "seq": 1,
@@ -469,7 +469,7 @@ class Host:
         self._reply(
             session.identity,
             {
-                "cmd": M.ERROR,
+                "cmd": ERROR,
                 "kind": "PortalError",
                 "message": f"host {self.name} dropped this session: its agent left {held:,} bytes of replies "
                 f"unacknowledged, past the limit {self.limits.max_unacked_bytes:,} (portal-shm host "

@@ -17,8 +17,8 @@ import numpy as np
 
 from ...agent.contract.options import HOST_BOUNDS, HOSTED, VectorOptions
 from ...errors import HostPolicyError
-from ...wire import protocol as P
 from ...wire.dtypes import MESSAGE_KINDS, allowed
+from ...wire.protocol import packb
 
 MAX_DEPTH = 8
 MAX_ITEMS = 1024  # entries of one list or dict
@@ -48,7 +48,7 @@ def check_plain(value: Any, what: str, max_bytes: int = MAX_PACKED_BYTES) -> Any
     ``max_bytes`` packed."""
     _walk(value, what, 0)
     try:
-        size = len(P.packb(value))
+        size = len(packb(value))
     except (TypeError, ValueError, OverflowError) as exc:
         raise HostPolicyError(f"{what} is not plain data a host can pass on: {exc}") from None
     if size > max_bytes:

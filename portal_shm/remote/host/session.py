@@ -20,12 +20,12 @@ from typing import Any, Callable, Optional
 import numpy as np
 import zmq
 
-from ... import errors as E
 from ...agent.local.lockstep import NotFinished
 from ...agent.local.spec import EnvSpec
 from ...agent.vector import VectorPortal
-from ...wire import protocol as P
+from ...errors import HostPolicyError, InfoEncodingError, PortalError, PortalTimeoutError
 from ...wire import trees
+from ...wire.protocol import packb
 from ...wire.schema import is_fixed, space_to_schema
 from .. import codecs, frames
 from .. import messages as M
@@ -46,7 +46,7 @@ def _packable(mapping: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for key, value in mapping.items():
         try:
-            P.packb(value)
+            packb(value)
         except Exception:
             continue
         out[str(key)] = value
@@ -136,7 +136,7 @@ class HostSession(threading.Thread):
         if header["cmd"] == M.CLOSE and self.busy:
             self._abort()  # the agent is done with a request still running (one that timed out on its side)
         if self.inbox.qsize() >= self.MAX_QUEUED:
-            raise E.PortalError(f"the agent sent more than {self.MAX_QUEUED} requests without waiting for replies")
+            raise PortalError(f"the agent sent more than {self.MAX_QUEUED} requests without waiting for replies")
         self.busy = True
         self._put((header, arrays))
 
@@ -150,7 +150,7 @@ class HostSession(threading.Thread):
         """The session's local portal, once started (every request comes after its start)."""
         portal = self.portal
         if portal is None:
-            raise E.PortalError("this session's envs are not started")
+            raise PortalError("this session's envs are not started")
         return portal
 
     def error_data(self, exc: BaseException) -> dict[str, Any]:
@@ -209,7 +209,7 @@ class HostSession(threading.Thread):
 
     def _inline_seq(self) -> int:
         if self.inline is None:
-            raise E.PortalError("no lockstep step of the router's is running")
+            raise PortalError("no lockstep step of the router's is running")
         return int(self.inline["seq"])
 
     def hand_over(self) -> None:
@@ -251,9 +251,7 @@ class HostSession(threading.Thread):
             self.reserved = False
             self.undelivered = self.numbered_frames(
                 {
-                    **self.error_data(
-                        E.PortalError(f"the env host cannot take a session now ({exc}); try again later")
-                    ),
+                    **self.error_data(PortalError(f"the env host cannot take a session now ({exc}); try again later")),
                     "re": 1,
                 }
             )
@@ -300,7 +298,7 @@ class HostSession(threading.Thread):
             # No spinning: the router thread, the zmq I/O thread and the agent's traffic need the
             # cores a spinning agent or server would take, and a step here waits for a network anyway.
             self.portal = VectorPortal([spec] * self.num_envs, copy=False, spin_wait=0.0, **vector)
-        except E.HostPolicyError as exc:
+        except HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
             self.reserved = False  # (before the agent hears of it: its next hello may come at once)
             self._emit({**self.error_data(exc), "re": 1})
@@ -365,12 +363,12 @@ class HostSession(threading.Thread):
                     self._emit({"cmd": M.RESULT, "re": header["seq"]})
                     return
                 self._handle(cmd, header, arrays)
-            except E.PortalTimeoutError as exc:  # (not restarted: the agent asked for no restarts, or none is left)
+            except PortalTimeoutError as exc:  # (not restarted: the agent asked for no restarts, or none is left)
                 self._end_wedged(exc, None if cmd == M.SEND else header.get("seq"))
                 return
             except Exception as exc:
                 if isinstance(exc, (frames.FrameError, KeyError, TypeError, ValueError)) and not isinstance(
-                    exc, E.PortalError
+                    exc, PortalError
                 ):
                     log.warning("session %s: bad %s request: %s", self.client, cmd, exc)
                 # A send is answered by batches, not by a reply: its error is one of them (no "re").
@@ -379,14 +377,14 @@ class HostSession(threading.Thread):
             finally:
                 self.busy = False
 
-    def _end_wedged(self, exc: E.PortalTimeoutError, re: Any) -> None:
+    def _end_wedged(self, exc: PortalTimeoutError, re: Any) -> None:
         """An env that overran the step timeout is wedged (hung, or hostile): its servers are
         stopped (``_free``, by the caller's ``finally``) and its agent told, so it never holds the
         session's thread, its envs or the host's shutdown."""
         log.error(
             "session %s: an env is wedged, ending the session (portal-shm host --step-timeout): %s", self.client, exc
         )
-        error = E.PortalTimeoutError(f"{exc}; the env host ended this session (portal-shm host --step-timeout)")
+        error = PortalTimeoutError(f"{exc}; the env host ended this session (portal-shm host --step-timeout)")
         self._emit({**self.error_data(error), **({} if re is None else {"re": re})})
 
     # While async batches step, the thread looks for finished servers and for the agent's requests
@@ -566,7 +564,7 @@ class HostSession(threading.Thread):
             return self.ctx.policy.check_call(
                 header.get("name"), header.get("args", ()) if header["cmd"] == M.CALL else ()
             )
-        except E.HostPolicyError as exc:
+        except HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
             raise
 
@@ -602,7 +600,7 @@ class HostSession(threading.Thread):
         try:
             phase = "step" if flags is not None else "reset"
             sparse = crossing(unbatch(infos, count), self._lossy_infos, phase, env_ids)
-        except E.InfoEncodingError as exc:  # a value its agent cannot receive as it is: the step's error
+        except InfoEncodingError as exc:  # a value its agent cannot receive as it is: the step's error
             return self.numbered_frames({**self.error_data(exc), **({} if seq is None else {"re": seq})})
         header: dict[str, Any] = {"cmd": M.RESULT if env_ids is None else "batch", "infos": sparse}
         if seq is not None:
@@ -638,5 +636,5 @@ class HostSession(threading.Thread):
         """To the agent through the router (only the router thread may use the host's socket)."""
         out = self._out
         if out is None:
-            raise E.PortalError("the session's thread has no socket to the router")
+            raise PortalError("the session's thread has no socket to the router")
         out.send_multipart([self.identity] + data, copy=False)

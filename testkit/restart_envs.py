@@ -1,4 +1,4 @@
-"""Envs that fail at an exact moment, for the restart-counting tests (test_restart_counts.py).
+"""Envs that fail at an exact moment, for the restart-counting tests (tests/integration/test_restart_counts.py).
 
 A ``TokenFaultEnv`` is a ``LeakyEnv`` (a seeded walk with its own states, so it recycles) whose
 process exits in ``phase`` once: when the file ``token_path`` exists there (it is removed first),
