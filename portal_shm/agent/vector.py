@@ -18,25 +18,25 @@ from __future__ import annotations
 import os
 import secrets
 import weakref
+from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence, Union
 
-import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ..errors import PortalError
 from ..runtimes.backend import Backend
-from ..wire import protocol as P
 from ..wire.doorbell import Waiter
 from ..wire.frames import FrameRing
 from ..wire.layout import ring_layout
-from .contract.base import PortalVectorEnv, Request, StepResult
+from .contract.base import PortalVectorEnv
 from .contract.checks import check_env_ids
+from .contract.drivers import StepResult
 from .contract.options import DEFAULT_RING_DEPTH, RecyclePolicy, VectorOptions
 from .contract.pending import PendingCall
 from .local import env_fns as F
-from .local.batch_driver import Batch, BatchDriver
+from .local.batch_driver import RingBatches
 from .local.batches import batch_grouping
 from .local.failure import failure_policy
 from .local.health import Health
@@ -51,16 +51,6 @@ from .local.stats_reader import StatsReader
 from .recycle.recycler import Recycler
 from .stats.clock import WINDOW_S, AgentClock
 from .stats.publish import Publisher
-
-#: The contract's per-env requests as the ring protocol names them (a server's CALL reads what is not callable).
-_COMMANDS = {
-    "call": P.CALL,
-    "get_attr": P.CALL,
-    "set_attr": P.SET_ATTR,
-    "get_state": P.GET_STATE,
-    "record": P.RECORD,
-    "render": P.RENDER,
-}
 
 
 class VectorPortal(PortalVectorEnv):
@@ -134,6 +124,12 @@ class VectorPortal(PortalVectorEnv):
             venv and micromamba runtimes carry them exactly either way (``docs/concepts/infos.md``).
     """
 
+    _lockstep: Lockstep
+    _batches: Optional[RingBatches]
+    _calls: ControlCalls
+    _health: Health
+    _clock: AgentClock
+
     def __init__(
         self,
         env_fns: Sequence[Union[EnvSpec, Callable[[], Any]]],
@@ -181,6 +177,8 @@ class VectorPortal(PortalVectorEnv):
                 "infos": infos,
             },
         )
+        if self.options.spin_wait is None:  # resolved once, here: what the drivers and the servers get
+            self.options = replace(self.options, spin_wait=default_spin_wait())
         self.observation_mode = observation_mode
         self.env_fns = list(env_fns)
         self.shared_memory, self.context, self.daemon, self.worker = shared_memory, context, daemon, worker
@@ -191,10 +189,6 @@ class VectorPortal(PortalVectorEnv):
         if self.batched:
             envs_per_server = batch_grouping(specs, self.batch_size, envs_per_server)
         self.copy = bool(copy)
-        self.ring_depth = ring_depth
-        self.max_ring_bytes = max_ring_bytes
-        self.step_timeout = step_timeout
-        self.spin_wait = default_spin_wait() if spin_wait is None else max(0.0, float(spin_wait))
         self.closed = False
         self._pending = PendingCall()
         bases = {spec.backend.run_dir_base() for spec in specs}
@@ -210,6 +204,7 @@ class VectorPortal(PortalVectorEnv):
                 specs, F.envs_per_server(self.num_envs, envs_per_server, max_concurrency), startup_timeout
             )
             self._ring = self._attach(specs, startup_timeout, info_capacity)
+            self._health.watch(self._ring)
             self._compose(self.options)
         except BaseException:
             self._finalizer()
@@ -243,7 +238,29 @@ class VectorPortal(PortalVectorEnv):
                 startup_timeout,
             )
         )
-        self._calls = ControlCalls(servers, self._recovery, self._health, self.num_envs)
+        self._batches = None
+        if self.batched:
+            if self._ring.actions is None:
+                raise ValueError(
+                    f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
+                    "async batches write actions into the ring"
+                )
+            self._batches = RingBatches(
+                servers,
+                self._ring,
+                self._recovery,
+                self._health,
+                self.batch_size,
+                copy=self.copy,
+                spin_wait=self.spin_wait,
+            )
+        self._calls = ControlCalls(
+            servers,
+            self._recovery,
+            self._health,
+            self.num_envs,
+            None if self._batches is None else self._batches.settle,
+        )
         self._lockstep = Lockstep(
             servers,
             self._ring,
@@ -269,22 +286,26 @@ class VectorPortal(PortalVectorEnv):
             self._session.resources.run_dir, self._describe, lambda: self._stats.report(WINDOW_S)
         )
         self._clock.on_tick = self._tick
-        self._batches: Optional[BatchDriver] = None
-        if self.batched:
-            if self._ring.actions is None:
-                raise ValueError(
-                    f"batch_size needs an action space with a fixed layout, not {self.single_action_space}: "
-                    "async batches write actions into the ring"
-                )
-            self._batches = BatchDriver(
-                servers,
-                self._ring,
-                self._recovery,
-                self._health,
-                self.batch_size,
-                copy=self.copy,
-                spin_wait=self.spin_wait,
-            )
+
+    # -- the options, read from ``self.options`` (their one copy) -------------------------------------
+    @property
+    def ring_depth(self) -> int:
+        """Batches the ring holds: a returned view survives ``ring_depth - 1`` further calls."""
+        return self.options.ring_depth
+
+    @property
+    def step_timeout(self) -> Optional[float]:
+        return self.options.step_timeout
+
+    @property
+    def spin_wait(self) -> float:
+        """Seconds the agent watches the ring before it sleeps (resolved: never None)."""
+        assert self.options.spin_wait is not None
+        return self.options.spin_wait
+
+    @property
+    def max_ring_bytes(self) -> Optional[int]:
+        return self.options.max_ring_bytes
 
     def _check_ring(self, layout: dict[str, Any]) -> None:
         if self.max_ring_bytes is not None and int(layout["size"]) > self.max_ring_bytes:
@@ -346,94 +367,6 @@ class VectorPortal(PortalVectorEnv):
             # whose infos may hold pickles: servers whose runtime is no trust boundary (``wire/info_codec.py``)
             [spec.backend.trust_boundary() is None for spec in specs],
         )
-
-    # -- the contract's primitives (``contract/base.py``) ----------------------------------------
-    def _check_usable(self) -> None:
-        self._health.check_usable(self.closed)
-
-    def _run(self, work: Callable[..., Any], *args: Any) -> Any:
-        """``work(*args)``; a failure on its way out may break the portal (``Health.fail``). Infos
-        the agent could not unpickle (``RingViews.refused``) raise once the work is done: the
-        servers' results are all taken, so the portal goes on."""
-        try:
-            result = work(*args)
-        except BaseException as exc:
-            self._health.fail(exc)
-            raise
-        refused = self._ring.refused
-        if refused:
-            self._ring.refused = []
-            raise refused[0]
-        return result
-
-    def _owners(self) -> list[list[int]]:
-        return [server.env_indices for server in self._session.servers]
-
-    def _post(self, requests: dict[int, Request], what: str) -> None:
-        messages = []
-        for request in requests.values():
-            message = {"cmd": _COMMANDS[request.op], **request.fields}
-            if request.op == "get_attr":  # a server's CALL reads what is not callable
-                message.update(args=[], kwargs={})
-            if request.op == "record" and "values" in message:
-                message["frames"] = message.pop("values")
-            if request.envs is not None:
-                message["envs"] = request.envs
-            messages.append(message)
-        for message in messages:
-            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
-        every = all(request.envs is None for request in requests.values())
-        chosen = (
-            None
-            if every
-            else {j: self._session.servers[j].env_indices if r.envs is None else r.envs for j, r in requests.items()}
-        )
-        if self._batches is not None:
-            self._run(self._batches.settle)
-        self._run(self._calls.send, messages, chosen)
-
-    def _collect(self, what: str, timeout: Optional[float]) -> list[Any]:
-        results: list[Any] = self._run(self._calls.wait, what, timeout)
-        return results
-
-    def _reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]) -> None:
-        self._clock.enter()
-        self._run(self._lockstep.reset_async, seeds, options, mask)
-
-    def _reset_result(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
-        result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, timeout)
-        self._clock.leave()
-        return result
-
-    def _step(self, actions: Any) -> None:
-        self._clock.enter()
-        self._run(self._lockstep.step_async, actions)
-
-    def _step_result(self, timeout: Optional[float]) -> Batch:
-        result: Batch = self._run(self._lockstep.step_wait, timeout)
-        self._clock.leave()
-        return result
-
-    def _send(self, actions: Any, env_ids: Any) -> None:
-        assert self._batches is not None
-        self._clock.enter()
-        self._run(self._batches.send, actions, env_ids)
-
-    def _recv(self, timeout: Optional[float]) -> Batch:
-        assert self._batches is not None
-        self._clock.enter()
-        result: Batch = self._run(self._batches.recv, timeout)
-        self._clock.leave()
-        return result
-
-    def _async_reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]]) -> None:
-        assert self._batches is not None
-        self._run(self._batches.reset, seeds, options)
-
-    def _restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict[str, Any]]:
-        self._run(self._lockstep.set_state_async, states, allow_pickle)
-        result: tuple[Any, dict[str, Any]] = self._run(self._lockstep.reset_wait, None, "set_state")
-        return result
 
     maps_agent_memory = True
 

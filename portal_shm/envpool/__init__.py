@@ -47,7 +47,7 @@ from ..remote.client.backend import option_names as remote_option_names
 from ..runtimes.backend import Backend
 from ..runtimes.registry import BACKENDS, backend_option_names
 from ..server.native_ale import vector_settings
-from .pool import EnvPool, EnvSpec
+from .pool import EnvPool, PoolSpec
 from .tasks import (
     ATARI_DEFAULTS,
     COMMON_DEFAULTS,
@@ -59,7 +59,11 @@ from .tasks import (
     task,
 )
 
-__all__ = ["EnvPool", "EnvSpec", "Task", "make", "make_dm", "make_gym", "make_gymnasium", "task"]
+#: envpool's name for what ``env.spec`` holds, for scripts that import it from envpool; within
+#: portal-shm it is ``PoolSpec``, apart from ``portal_shm.EnvSpec`` (an env server's recipe).
+EnvSpec = PoolSpec
+
+__all__ = ["EnvPool", "EnvSpec", "PoolSpec", "Task", "make", "make_dm", "make_gym", "make_gymnasium", "task"]
 
 ENV_TYPES = ("gymnasium", "gym", "dm")
 

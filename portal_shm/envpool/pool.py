@@ -15,7 +15,7 @@ from .tasks import ATARI_INFO_DTYPES, Task
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvSpec:
+class PoolSpec:
     """What envpool's ``env.spec`` holds that scripts read: ``config`` (a named tuple), the spaces
     (the pool's own: gym's classes for ``env_type="gym"`` where gym is installed, else gymnasium's)."""
 
@@ -58,7 +58,7 @@ class EnvPool:
             single_obs, single_action = to_gym(single_obs, old_gym), to_gym(single_action, old_gym)
         self.single_observation_space = self.observation_space = single_obs
         self.single_action_space = self.action_space = single_action
-        self.spec = EnvSpec(
+        self.spec = PoolSpec(
             spec.task_id, collections.namedtuple("Config", list(config))(**config), single_obs, self.action_space
         )
         self._pending: Optional[str] = None  # lockstep send/recv: "step" or "reset" in flight

@@ -9,29 +9,25 @@ wait with a ``timeout``, gymnasium's errors for calls out of order), envpool's a
 
 The contract is implemented here, once: every check of a call's arguments, the async protocol,
 and every per-env call (``call``/``get_attr``/``set_attr`` with or without indices, states,
-frame capture, ``render``). A kind provides two primitives for the per-env calls: which owner
-(an env server, an env host, a Ray-placed host) holds each env (``_owners``), and how requests
-reach their owners and the replies come back (``_post``/``_collect``, in the kinds' common
-vocabulary: ``Request``). Stepping, resetting and restoring states are the kind's own
-(``_reset``, ``_step``, ``_send``, ``_recv``, ...), called after the checks. ``tests/contract``
-runs one suite over every kind.
+frame capture, ``render``). The work is done by the drivers each kind composes, in one
+vocabulary (``drivers.py``): ``_lockstep`` (every env at once), ``_batches`` (async batches,
+None in a lockstep portal), ``_calls`` (per-env requests to the envs' owners), ``_health``
+(whether the portal may go on) and ``_clock``; the contract calls them directly, after its
+checks. ``tests/contract`` runs one suite over every kind.
 """
 
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-import numpy as np
-from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import VectorEnv
 
 from ...errors import PortalError, ServerProtocolError
 from .checks import check_env_ids, per_env_values, reset_options, seed_list
+from .drivers import BatchDriver, CallDriver, Clock, LockstepDriver, PortalHealth, Request, StepResult
 from .pending import AsyncState, PendingCall
-
-StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 #: The per-env requests of the contract, in the kinds' common vocabulary (each kind's message names
 #: differ: the ring protocol's commands locally, the host protocol's remotely).
@@ -40,17 +36,6 @@ OPS = ("call", "get_attr", "set_attr", "get_state", "record", "render")
 SILENT = ("set_attr", "record")
 #: Names ``call`` refuses, as AsyncVectorEnv does: they have methods of their own.
 NOT_CALLABLE = ("reset", "step", "close")
-
-
-@dataclass(frozen=True)
-class Request:
-    """One owner's share of a per-env call: the op, the envs it names (the portal's indices, in the
-    order their values come back; None: all of the owner's envs) and its fields (``name``, ``args``,
-    ``kwargs``, ``values``: one per env named, ``allow_pickle``, ``on``)."""
-
-    op: str
-    envs: Optional[list[int]]
-    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,57 +77,12 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
     #: ``record_frames_shared`` hands each env a frame ring of its own.
     maps_agent_memory = False
 
-    # -- what each kind provides ---------------------------------------------------------------
-    @abstractmethod
-    def _check_usable(self) -> None:
-        """Raise when the portal is closed or cannot go on after an earlier failure."""
-
-    @abstractmethod
-    def _owners(self) -> list[list[int]]:
-        """Each owner's envs (ascending env indices), owners in env order."""
-
-    @abstractmethod
-    def _post(self, requests: dict[int, Request], what: str) -> None:
-        """Send each owner named its request (owner index -> request) and return at once; raises
-        ``TypeError`` naming an unsendable value before any owner is told."""
-
-    @abstractmethod
-    def _collect(self, what: str, timeout: Optional[float]) -> list[Any]:
-        """The values of the posted requests, one per env each named, owners ascending (nothing
-        for ``SILENT`` ops); an owner's error raised as the agent's own exception."""
-
-    @abstractmethod
-    def _reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]) -> None:
-        """Start the reset of every env (of ``mask``'s envs only, when given); lockstep."""
-
-    @abstractmethod
-    def _reset_result(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
-        """The observations and infos of the reset ``_reset`` started."""
-
-    @abstractmethod
-    def _step(self, actions: Any) -> None:
-        """Start a lockstep step of every env."""
-
-    @abstractmethod
-    def _step_result(self, timeout: Optional[float]) -> StepResult:
-        """The results of the step ``_step`` started."""
-
-    @abstractmethod
-    def _send(self, actions: Any, env_ids: Any) -> None:
-        """Step ``env_ids`` (None: the last ``recv``'s) and return at once (async batches)."""
-
-    @abstractmethod
-    def _recv(self, timeout: Optional[float]) -> StepResult:
-        """The next batch to finish (async batches)."""
-
-    @abstractmethod
-    def _async_reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]]) -> None:
-        """Reset every env; ``recv`` hands out the batches (async batches)."""
-
-    @abstractmethod
-    def _restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict[str, Any]]:
-        """Restore each env's state (env index -> state); every env's observation, the restored
-        envs' infos (lockstep)."""
+    # -- what each kind composes (``drivers.py``) --------------------------------------------------
+    _lockstep: LockstepDriver
+    _batches: Optional[BatchDriver]
+    _calls: CallDriver
+    _health: PortalHealth
+    _clock: Clock
 
     @abstractmethod
     def stats(self, window: float = 10.0) -> dict[str, Any]:
@@ -161,19 +101,17 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         """Whether the portal steps in async batches (``batch_size < num_envs``)."""
         return self.batch_size < self.num_envs
 
-    def _require_batches(self, what: str) -> None:
+    def _check_usable(self) -> None:
+        self._health.check_usable(self.closed)
+
+    def _require_batches(self, what: str) -> BatchDriver:
         self._check_usable()
-        if not self.batched:
+        if self._batches is None:
             raise PortalError(
                 f"{what}() is for async batches: create the portal with batch_size < num_envs "
                 f"(vector_kwargs={{'batch_size': B}}); use step() for lockstep stepping"
             )
-
-    def _check_waitable(self) -> None:
-        """What a ``*_wait`` checks before it takes its results: the portal is not closed (a
-        failure of the call in flight is the wait's to report)."""
-        if self.closed:
-            raise ClosedEnvironmentError(f"this {type(self).__name__} is closed")
+        return self._batches
 
     # -- reset and step ----------------------------------------------------------------------
     def reset(
@@ -211,10 +149,11 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         seeds = seed_list(seed, self.num_envs)
         self._pending.check_idle("reset_async")
         options, mask = reset_options(options, self.num_envs, self.batched)
-        if self.batched:
-            self._async_reset(seeds, options)
+        if self._batches is not None:
+            self._health.run(self._batches.reset, seeds, options)
         else:
-            self._reset(seeds, options, mask)
+            self._clock.enter()
+            self._health.run(self._lockstep.reset, seeds, options, mask)
         self._pending.begin(AsyncState.WAITING_RESET)
 
     def reset_wait(self, timeout: Optional[float] = None) -> tuple[Any, dict[str, Any]]:
@@ -235,10 +174,12 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         self._check_usable()
         self._pending.check_waiting(AsyncState.WAITING_RESET)
         self._pending.end()
-        if self.batched:
-            obs, _, _, _, infos = self._recv(timeout)
+        if self._batches is not None:
+            obs, _, _, _, infos = self._recv(self._batches, timeout)
             return obs, infos
-        return self._reset_result(timeout)
+        result = self._health.run(self._lockstep.reset_result, timeout)
+        self._clock.leave()
+        return result
 
     def step(self, actions: Any) -> StepResult:
         """Step every env once (lockstep), or ``send`` the last batch's envs and ``recv`` the next.
@@ -270,10 +211,11 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         """
         self._check_usable()
         self._pending.check_idle("step_async")
-        if self.batched:
-            self._send(actions, None)
+        self._clock.enter()
+        if self._batches is not None:
+            self._health.run(self._batches.send, actions, None)
         else:
-            self._step(actions)
+            self._health.run(self._lockstep.step, actions)
         self._pending.begin(AsyncState.WAITING_STEP)
 
     def step_wait(self, timeout: Optional[float] = None) -> StepResult:
@@ -290,12 +232,14 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
             RestartLimitError: An env failed again after ``max_restarts`` restarts.
             NoAsyncCallError: ``step_async`` was not called (gymnasium's).
         """
-        self._check_waitable()
+        self._health.check_waitable(self.closed)
         self._pending.check_waiting(AsyncState.WAITING_STEP)
         self._pending.end()
-        if self.batched:
-            return self._recv(timeout)
-        return self._step_result(timeout)
+        if self._batches is not None:
+            return self._recv(self._batches, timeout)
+        result = self._health.run(self._lockstep.step_result, timeout)
+        self._clock.leave()
+        return result
 
     # -- async batches (envpool's API) ---------------------------------------------------------
     def send(self, actions: Any, env_ids: Any = None) -> None:
@@ -311,8 +255,9 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
             PortalError: The portal steps in lockstep (``batch_size == num_envs``: use ``step``), or
                 cannot continue after an earlier failure.
         """
-        self._require_batches("send")
-        self._send(actions, env_ids)
+        batches = self._require_batches("send")
+        self._clock.enter()
+        self._health.run(batches.send, actions, env_ids)
 
     def recv(self, timeout: Optional[float] = None) -> StepResult:
         """The next ``batch_size`` envs to finish: ``(obs, reward, terminated, truncated, infos)``,
@@ -329,10 +274,16 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
             PortalError: The portal steps in lockstep (``batch_size == num_envs``: use ``step``), or
                 cannot continue after an earlier failure.
         """
-        self._require_batches("recv")
+        batches = self._require_batches("recv")
         if self._pending.state is AsyncState.WAITING_STEP:
             self._pending.end()
-        return self._recv(timeout)
+        return self._recv(batches, timeout)
+
+    def _recv(self, batches: BatchDriver, timeout: Optional[float]) -> StepResult:
+        self._clock.enter()
+        result = self._health.run(batches.recv, timeout)
+        self._clock.leave()
+        return result
 
     def async_reset(self, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset every env; ``recv()`` then hands out the reset batches (envpool's ``async_reset``:
@@ -345,15 +296,15 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
             PortalError: The portal steps in lockstep (``batch_size == num_envs``: use ``reset``), or
                 cannot continue after an earlier failure.
         """
-        self._require_batches("async_reset")
+        batches = self._require_batches("async_reset")
         self._pending.check_idle("async_reset")
         options, _ = reset_options(options, self.num_envs, True)
-        self._async_reset(seed_list(seed, self.num_envs), options)
+        self._health.run(batches.reset, seed_list(seed, self.num_envs), options)
 
     # -- per-env calls, on the two primitives ----------------------------------------------------
     def _route(self, env_ids: Any) -> tuple[list[int], dict[int, list[int]]]:
         """(the env ids, checked; owner index -> the ids it holds, in their order), owners ascending."""
-        owners = self._owners()
+        owners = self._calls.owners()
         if env_ids is None:
             return [i for envs in owners for i in envs], {j: list(envs) for j, envs in enumerate(owners)}
         ids = check_env_ids(env_ids, self.num_envs)
@@ -377,7 +328,7 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
             if values is not None:
                 part["values"] = [value_of[i] for i in envs]
             requests[j] = Request(op, None if env_ids is None else envs, part)
-        self._post(requests, what)
+        self._health.run(self._calls.post, requests, what)
         self._asked = Asked(op, what, ids, chosen)
         self._pending.begin(AsyncState.WAITING_CALL)
 
@@ -386,7 +337,7 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
         asked, self._asked = self._asked, None
         self._pending.end()
         assert asked is not None
-        values = self._collect(asked.what, timeout)
+        values = self._health.run(self._calls.collect, asked.what, timeout)
         if asked.op in SILENT:
             return ()
         order = [i for envs in asked.chosen.values() for i in envs]
@@ -561,7 +512,7 @@ class PortalVectorEnv(VectorEnv, metaclass=ABCMeta):
             )
         self._check_usable()
         self._pending.check_idle("set_state")
-        return self._restore(dict(zip(ids, states)), bool(allow_pickle))
+        return self._health.run(self._lockstep.restore, dict(zip(ids, states)), bool(allow_pickle))
 
     # AsyncVectorEnv's properties, not VectorEnv's (one seed and Generator of the vector env, which
     # can also be set): their signatures cannot match the base class's.

@@ -17,9 +17,9 @@ from typing import Any, Optional
 import numpy as np
 
 from ...errors import InfoEncodingError, ServerProtocolError
-from ...wire import protocol as P
 from ...wire.dtypes import RING_KINDS, allowed, safe_dtype
 from ...wire.end_states import MAX_STATE_BYTES
+from ...wire.protocol import ProtocolError, UnpickleError, unpackb
 from ...wire.schema import CONTAINER_KINDS, MAX_SCHEMA_DEPTH
 
 MAX_LEAF_BYTES = 1 << 30  # one env's observation leaf: a 1 GiB frame is already absurd
@@ -266,12 +266,12 @@ def decode_infos(
     if not isinstance(blob, bytes):
         raise _fail(f"env {env_index} sent infos that are not bytes")
     try:
-        entry = P.unpackb(blob, unpickle)
-    except P.UnpickleError as exc:
+        entry = unpackb(blob, unpickle)
+    except UnpickleError as exc:
         raise InfoEncodingError(
             env_index, "step", "infos", "a pickled value", "send plain data instead", "unpickle", reason=str(exc)
         ) from None
-    except P.ProtocolError as exc:
+    except ProtocolError as exc:
         raise _fail(f"env {env_index} wrote corrupt infos: {exc}") from None
     if not (
         isinstance(entry, list)

@@ -20,8 +20,7 @@ import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from ...errors import EnvError, PortalTimeoutError, ServerProtocolError
-from ...wire import protocol as P
-from ...wire import trees
+from ...wire import protocol, trees
 from ...wire.doorbell import AnyDone
 from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_OK
 from ..contract.infos import add_info
@@ -62,7 +61,7 @@ class BatchPlan:
         self.span = slice(first, last) if last - first == self.ids.size else None
 
 
-class BatchDriver:
+class RingBatches:
     """Hands out the first ``batch_size`` envs to finish and steps the ones it is sent."""
 
     def __init__(
@@ -141,7 +140,7 @@ class BatchDriver:
                     self.queue.finished(server.index)
                     continue
             self.queue.started(server.index)
-            server.post(P.CMD_STEP, k)
+            server.post(protocol.CMD_STEP, k)
 
     def _servers_of(self, ids: np.ndarray) -> list[ServerRows]:
         """(server, rows of ``ids`` holding its envs) for each server ``ids`` covers; checks them."""
@@ -225,7 +224,7 @@ class BatchDriver:
             message = self._stash.pop(index, None) or self._step_message(index)
             if message is None:
                 return {}
-            if message["cmd"] != P.ERROR:
+            if message["cmd"] != protocol.ERROR:
                 return check_blobs(message.get("blobs"), server.env_indices, server.describe())
             errors.extend(self.recovery.step_errors(server.errors(message)))
             return {}
@@ -241,7 +240,9 @@ class BatchDriver:
             return None
         server = self.servers[index]
         message = server.recv(self.step_timeout, "step")
-        if message["cmd"] == P.ERROR or (message["cmd"] == P.EXTRA and isinstance(message.get("blobs"), dict)):
+        if message["cmd"] == protocol.ERROR or (
+            message["cmd"] == protocol.EXTRA and isinstance(message.get("blobs"), dict)
+        ):
             return message
         raise ServerProtocolError(f"env server {index} sent {message['cmd']!r} during a step")
 
@@ -410,7 +411,7 @@ class BatchDriver:
                 self._check_kept(server, k)
             messages.append(
                 {
-                    "cmd": P.RESET,
+                    "cmd": protocol.RESET,
                     "slot": k,
                     "prev_slot": k,
                     "options": options,
@@ -419,7 +420,7 @@ class BatchDriver:
                 }
             )
         for message in messages:
-            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
+            protocol.packb(message)  # raises TypeError naming an unsendable value before any server is told
         sent, failed = send_all(self.servers, messages, self.recovery)
         extras, _, errors, failed_replies = collect(sent, "reset", self.step_timeout, self.recovery)
         failed.update(failed_replies)

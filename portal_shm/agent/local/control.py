@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import zmq
 
 from ...errors import ConnectionDroppedError, PortalTimeoutError, ServerProtocolError
-from ...wire import protocol as P
+from ...wire import protocol
 
 POLL_SLICE = 0.05
 # A dropped connection is reported this long after it was seen, unless the server's exit (which
@@ -29,7 +29,7 @@ class ControlChannel:
         self.describe = describe or (lambda: address)
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.max_message = P.MAX_MESSAGE_BYTES  # the cap each server is told (its config) and checks
+        self.max_message = protocol.MAX_MESSAGE_BYTES  # the cap each server is told (its config) and checks
         self.socket.setsockopt(zmq.MAXMSGSIZE, self.max_message)
         self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.dropped_at: Optional[float] = None
@@ -39,7 +39,7 @@ class ControlChannel:
 
     def send(self, message: dict[str, Any], check: Callable[[], None], timeout: Optional[float] = 30.0) -> None:
         """Send without ever blocking on a dead peer (ZeroMQ would wait for it forever)."""
-        data = P.packb(message)
+        data = protocol.packb(message)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -70,8 +70,8 @@ class ControlChannel:
                 raise PortalTimeoutError(f"no answer to {what} within {timeout:.3g} s")
         data = self.socket.recv()
         try:
-            message = P.unpackb(data)
-        except P.ProtocolError as exc:
+            message = protocol.unpackb(data)
+        except protocol.ProtocolError as exc:
             raise ServerProtocolError(f"corrupt message during {what}: {exc}") from None
         if not isinstance(message, dict) or not isinstance(message.get("cmd"), str):
             raise ServerProtocolError(f"malformed message during {what}: {str(message)[:200]}")

@@ -20,7 +20,7 @@ from gymnasium.spaces import Space
 from gymnasium.vector.utils import iterate
 
 from ...errors import EnvError, PortalError, PortalTimeoutError, ServerProtocolError
-from ...wire import protocol as P
+from ...wire import protocol
 from ...wire.doorbell import spin_until
 from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING, STATUS_WRITING
 from ...wire.payoff import SpinPayoff
@@ -99,7 +99,10 @@ class Lockstep:
         self.step_timeout = recovery.step_timeout
         self.recycler = recycler
         self.slot = -1
-        self.posted: tuple[int, Optional[list[dict[str, Any]]]] = (P.CMD_STEP, None)  # the step's command, actions
+        self.posted: tuple[int, Optional[list[dict[str, Any]]]] = (
+            protocol.CMD_STEP,
+            None,
+        )  # the step's command, actions
         self.step_seqs: dict[int, int] = {}  # server -> command number of its part of the step
         self.no_wait = False  # set by a driver that may never wait: a wait raises ``NotFinished`` instead
         #: The control sockets of servers whose message ``step_finished`` found not there yet.
@@ -114,9 +117,7 @@ class Lockstep:
         return k
 
     # -- reset -------------------------------------------------------------------------------
-    def reset_async(
-        self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]
-    ) -> None:
+    def reset(self, seeds: list[Optional[int]], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]) -> None:
         k, prev = self._next_slot(), max(self.slot, 0)
         self.recovery.note_reset(seeds, mask)
         messages = []
@@ -124,7 +125,7 @@ class Lockstep:
             envs = server.env_indices
             messages.append(
                 {
-                    "cmd": P.RESET,
+                    "cmd": protocol.RESET,
                     "slot": k,
                     "prev_slot": prev,
                     "seeds": [seeds[i] for i in envs],
@@ -135,16 +136,16 @@ class Lockstep:
         self.calls.send(messages)
         self.slot = k
 
-    def set_state_async(self, states: dict[int, bytes], allow_pickle: bool) -> None:
-        """Restore the envs ``states`` names (env index -> state) into a new slot; the others keep
-        their observation there, as in a masked reset (every server writes its rows of the slot)."""
+    def restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict[str, Any]]:
+        """Restore the envs ``states`` names (env index -> state) into a new slot and wait for it; the
+        others keep their observation there, as in a masked reset (every server writes its rows)."""
         k, prev = self._next_slot(), max(self.slot, 0)
         messages = []
         for server in self.servers:
             envs = [i for i in server.env_indices if i in states]
             messages.append(
                 {
-                    "cmd": P.SET_STATE,
+                    "cmd": protocol.SET_STATE,
                     "slot": k,
                     "prev_slot": prev,
                     "envs": envs,
@@ -154,9 +155,10 @@ class Lockstep:
             )
         self.calls.send(messages)
         self.slot = k
+        return self.reset_result(None, "set_state")
 
-    def reset_wait(self, timeout: Optional[float], what: str = "reset") -> tuple[Any, dict[str, Any]]:
-        """The observations and infos of ``reset_async`` (or of ``set_state_async``: ``what``)."""
+    def reset_result(self, timeout: Optional[float], what: str = "reset") -> tuple[Any, dict[str, Any]]:
+        """The observations and infos of ``reset`` (or of ``restore``: ``what``)."""
         k = self.slot
         extras, _, errors, failed = self.calls.replies(what, timeout)
         # -- recovery: restart failed servers and repeat the reset for their envs --
@@ -173,9 +175,9 @@ class Lockstep:
         return self.ring.observations(k, self.copy), infos
 
     # -- step --------------------------------------------------------------------------------
-    def step_async(self, actions: Any) -> None:
+    def step(self, actions: Any) -> None:
         k = self._next_slot()
-        cmd = P.CMD_STEP
+        cmd = protocol.CMD_STEP
         messages = None
         if self.ring.actions is None:
             messages = self._action_messages(actions)
@@ -189,7 +191,7 @@ class Lockstep:
                 messages = self._action_messages(actions)
         prev, self.slot = self.slot, k
         if messages is not None:
-            cmd = P.CMD_STEP_ACTIONS
+            cmd = protocol.CMD_STEP_ACTIONS
         self.posted = (cmd, messages)
         plan = self.recycler.plan() if self.recycler is not None else None
         owing: list[ServerLink] = []
@@ -197,7 +199,7 @@ class Lockstep:
             if server.owed is not None:  # a fresh server restoring states: posted once it answered
                 owing.append(server)
             elif plan is None or server.index not in plan.swapping:
-                flag = P.CMD_RETIRE if plan is not None and server.index in plan.retiring else 0
+                flag = protocol.CMD_RETIRE if plan is not None and server.index in plan.retiring else 0
                 self._post_step(server, cmd | flag, k, messages)
         for server in owing:
             self._post_step(server, cmd, k, messages)
@@ -226,12 +228,14 @@ class Lockstep:
         per_env = list(iterate(self.action_space, actions))
         if len(per_env) != self.ring.num_envs:
             raise ValueError(f"got {len(per_env)} actions for {self.ring.num_envs} envs")
-        messages = [{"cmd": P.ACTIONS, "actions": [per_env[i] for i in server.env_indices]} for server in self.servers]
+        messages = [
+            {"cmd": protocol.ACTIONS, "actions": [per_env[i] for i in server.env_indices]} for server in self.servers
+        ]
         for message in messages:
-            P.packb(message)  # raises TypeError naming an unsendable value before any server is told
+            protocol.packb(message)  # raises TypeError naming an unsendable value before any server is told
         return messages
 
-    def step_wait(self, timeout: Optional[float]) -> Batch:
+    def step_result(self, timeout: Optional[float]) -> Batch:
         timeout = self.step_timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         k = self.slot
@@ -303,7 +307,7 @@ class Lockstep:
         recovery.restart(server, cause)
         server.channel.send(
             {
-                "cmd": P.SET_STATE,
+                "cmd": protocol.SET_STATE,
                 "slot": k,
                 "prev_slot": (k - 1) % self.ring.ring_depth,
                 "envs": list(states),
@@ -314,7 +318,7 @@ class Lockstep:
             server.check_alive,
         )
         server.post_control()
-        server.expect(P.REPLY, timeout, "restore of a restarted env")
+        server.expect(protocol.REPLY, timeout, "restore of a restarted env")
         cmd, messages = self.posted
         if messages is not None:
             server.channel.send(messages[server.index], server.check_alive)
@@ -338,9 +342,9 @@ class Lockstep:
         if self.no_wait and not server.channel.ready():
             raise NotFinished(f"{server.describe()} said a message follows its step and has not sent it")
         message = server.recv(timeout, "step")
-        if message["cmd"] == P.ERROR:
+        if message["cmd"] == protocol.ERROR:
             return server.errors(message)
-        if message["cmd"] == P.EXTRA:
+        if message["cmd"] == protocol.EXTRA:
             extras.update(check_blobs(message.get("blobs"), server.env_indices, server.describe()))
             if "states" in message and self.recycler is not None:
                 self.recycler.retired(server, message)
@@ -398,12 +402,12 @@ class Lockstep:
     # -- for a driver outside the portal's thread ----------------------------------------------
     # An env host's router drives lockstep steps of many tenants on one thread: nothing here may
     # wait on what a server (an env runs in it) controls. ``step_finished`` only reads the status
-    # words and the control socket; ``step_wait`` with ``no_wait`` set then finishes the step,
+    # words and the control socket; ``step_result`` with ``no_wait`` set then finishes the step,
     # raising ``NotFinished`` where a server went back on what they said.
     def step_finished(self, readable: Any) -> Optional[bool]:
-        """After ``step_async``: whether every server finished and what it promised beside its
+        """After ``step``: whether every server finished and what it promised beside its
         results is there, once the rings of the done pipes whose fds are in ``readable`` are read.
-        None: ``step_wait`` must finish it (a pipe closed, or a server failed and the restart policy
+        None: ``step_result`` must finish it (a pipe closed, or a server failed and the restart policy
         has work to do). Never waits: a server still writing (it rang early) or whose message is
         still on its way is not finished yet.
 

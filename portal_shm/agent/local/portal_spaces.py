@@ -11,11 +11,11 @@ from typing import Any, NamedTuple, Optional, Union
 from gymnasium.spaces import Space
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from ...wire import protocol as P
+from ...wire.protocol import packb
 from ...wire.schema import has_opaque, is_fixed, leaf_shape_dtype, leaves, space_to_schema
 from ..contract.spaces import schema_to_space
 from ..contract.validate import space_from_schema
-from . import env_fns as F
+from .env_fns import local_spaces
 
 ObservationMode = Union[str, tuple[Space[Any], Space[Any]]]
 
@@ -62,7 +62,7 @@ def portal_spaces(
     single_obs = space_from_schema(obs_schema, "env 0's observation space")
     single_act = space_from_schema(act_schema, "env 0's action space")
     if local_factory is not None and (has_opaque(obs_schema) or has_opaque(act_schema)):
-        local = F.local_spaces(local_factory)
+        local = local_spaces(local_factory)
         if local is not None:
             single_obs, single_act = local
     if isinstance(mode, tuple):
@@ -75,14 +75,14 @@ def portal_spaces(
                 f"observation spaces do not share a common shape and dtype: env {i} has {schema_to_space(obs)}, "
                 f"expected the layout of {single_obs}"
             )
-        if mode == "same" and P.packb(obs) != P.packb(obs_schema):
+        if mode == "same" and packb(obs) != packb(obs_schema):
             raise RuntimeError(
                 "VectorPortal(..., observation_mode='same') however some of the sub-environments observation "
                 f"spaces are not equivalent: env {i} has {schema_to_space(obs)}, env 0 has {single_obs}. If this "
                 "is intentional, use `observation_mode='different'` instead (spaces of one shape and dtype with "
                 "other bounds)."
             )
-        if P.packb(act) != P.packb(act_schema):
+        if packb(act) != packb(act_schema):
             raise RuntimeError(
                 f"Some environments have an action space different from `{single_act}`: env {i} has "
                 f"{schema_to_space(act)}. In order to batch actions, the action spaces from all environments "

@@ -88,8 +88,8 @@ from ...errors import (
     ServerDiedError,
     ServerProtocolError,
 )
-from ...wire import protocol as P
 from ...wire.end_states import end_states_path, max_file_bytes, read_record
+from ...wire.protocol import ERROR, REPLY, RESET, ProtocolError, unpackb
 from ..contract.failure import NOT_FAILURES, FailurePolicy, failures
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos, restart_seed
@@ -261,7 +261,7 @@ class Recovery(FailurePolicy):
         seeds = self.next_seeds.pop(server.index, None)
         if seeds is None:
             seeds = [restart_seed(self.seeds[i], self.restarts[i]) for i in server.env_indices]
-        return {"cmd": P.RESET, "slot": k, "prev_slot": prev, "seeds": seeds, "options": None, "mask": None}
+        return {"cmd": RESET, "slot": k, "prev_slot": prev, "seeds": seeds, "options": None, "mask": None}
 
     # -- exact restarts at an episode's boundary --------------------------------------------
     def redo_states(self, server: ServerLink, step_seq: int) -> Optional[dict[int, bytes]]:
@@ -281,10 +281,10 @@ class Recovery(FailurePolicy):
         if data is None:
             return None
         try:
-            ends = P.unpackb(data).get("ends")
+            ends = unpackb(data).get("ends")
             seqs = {i: entry[0] for i, entry in ends.items()}
             states = check_end_states({i: entry[1] for i, entry in ends.items()}, server.env_indices, server.describe())
-        except (P.ProtocolError, AttributeError, TypeError, IndexError, KeyError, ServerProtocolError):
+        except (ProtocolError, AttributeError, TypeError, IndexError, KeyError, ServerProtocolError):
             return None  # not what a server writes: nothing to resume from (the restart ends the episodes)
         if not all(i in states and seqs.get(i) == step_seq - 1 for i in server.env_indices):
             return None
@@ -310,9 +310,9 @@ class Recovery(FailurePolicy):
     def finish_reset(self, server: ServerLink, timeout: Optional[float]) -> dict[int, bytes]:
         """Collect the reply of a reset started by ``begin_step``; returns its infos blobs."""
         message = server.recv(timeout, "reset of a restarted env")
-        if message["cmd"] == P.ERROR:
+        if message["cmd"] == ERROR:
             raise server.error(message)
-        if message["cmd"] != P.REPLY:
+        if message["cmd"] != REPLY:
             raise ServerProtocolError(f"{server.describe()} answered reset with {message['cmd']!r:.40}")
         self.resetting.discard(server.index)
         return check_reply(message, server.env_indices, server.describe())[0]

@@ -3,15 +3,18 @@
 Control messages travel on each server's ZeroMQ channel, its doorbell says "look at the channel";
 every server is sent its message before any reply is read, so they all work at once. Always all
 replies are collected, even after an error, so that the servers stay in step with the agent.
+``ControlCalls`` is also the local portal's call driver (``agent/contract/drivers.py``): the
+contract's per-env requests become ring-protocol commands here.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ...errors import EnvError, ServerProtocolError
-from ...wire import protocol as P
+from ...wire.protocol import CALL, ERROR, GET_STATE, RECORD, RENDER, REPLY, SET_ATTR, packb
+from ..contract.drivers import Request
 from ..contract.failure import FailurePolicy
 from ..contract.validate import check_reply
 from .health import Health
@@ -20,6 +23,16 @@ from .session import ServerLink
 
 #: Servers that failed during a control exchange, with what they failed of.
 Failed = dict[ServerLink, BaseException]
+
+#: The contract's per-env requests as the ring protocol names them (a server's CALL reads what is not callable).
+COMMANDS = {
+    "call": CALL,
+    "get_attr": CALL,
+    "set_attr": SET_ATTR,
+    "get_state": GET_STATE,
+    "record": RECORD,
+    "render": RENDER,
+}
 
 
 def send_all(
@@ -67,10 +80,10 @@ def collect(
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             message = server.recv(remaining, what)
-            if message["cmd"] == P.ERROR:
+            if message["cmd"] == ERROR:
                 server_errors = server.errors(message)
                 errors.extend(policy.step_errors(server_errors) if what == "reset" else server_errors)
-            elif message["cmd"] == P.REPLY:
+            elif message["cmd"] == REPLY:
                 envs = server.env_indices if chosen is None else chosen[server.index]
                 server_extras, server_results = check_reply(message, envs, server.describe())
                 extras.update(server_extras)
@@ -85,10 +98,20 @@ def collect(
 
 
 class ControlCalls:
-    """The one control exchange in flight: sent by ``send``, its replies taken by ``replies``/``wait``."""
+    """The one control exchange in flight: sent by ``send`` (or ``post``), its replies taken by
+    ``replies``/``collect``. ``settle``: what must finish before a control message goes out (the
+    async batches still in flight)."""
 
-    def __init__(self, servers: list[ServerLink], recovery: Recovery, health: Health, num_envs: int) -> None:
+    def __init__(
+        self,
+        servers: list[ServerLink],
+        recovery: Recovery,
+        health: Health,
+        num_envs: int,
+        settle: Optional[Callable[[], None]] = None,
+    ) -> None:
         self.servers = servers
+        self.settle = settle
         self.recovery = recovery
         self.health = health
         self.num_envs = num_envs
@@ -103,7 +126,7 @@ class ControlCalls:
         the envs named there) and wake it; raises ``TypeError`` naming an unsendable value before any
         server is told."""
         for message in messages:
-            P.packb(message)
+            packb(message)
         servers = self.servers if chosen is None else [self.servers[index] for index in chosen]
         self.messages = {server.index: message for server, message in zip(servers, messages)}
         self._chosen = chosen
@@ -118,7 +141,34 @@ class ControlCalls:
         failed.update(self._send_failed)
         return extras, results, errors, failed
 
-    def wait(self, what: str, timeout: Optional[float]) -> list[Any]:
+    # -- the call driver --------------------------------------------------------------------------
+    def owners(self) -> list[list[int]]:
+        return [server.env_indices for server in self.servers]
+
+    def post(self, requests: dict[int, Request], what: str) -> None:
+        messages = []
+        for request in requests.values():
+            message = {"cmd": COMMANDS[request.op], **request.fields}
+            if request.op == "get_attr":  # a server's CALL reads what is not callable
+                message.update(args=[], kwargs={})
+            if request.op == "record" and "values" in message:
+                message["frames"] = message.pop("values")
+            if request.envs is not None:
+                message["envs"] = request.envs
+            messages.append(message)
+        for message in messages:
+            packb(message)  # raises TypeError naming an unsendable value before any server is told
+        every = all(request.envs is None for request in requests.values())
+        chosen = (
+            None
+            if every
+            else {j: self.servers[j].env_indices if r.envs is None else r.envs for j, r in requests.items()}
+        )
+        if self.settle is not None:
+            self.settle()
+        self.send(messages, chosen)
+
+    def collect(self, what: str, timeout: Optional[float]) -> list[Any]:
         """The results of a call, one per env (or none); a failed server is restarted and raises.
 
         An env's exception in a call naming some envs (``chosen``) leaves the portal usable."""

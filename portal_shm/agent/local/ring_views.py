@@ -14,9 +14,9 @@ import numpy as np
 from gymnasium.spaces import Space
 
 from ...errors import InfoEncodingError, ServerProtocolError
-from ...wire import stats as S
 from ...wire import trees
 from ...wire.schema import is_fixed, leaves, revive
+from ...wire.stats import SAMPLED, SAMPLED_NS
 from ..contract.actions import ActionLeaves
 from ..contract.infos import add_info
 from ..contract.kept_views import KeptViews, anchored, holders
@@ -283,8 +283,8 @@ class RingViews:
         """Zero the sampled step counts of ``rows`` (a fresh server's start from 0; ``stats`` keeps the
         totals): the step times then measured are the fresh server's alone."""
         env_stats = self.stats_views["env_stats"]
-        env_stats[rows, S.SAMPLED] = 0
-        env_stats[rows, S.SAMPLED_NS] = 0
+        env_stats[rows, SAMPLED] = 0
+        env_stats[rows, SAMPLED_NS] = 0
 
     # -- rows recovery writes in place of a server ---------------------------------------------
     def clear_results(self, k: int, rows: Any) -> None:

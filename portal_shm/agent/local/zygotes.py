@@ -27,8 +27,8 @@ from ...errors import PortalError
 from ...runtimes.backend import ServerHandle, ServerLaunch
 from ...runtimes.config_file import remove_config, write_launch_config
 from ...runtimes.resources import PortalResources
-from ...wire import protocol as P
 from ...wire.launch import read_tail
+from ...wire.protocol import ProtocolError, packb
 from ...wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
 from .spec import EnvSpec
 
@@ -212,7 +212,7 @@ class ZygoteLink:
             self.buffer += data
             try:
                 messages = take_frames(self.buffer)
-            except P.ProtocolError as exc:
+            except ProtocolError as exc:
                 self._gone(f"its zygote sent a bad frame: {exc}")
                 return
             for message in messages:
@@ -309,7 +309,7 @@ class Zygotes:
         caller starts a fresh runtime (no zygote for this kind of server, or it is warming up)."""
         if spec.factory is not None or not spec.backend.forks_servers():
             return None
-        env = hashlib.sha256(P.packb(launch.config["env"])).hexdigest()  # (kwargs may be megabytes)
+        env = hashlib.sha256(packb(launch.config["env"])).hexdigest()  # (kwargs may be megabytes)
         key = repr((spec.backend.key(), env, len(launch.env_indices)))
         if key in self.failed:
             return None

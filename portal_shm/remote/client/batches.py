@@ -13,11 +13,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ... import errors as E
-from .. import messages as M
+from ...errors import HostLostError, ServerProtocolError
+from ..messages import ERROR, SEND
 from .exchange import Exchange
 from .host_arrays import HostArrays
-from .hosts import Host, Hosts, host_error
+from .hosts import Hosts, RemoteHost, host_error
 from .lockstep import RemoteLockstep, Step
 from .recovery import HostRecovery
 
@@ -52,9 +52,9 @@ class RemoteBatches:
         host.in_flight += ids.size
         local = ids - host.offset
         ((fields, arrays),) = self.arrays.split_actions(actions, ids.size, 1, lambda i: slice(None))
-        host.link.send({"cmd": M.SEND, "env_ids": local.tolist(), **fields}, arrays)
+        host.link.send({"cmd": SEND, "env_ids": local.tolist(), **fields}, arrays)
 
-    def _host_of(self, ids: np.ndarray) -> Host:
+    def _host_of(self, ids: np.ndarray) -> RemoteHost:
         for host in self.hosts:
             if host.holds(ids):
                 return host
@@ -71,17 +71,17 @@ class RemoteBatches:
                 for host in hosts:  # a host with envs in flight is watched while others deliver
                     host.link.tick(now, host.in_flight > 0 and not host.link.batches)
                 break
-            except E.HostLostError as exc:
+            except HostLostError as exc:
                 if not self.recovery.handles(exc):
                     raise
                 self.recovery.restart_batched(hosts.index_of(exc), exc)
         host = min((h for h in hosts if h.link.batches), key=lambda h: h.link.batches[0][2])
         header, data, _ = host.link.batches.popleft()
-        if header["cmd"] == M.ERROR:
+        if header["cmd"] == ERROR:
             raise host_error(host, header)
         ids = header.get("env_ids")
         if not (isinstance(ids, list) and ids and all(isinstance(i, int) and 0 <= i < host.num_envs for i in ids)):
-            raise E.ServerProtocolError(f"host {host.address} sent a batch with invalid env_ids {ids!r:.80}")
+            raise ServerProtocolError(f"host {host.address} sent a batch with invalid env_ids {ids!r:.80}")
         count = len(ids)
         replies = [(host, header, data)]
         obs = self.arrays.observations(replies, [count], every_host=False)

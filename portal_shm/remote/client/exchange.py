@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ... import errors as E
-from .. import messages as M
+from ...errors import HostLostError
+from ..messages import ERROR
 from .host_arrays import HostArrays, Reply
 from .hosts import Hosts, host_error
 from .link import wait
@@ -85,7 +85,7 @@ class Exchange:
             try:
                 hosts.wait(waiting, deadline, what)
                 break
-            except E.HostLostError as exc:
+            except HostLostError as exc:
                 if self.batched or not self.recovery.handles(exc):
                     raise
                 lost[hosts.index_of(exc)] = exc
@@ -103,7 +103,7 @@ class Exchange:
                     out.append((host, {"infos": [], "obs": host.last_obs_value}, list(host.last_obs)))
             else:
                 header, data = host.link.results.pop(pending[i])
-                if header["cmd"] == M.ERROR:
+                if header["cmd"] == ERROR:
                     raise host_error(host, header)
                 out.append((host, header, data))
         return out
@@ -113,7 +113,7 @@ class Exchange:
         return self.collect(self.post(headers, what=what))
 
     def _recover(
-        self, index: int, cause: E.HostLostError, header: Optional[dict[str, Any]], arrays: Any, what: str
+        self, index: int, cause: HostLostError, header: Optional[dict[str, Any]], arrays: Any, what: str
     ) -> Reply:
         """Host ``index`` was lost during ``what``: a step ends its envs' episodes, anything else is
         asked again of a fresh session, whose envs' episodes end at the next step (after a call) or
@@ -131,7 +131,7 @@ class Exchange:
         deadline = None if self.step_timeout is None else time.monotonic() + self.step_timeout + 5.0  # (as collect)
         wait([link], lambda: [] if seq in link.results else [link], deadline, what)
         reply, data = link.results.pop(seq)
-        if reply["cmd"] == M.ERROR:
+        if reply["cmd"] == ERROR:
             raise host_error(host, reply)
         if what == "reset" and isinstance(reply.get("infos"), list):
             reply = {**reply, "infos": reply["infos"] + self.recovery.restarted_infos(host, cause)}

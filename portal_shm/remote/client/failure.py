@@ -13,7 +13,7 @@ from typing import Any, Callable
 from gymnasium.vector import AutoresetMode
 
 from ...agent.contract.failure import RaisesFailures, RestartsFailures
-from .hosts import Host, Hosts
+from .hosts import Hosts, RemoteHost
 from .recovery import HostRecovery
 
 
@@ -31,7 +31,7 @@ POLICIES: dict[str, type[HostRecovery]] = {"raise": HostRaisePolicy, "restart": 
 def failure_policy(
     name: str,
     hosts: Hosts,
-    checked_obs: Callable[[Host, list[Any], int], list[Any]],
+    checked_obs: Callable[[RemoteHost, list[Any], int], list[Any]],
     obs_schema: dict[str, Any],
     autoreset_mode: AutoresetMode,
     max_restarts: int,

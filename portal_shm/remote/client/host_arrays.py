@@ -12,16 +12,16 @@ from typing import Any, Callable, Optional
 import numpy as np
 from gymnasium.spaces import Space
 
-from ... import errors as E
 from ...agent.contract.actions import ActionLeaves
+from ...errors import PortalError, ServerProtocolError
 from ...wire import trees
 from ...wire.schema import is_fixed
 from .. import frames
 from ..infos import batch as batch_infos
-from .hosts import Host
+from .hosts import RemoteHost
 
 #: One host's reply: (host, header, arrays).
-Reply = tuple[Host, dict[str, Any], list[Any]]
+Reply = tuple[RemoteHost, dict[str, Any], list[Any]]
 
 
 class HostArrays:
@@ -54,7 +54,7 @@ class HostArrays:
             if len(parts) == 1:
                 replies[0][0].last_obs_value = parts[0]
                 return parts[0]
-            raise E.PortalError("observation spaces without a fixed layout are served by one host at a time")
+            raise PortalError("observation spaces without a fixed layout are served by one host at a time")
         per_host = []
         for (host, _, data), count in zip(replies, counts):
             per_host.append(self.checked_obs(host, data, count))
@@ -66,10 +66,10 @@ class HostArrays:
             columns = [np.concatenate(parts) for parts in zip(*per_host)]
         return trees.unflatten(columns, self.obs_schema)
 
-    def checked_obs(self, host: Host, data: list[Any], count: int) -> list[Any]:
+    def checked_obs(self, host: RemoteHost, data: list[Any], count: int) -> list[Any]:
         """The observation leaves of a host's reply, each checked against the announced space."""
         if len(data) < len(self.obs_specs):
-            raise E.ServerProtocolError(
+            raise ServerProtocolError(
                 f"host {host.address} sent {len(data)} arrays for {len(self.obs_specs)} observation leaves"
             )
         return [
@@ -85,7 +85,7 @@ class HostArrays:
             parts = []
             for (host, _, data), count in zip(replies, counts):
                 if len(data) != n + 3:
-                    raise E.ServerProtocolError(f"host {host.address} sent {len(data)} arrays, expected {n + 3}")
+                    raise ServerProtocolError(f"host {host.address} sent {len(data)} arrays, expected {n + 3}")
                 parts.append(frames.expect(data[n + position], dtype, (count,), f"host {host.address}'s flags"))
             out.append(parts[0] if len(parts) == 1 and not self.copy else np.concatenate(parts))
         return out[0], out[1], out[2]

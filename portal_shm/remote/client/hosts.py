@@ -1,7 +1,7 @@
-"""The env hosts of one remote portal: ``Host`` (what the agent knows of one) and ``Hosts`` (the part
+"""The env hosts of one remote portal: ``RemoteHost`` (what the agent knows of one) and ``Hosts`` (the part
 that opens their sessions, replaces a lost one, waits on them and closes them).
 
-A ``Host`` holds its share of the envs, what its welcome said (its env servers) and the step state
+A ``RemoteHost`` holds its share of the envs, what its welcome said (its env servers) and the step state
 the drivers keep for it (its last observations, a restart's stand-in, envs in flight); under it a
 ``HostLink`` only carries messages, and is replaced by a fresh one when the host was lost. Where the
 hosts are and which keys reach them is the ``Placement``'s to say.
@@ -15,12 +15,12 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 import zmq
 
-from ... import errors as E
+from ... import errors
 from ...agent.contract.validate import check_schema, is_hosting
-from ...wire import protocol as P
+from ...wire.protocol import packb
 from .. import codecs
-from .. import messages as M
 from ..error_data import from_data
+from ..messages import CLOSE, WELCOME
 from . import reach
 from .backend import LinkOptions, is_loopback
 from .link import HostLink, poller_of, wait
@@ -34,7 +34,7 @@ def host_error(host: Any, header: dict[str, Any]) -> Exception:
     return from_data(header, host.address, host.offset, host.num_envs)
 
 
-class Host:
+class RemoteHost:
     """One env host of a portal: envs ``offset .. offset + num_envs - 1``, and the link to it."""
 
     def __init__(self, index: int, offset: int, num_envs: int, link: HostLink) -> None:
@@ -84,18 +84,18 @@ class Hosts:
         self.link_options = link
         self.hello = hello
         self.context = zmq.Context()
-        self.hosts: list[Host] = []
+        self.hosts: list[RemoteHost] = []
         self.broken: Optional[BaseException] = None  # a failure after which only close() is left
         self._poller_key: list[int] = []
         self._poller: Optional[zmq.Poller] = None
 
-    def __iter__(self) -> Iterator[Host]:
+    def __iter__(self) -> Iterator[RemoteHost]:
         return iter(self.hosts)
 
     def __len__(self) -> int:
         return len(self.hosts)
 
-    def __getitem__(self, index: int) -> Host:
+    def __getitem__(self, index: int) -> RemoteHost:
         return self.hosts[index]
 
     @property
@@ -114,10 +114,10 @@ class Hosts:
                     else "is `portal-shm host --bind tcp://0.0.0.0:PORT` running there, and that port open to "
                     "this machine?"
                 )
-                raise E.PortalError(f"cannot reach env host {address}: {problem}; {fix}")
+                raise errors.PortalError(f"cannot reach env host {address}: {problem}; {fix}")
         offset, deadline = 0, time.monotonic() + deadline_s + self.link_options.connect_timeout
         for index, (address, count) in enumerate(zip(addresses, counts)):
-            self.hosts.append(Host(index, offset, count, self._open(index, address, offset, count)))
+            self.hosts.append(RemoteHost(index, offset, count, self._open(index, address, offset, count)))
             offset += count
         wait(
             self.links,
@@ -152,7 +152,7 @@ class Hosts:
             raise
         return link
 
-    def reopen(self, index: int, cause: BaseException, deadline: float) -> Host:
+    def reopen(self, index: int, cause: BaseException, deadline: float) -> RemoteHost:
         """A fresh session with host ``index`` in place of the lost one (its hello answered), once
         the host is back; ``HostLostError`` when it is not back by ``deadline``."""
         host, start = self.hosts[index], time.monotonic()
@@ -164,21 +164,24 @@ class Hosts:
                 wait([link], lambda: [] if 1 in _results(link) else [link], deadline, "reconnecting")
                 self._welcome(host)
                 return host
-            except (E.HostLostError, E.PortalTimeoutError):  # a timeout: the deadline passed, the host is not back
+            except (
+                errors.HostLostError,
+                errors.PortalTimeoutError,
+            ):  # a timeout: the deadline passed, the host is not back
                 link.close()
                 if time.monotonic() > deadline:
-                    raise E.HostLostError(
+                    raise errors.HostLostError(
                         address,
                         host.env_indices,
                         f"not back within startup_timeout={deadline - start:.3g} s after: {cause}",
                     ) from cause
 
-    def _welcome(self, host: Host) -> dict[str, Any]:
+    def _welcome(self, host: RemoteHost) -> dict[str, Any]:
         """The host's welcome of its session (its spaces), or the host's refusal raised."""
         link = host.link
         header: dict[str, Any]
         header, _ = link.results.pop(1, None) or link.results.pop(("router",))
-        if header["cmd"] != M.WELCOME:
+        if header["cmd"] != WELCOME:
             raise host_error(host, header)
         link.established = True
         codec = header.get("codec")
@@ -187,7 +190,7 @@ class Hosts:
         return header
 
     @staticmethod
-    def spaces(welcomes: list[dict[str, Any]], hosts: list[Host]) -> tuple[Any, Any]:
+    def spaces(welcomes: list[dict[str, Any]], hosts: list[RemoteHost]) -> tuple[Any, Any]:
         """The observation and action schemas every host announced (the same, or the error says so)."""
         schemas = None
         for host, header in zip(hosts, welcomes):
@@ -196,8 +199,8 @@ class Hosts:
             check_schema(act, f"host {host.address}'s action space")
             if schemas is None:
                 schemas = (obs, act)
-            elif P.packb([obs, act]) != P.packb(list(schemas)):
-                raise E.PortalError(
+            elif packb([obs, act]) != packb(list(schemas)):
+                raise errors.PortalError(
                     f"host {host.address} has other spaces than host {hosts[0].address}: is "
                     "the env of another version there?"
                 )
@@ -213,11 +216,11 @@ class Hosts:
             self._poller_key, self._poller = key, poller_of(self.links)
         try:
             wait(self.links, ready, deadline, what, self._poller)
-        except E.PortalTimeoutError as exc:
+        except errors.PortalTimeoutError as exc:
             self.broken = exc
             raise
 
-    def index_of(self, lost: E.HostLostError) -> int:
+    def index_of(self, lost: errors.HostLostError) -> int:
         """The host a ``HostLostError`` is about."""
         return next(host.index for host in self.hosts if host.offset == lost.env_indices[0])
 
@@ -254,7 +257,7 @@ class Hosts:
         """End every session (the hosts free its envs), close the links, stop what the placement started."""
         live = [link for link in self.links if link.established]  # (a refused hello has no session to close)
         try:
-            seqs = {id(link): link.send({"cmd": M.CLOSE}) for link in live}
+            seqs = {id(link): link.send({"cmd": CLOSE}) for link in live}
             wait(live, lambda: [lk for lk in live if seqs[id(lk)] not in lk.results], time.monotonic() + 5.0, "close")
         except Exception:
             pass  # the hosts free the envs of a vanished agent on their own

@@ -23,7 +23,7 @@ from zmq.utils.monitor import parse_monitor_message
 from ...agent.contract.kept_views import KeptViews, holders
 from ...errors import HostLostError, PortalError, PortalTimeoutError, ServerProtocolError
 from .. import frames
-from .. import messages as M
+from ..messages import BATCH, ERROR, HELLO, PING, PONG, RESET, UNKNOWN_SESSION
 from ..reliable import Sequencer
 
 _EVENTS_OPT, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: enum flag arithmetic is Python code
@@ -40,7 +40,7 @@ _EVENTS = (
 class HostLink:
     """The connection to one host of a RemoteVectorPortal (envs ``offset .. offset + num_envs - 1``
     live there, named in its errors): it carries messages; what the agent knows of the host is
-    its ``Host``'s (``hosts.py``)."""
+    its ``RemoteHost``'s (``hosts.py``)."""
 
     def __init__(
         self,
@@ -104,10 +104,10 @@ class HostLink:
         most (``_put``), then leaves it to the resend window."""
         self.asked = time.monotonic()  # silence counts from the later of this and the last word
         header = self.seq.stamp(header)
-        if header["cmd"] == M.RESET:
+        if header["cmd"] == RESET:
             self.resets[header["seq"]] = True
         data = frames.pack(header, arrays)
-        if header["cmd"] == M.HELLO:
+        if header["cmd"] == HELLO:
             self.hello = data
         self.seq.keep(header["seq"], data)
         self._put(data, self.interval)
@@ -200,10 +200,10 @@ class HostLink:
         except frames.FrameError as exc:
             raise ServerProtocolError(f"host {self.address} sent a malformed message: {exc}") from None
         cmd = header["cmd"]
-        if cmd == M.PONG:
+        if cmd == PONG:
             self._pong(header)
             return
-        if cmd == M.UNKNOWN_SESSION:
+        if cmd == UNKNOWN_SESSION:
             if self.established:
                 raise self.lost("the host no longer knows this agent's session (was it restarted?)")
             if 1 not in self.results and self.hello:
@@ -218,7 +218,7 @@ class HostLink:
                 self._put(self.hello)  # (not taken: the next ping's answer asks again)
             return
         if "seq" not in header:  # the host's router answered (a refusal), outside the session
-            if self.established and cmd == M.ERROR:  # (it dropped the session, or refused a message of it)
+            if self.established and cmd == ERROR:  # (it dropped the session, or refused a message of it)
                 message = header.get("message")
                 text = message[:500] if isinstance(message, str) else "no reason given"
                 raise PortalError(
@@ -229,7 +229,7 @@ class HostLink:
         self.seq.acknowledged(header.get("ack"))
         if not self.seq.accept(header.get("seq")):
             return
-        if cmd == M.BATCH or ("re" not in header and cmd == M.ERROR):
+        if cmd == BATCH or ("re" not in header and cmd == ERROR):
             self.batches.append((header, arrays, next(_ARRIVAL)))
         else:
             if self.resets.pop(header.get("re"), False):
@@ -261,7 +261,7 @@ class HostLink:
             raise self.lost(detail)
         if now - self.last_ping >= self.interval:
             self.last_ping = now
-            self._put(frames.pack({"cmd": M.PING, "ack": self.seq.received, "sent": self.seq.sent}))
+            self._put(frames.pack({"cmd": PING, "ack": self.seq.received, "sent": self.seq.sent}))
 
     def close(self) -> None:
         if self.socket.closed:  # (a link whose reopening failed is closed again with the rest)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import messages as M
+from ..messages import RESET, SET_STATE, STEP
 from .exchange import Exchange, Posted
 from .host_arrays import HostArrays, Reply
 from .hosts import Hosts
@@ -54,7 +54,7 @@ class RemoteLockstep:
             shown = self.recovery.replaced(host, whole)
             if shown is not None:
                 self.showing[host.index] = shown  # this reset shows the restart
-            headers.append({"cmd": M.RESET, "seed": seeds[host.offset : host.offset + host.num_envs], "options": part})
+            headers.append({"cmd": RESET, "seed": seeds[host.offset : host.offset + host.num_envs], "options": part})
         return self.exchange.post(headers, what="reset")
 
     def reset_result(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
@@ -74,9 +74,7 @@ class RemoteLockstep:
             actions, self.num_envs, len(hosts), lambda i: slice(hosts[i].offset, hosts[i].offset + hosts[i].num_envs)
         )
         owing = self.recovery.owing()  # (hosts whose step a restart makes)
-        headers = [
-            None if host.index in owing else {"cmd": M.STEP, **fields} for host, (fields, _) in zip(hosts, parts)
-        ]
+        headers = [None if host.index in owing else {"cmd": STEP, **fields} for host, (fields, _) in zip(hosts, parts)]
         self.posted = self.exchange.post(headers, [a for _, a in parts], "step")
 
     def step_result(self, timeout: Optional[float]) -> Step:
@@ -100,7 +98,7 @@ class RemoteLockstep:
             self.recovery.replaced(host, False)
             headers.append(
                 {
-                    "cmd": M.SET_STATE,
+                    "cmd": SET_STATE,
                     "env_ids": [i - host.offset for i in local],
                     "states": [states[i] for i in local],
                     "allow_pickle": allow_pickle,

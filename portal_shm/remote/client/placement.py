@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Optional, Protocol
 
-from ... import errors as E
+from ...errors import PortalError
 from .. import keys
 from .backend import RemoteBackend
 
@@ -60,19 +60,19 @@ class FixedHosts:
                 )
             return None
         if b.host_key is None:
-            raise E.PortalError(
+            raise PortalError(
                 "pin the hosts' public key: host_key='<40 Z85 characters>' or a path to the host's host.key "
                 "(`portal-shm host` prints it at start); or run both sides insecure (host --insecure, insecure=True)"
             )
         host_keys = [b.host_key] if isinstance(b.host_key, (str, bytes)) else list(b.host_key)
         if len(host_keys) not in (1, len(b.host_list())):
-            raise E.PortalError(f"host_key: give one key for all hosts or one per host ({len(b.host_list())})")
+            raise PortalError(f"host_key: give one key for all hosts or one per host ({len(b.host_list())})")
         server = keys.public_key(host_keys[index if len(host_keys) > 1 else 0], "host_key")
         path = b.client_key or keys.default_client_key()
         try:
             public, secret = keys.load_secret(path, "client_key")
-        except E.PortalError as exc:
-            raise E.PortalError(
+        except PortalError as exc:
+            raise PortalError(
                 f"{exc}; create this agent's key pair with `portal-shm keys create` and give "
                 "the hosts its public .key file (their clients directory)"
             ) from None

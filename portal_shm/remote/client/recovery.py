@@ -21,14 +21,14 @@ from typing import Any, Callable, Optional
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from ... import errors as E
 from ...agent.contract.failure import FailurePolicy
 from ...agent.contract.infos import add_info
 from ...agent.contract.restarts import restart_infos, restart_seed
+from ...errors import HostLostError, PortalError, RestartLimitError
 from ...wire import trees
-from .. import messages as M
 from ..infos import HOST_PREFIX
-from .hosts import Host, Hosts
+from ..messages import ERROR, RESET
+from .hosts import Hosts, RemoteHost
 from .link import wait
 
 
@@ -44,7 +44,7 @@ class HostRecovery(FailurePolicy):
     def __init__(
         self,
         hosts: Hosts,
-        checked_obs: Callable[[Host, list[Any], int], list[Any]],
+        checked_obs: Callable[[RemoteHost, list[Any], int], list[Any]],
         obs_schema: dict[str, Any],
         autoreset_mode: AutoresetMode,
         max_restarts: int,
@@ -70,7 +70,9 @@ class HostRecovery(FailurePolicy):
         #: async batches: env (on the host) -> its restart infos, until a batch brings it.
         self.restarted: dict[int, dict[int, dict[str, Any]]] = {}
 
-    def reconnect(self, index: int, cause: BaseException, batched: bool = False) -> tuple[Host, list[Any], list[Any]]:
+    def reconnect(
+        self, index: int, cause: BaseException, batched: bool = False
+    ) -> tuple[RemoteHost, list[Any], list[Any]]:
         """A fresh session on host ``index`` with its envs reset: (host, obs columns, sparse infos).
 
         With async batches the reset's observations come as batches instead: ([], []) then.
@@ -78,7 +80,7 @@ class HostRecovery(FailurePolicy):
         envs = self.hosts[index].env_indices
         spent = [i for i in envs if self.restarts[i] >= self.max_restarts]
         if spent:
-            raise E.RestartLimitError(
+            raise RestartLimitError(
                 spent, self.restarts[spent[0]], f"host {self.hosts[index].address}", cause
             ) from cause
         deadline = time.monotonic() + self.timeout
@@ -88,7 +90,7 @@ class HostRecovery(FailurePolicy):
         while True:
             host = self.hosts.reopen(index, cause, deadline)
             link = host.link
-            seq = link.send({"cmd": M.RESET, "seed": seeds, "options": None})
+            seq = link.send({"cmd": RESET, "seed": seeds, "options": None})
             try:
                 wait(
                     [link],
@@ -97,15 +99,15 @@ class HostRecovery(FailurePolicy):
                     "resetting restarted envs",
                 )
                 break
-            except E.HostLostError as exc:
+            except HostLostError as exc:
                 # Lost again between its welcome and the reset (killed and restarted once more, as the
                 # chaos soak found): one more fresh session, within the same deadline.
                 if time.monotonic() > deadline:
                     raise
                 cause = exc
         header, data = link.results.pop(seq)
-        if header["cmd"] == M.ERROR:
-            raise E.PortalError(f"host {host.address} could not reset the restarted envs: {header.get('message')}")
+        if header["cmd"] == ERROR:
+            raise PortalError(f"host {host.address} could not reset the restarted envs: {header.get('message')}")
         if batched:
             return host, [], []
         return host, self.checked_obs(host, data, host.num_envs), header.get("infos", [])
@@ -115,7 +117,7 @@ class HostRecovery(FailurePolicy):
         host, fresh, reset_infos = self.reconnect(index, cause)
         return self.end_episodes(host, cause, last_obs, fresh, reset_infos)
 
-    def end_later(self, index: int, cause: BaseException) -> Host:
+    def end_later(self, index: int, cause: BaseException) -> RemoteHost:
         """Host ``index`` was lost during a call: a fresh session now, its envs reset; their episodes
         end at the next step (``end_episodes``), as a step's loss ends them."""
         _, fresh, reset_infos = self.reconnect(index, cause)
@@ -126,7 +128,7 @@ class HostRecovery(FailurePolicy):
         """The hosts whose next step this policy makes instead of asking them."""
         return set(self.stand_ins) | set(self.ended)
 
-    def owed_reply(self, host: Host, what: str) -> Optional[tuple[Any, ...]]:
+    def owed_reply(self, host: RemoteHost, what: str) -> Optional[tuple[Any, ...]]:
         """The reply of ``host``, not asked in ``what``, that a restart owes: the step that ends its
         envs' episodes or the one standing in (None if none; a stand-in ends with any request)."""
         if what == "step" and host.index in self.ended:
@@ -135,7 +137,7 @@ class HostRecovery(FailurePolicy):
         stand_in = self.stand_ins.pop(host.index, None)
         return (host, *stand_in) if stand_in is not None and what == "step" else None
 
-    def replaced(self, host: Host, whole: bool) -> Optional[BaseException]:
+    def replaced(self, host: RemoteHost, whole: bool) -> Optional[BaseException]:
         """A reset (``whole``: of all of ``host``'s envs) or restore replaces the step a restart
         owes the host; a whole reset shows the restart of a call (returns its cause), and its
         episodes need not end at the next step."""
@@ -145,12 +147,12 @@ class HostRecovery(FailurePolicy):
         return None
 
     @staticmethod
-    def restarted_infos(host: Host, cause: BaseException) -> list[Any]:
+    def restarted_infos(host: RemoteHost, cause: BaseException) -> list[Any]:
         """``env_restarted`` infos of every env of ``host`` (sparse, as a host sends infos)."""
         return [[j, info] for j, info in _restart_infos(host, cause, {}).items()]
 
     def end_episodes(
-        self, host: Host, cause: BaseException, last_obs: list[Any], fresh: list[Any], reset_infos: list[Any]
+        self, host: RemoteHost, cause: BaseException, last_obs: list[Any], fresh: list[Any], reset_infos: list[Any]
     ) -> tuple[Any, ...]:
         """The step that ends a restarted host's episodes: (host, header, arrays)."""
         count = host.num_envs
@@ -188,7 +190,7 @@ class HostRecovery(FailurePolicy):
         self.restarted[index] = _restart_infos(host, cause, {})
 
     def mark_restarted(
-        self, host: Host, ids: list[Any], reward: np.ndarray, truncated: np.ndarray, infos: dict[str, Any]
+        self, host: RemoteHost, ids: list[Any], reward: np.ndarray, truncated: np.ndarray, infos: dict[str, Any]
     ) -> tuple[Any, ...]:
         """The batch that brings restarted envs' resets: truncated, reward 0, ``env_restarted``."""
         restarted = self.restarted.get(host.index)
@@ -205,7 +207,7 @@ class HostRecovery(FailurePolicy):
         return reward, truncated, infos
 
 
-def _restart_infos(host: Host, cause: BaseException, final: dict[int, Any]) -> dict[int, dict[str, Any]]:
+def _restart_infos(host: RemoteHost, cause: BaseException, final: dict[int, Any]) -> dict[int, dict[str, Any]]:
     """A local portal's restart infos for the envs of a lost host (by their index on the host),
     ``env_failure`` worded as a host's is on this side (``infos.HOST_PREFIX``)."""
     out = restart_infos(list(range(host.num_envs)), cause, final)

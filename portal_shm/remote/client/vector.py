@@ -3,9 +3,9 @@
 A composition, as the local portal is: ``Hosts`` (the sessions with the hosts, where its
 ``Placement`` says they are), ``HostArrays`` (the messages' arrays, checked against the spaces
 the hosts announced), ``Exchange`` (one request per host and the replies, with ``HostRecovery``
-of lost hosts), and the ``RemoteLockstep`` and ``RemoteBatches`` drivers. The contract itself is
-``PortalVectorEnv``'s; this class gives it the hosts as owners of the envs and the exchange as
-the way requests reach them.
+of lost hosts), and the drivers the contract (``PortalVectorEnv``) calls: ``RemoteLockstep``,
+``RemoteBatches``, ``HostCalls`` (per-env requests to the hosts that own the envs) and
+``HostsHealth``.
 
 Results are exactly a local portal's (and so SyncVectorEnv's): the hosts run the same local
 portal, observations and flags cross as raw bytes, and infos are batched once, here, over all
@@ -16,39 +16,28 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import numpy as np
 from gymnasium import logger
-from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector.utils import batch_space
 
-from ... import errors as E
-from ...agent.contract.base import PortalVectorEnv, Request
+from ...agent.contract.base import PortalVectorEnv
 from ...agent.contract.options import HOSTED, VectorOptions
 from ...agent.contract.pending import PendingCall
 from ...agent.contract.spaces import schema_to_space
 from ...agent.stats.clock import WINDOW_S, AgentClock, ClockHistory, check_window
-from ...wire import protocol as P
+from ...errors import PortalError
 from .. import frames
-from .. import messages as M
+from ..messages import HELLO, STATS
 from .backend import LinkOptions, RemoteBackend
 from .batches import RemoteBatches
-from .exchange import Exchange, Posted
+from .calls import HostCalls
+from .exchange import Exchange
 from .failure import failure_policy
+from .health import HostsHealth
 from .host_arrays import HostArrays
 from .hosts import Hosts
-from .lockstep import RemoteLockstep, Step
+from .lockstep import RemoteLockstep
 from .placement import FixedHosts, Placement
 from .stats import host_part, merge
-
-#: The contract's per-env requests as the host protocol names them.
-_COMMANDS = {
-    "call": M.CALL,
-    "get_attr": M.GET_ATTR,
-    "set_attr": M.SET_ATTR,
-    "get_state": M.GET_STATE,
-    "record": M.RECORD,
-    "render": M.RENDER,
-}
 
 
 class RemoteVectorPortal(PortalVectorEnv):
@@ -80,7 +69,6 @@ class RemoteVectorPortal(PortalVectorEnv):
         self.copy = copy
         self.closed = False
         self._pending = PendingCall()
-        self._posted: Optional[Posted] = None  # the per-env call in flight
         self._closed_servers: list[Any] = []  # what ``servers`` says once closed
         self.options = options = self._checked_options(num_envs, vector_kwargs)
         self.autoreset_mode = options.autoreset_mode
@@ -90,7 +78,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         if "autoreset_mode" in vector:
             vector["autoreset_mode"] = self.autoreset_mode.value
         hello = {
-            "cmd": M.HELLO,
+            "cmd": HELLO,
             "protocol": frames.PROTOCOL,
             "env_id": env_id,
             "env_kwargs": env_kwargs or {},
@@ -99,12 +87,13 @@ class RemoteVectorPortal(PortalVectorEnv):
             "vector": vector,
         }
         self._hosts = Hosts(placement, backend, hello)
+        self._health = HostsHealth(self._hosts)
+        self._clock = AgentClock()
         try:
             self._start(self._hosts.connect(num_envs, float(options.startup_timeout)))
         except BaseException:
             self.close()
             raise
-        self._clock = AgentClock()
         self._clock_history = ClockHistory(self._clock)
 
     def _checked_options(self, num_envs: int, vector_kwargs: dict[str, Any]) -> VectorOptions:
@@ -127,7 +116,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         self.action_space = batch_space(self.single_action_space, size)
         self._arrays = arrays = HostArrays(obs_schema, act_schema, self.single_action_space, self.copy)
         if self.batched and not arrays.obs_fixed:
-            raise E.PortalError("async batches over hosts need an observation space with a fixed layout")
+            raise PortalError("async batches over hosts need an observation space with a fixed layout")
         self._recovery = recovery = failure_policy(
             options.on_env_failure,
             hosts,
@@ -140,78 +129,8 @@ class RemoteVectorPortal(PortalVectorEnv):
         )
         self._exchange = Exchange(hosts, recovery, arrays, options.ring_depth, self.step_timeout, self.batched)
         self._lockstep = RemoteLockstep(hosts, self._exchange, arrays, recovery, self.num_envs)
-        self._batches = RemoteBatches(hosts, self._exchange, arrays, recovery, self._lockstep)
-
-    # -- the contract's primitives (``agent/contract/base.py``) ------------------------------------
-    def _check_usable(self) -> None:
-        if self.closed:
-            raise ClosedEnvironmentError("this RemoteVectorPortal is closed")
-        if self._hosts.broken is not None:
-            raise E.PortalError(
-                f"this RemoteVectorPortal cannot continue after an earlier failure: {self._hosts.broken}"
-            )
-
-    def _check_waitable(self) -> None:
-        self._check_usable()
-
-    def _owners(self) -> list[list[int]]:
-        return [host.env_indices for host in self._hosts]
-
-    def _post(self, requests: dict[int, Request], what: str) -> None:
-        headers: list[Optional[dict[str, Any]]] = [None] * len(self._hosts)
-        for j, request in requests.items():
-            header = {"cmd": _COMMANDS[request.op], **request.fields}
-            if request.envs is not None:
-                header["env_ids"] = [i - self._hosts[j].offset for i in request.envs]
-            P.packb(header)  # raises TypeError naming an unsendable value before any host is told
-            headers[j] = header
-        self._posted = self._exchange.post(headers, what=what)
-
-    def _collect(self, what: str, timeout: Optional[float]) -> list[Any]:
-        posted, self._posted = self._posted, None
-        assert posted is not None
-        values: list[Any] = []
-        asked = [header for header in posted.headers if header is not None]
-        for (host, reply, _), header in zip(self._exchange.collect(posted, timeout, others=False), asked):
-            if header["cmd"] in (M.SET_ATTR, M.RECORD):
-                continue
-            part = reply.get("values")
-            expected = len(header["env_ids"]) if "env_ids" in header else host.num_envs
-            if not isinstance(part, list) or len(part) != expected:
-                raise E.ServerProtocolError(f"host {host.address} sent {what} values for another number of envs")
-            values.extend(part)
-        return values
-
-    def _reset(self, seeds: list[Any], options: Optional[dict[str, Any]], mask: Optional[np.ndarray]) -> None:
-        self._lockstep.reset(seeds, options, mask)
-
-    def _reset_result(self, timeout: Optional[float]) -> tuple[Any, dict[str, Any]]:
-        return self._lockstep.reset_result(timeout)
-
-    def _step(self, actions: Any) -> None:
-        self._clock.enter()
-        self._lockstep.step(actions)
-
-    def _step_result(self, timeout: Optional[float]) -> Step:
-        result = self._lockstep.step_result(timeout)
-        self._clock.leave()
-        return result
-
-    def _restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict[str, Any]]:
-        return self._lockstep.restore(states, allow_pickle)
-
-    def _async_reset(self, seeds: list[Any], options: Optional[dict[str, Any]]) -> None:
-        self._batches.reset(seeds, options)
-
-    def _send(self, actions: Any, env_ids: Any) -> None:
-        self._clock.enter()
-        self._batches.send(actions, env_ids)
-
-    def _recv(self, timeout: Optional[float]) -> Step:
-        self._clock.enter()
-        batch = self._batches.recv(timeout)
-        self._clock.leave()
-        return batch
+        self._batches = RemoteBatches(hosts, self._exchange, arrays, recovery, self._lockstep) if self.batched else None
+        self._calls = HostCalls(hosts, self._exchange)
 
     # -- status and shutdown ------------------------------------------------------------------------
     def stats(self, window: float = WINDOW_S) -> dict[str, Any]:
@@ -220,7 +139,7 @@ class RemoteVectorPortal(PortalVectorEnv):
         self._check_usable()
         self._pending.check_idle("stats")
         window = check_window(window)
-        replies = self._exchange.ask([{"cmd": M.STATS, "window": window} for _ in self._hosts], "stats")
+        replies = self._exchange.ask([{"cmd": STATS, "window": window} for _ in self._hosts], "stats")
         parts, first = [], 0
         for host, header, _ in replies:
             parts.append(host_part(header.get("stats"), host, first))
