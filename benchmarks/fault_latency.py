@@ -23,7 +23,8 @@ from typing import Callable
 import numpy as np
 
 import portal_shm
-from portal_shm import DockerBackend, EnvSpec, VectorPortal
+from portal_shm import VectorPortal
+from portal_shm.backends import DockerBackend, EnvSpec
 
 FAULTY = "portal_shm.server.example_envs:FaultyEnv"
 ZERO = np.zeros(2, np.int64)
@@ -124,7 +125,8 @@ def cases(docker_image: str | None) -> dict:
 
 AGENT = textwrap.dedent("""
     import sys, time, numpy as np, portal_shm
-    from portal_shm import DockerBackend, EnvSpec, VectorPortal
+    from portal_shm import VectorPortal
+    from portal_shm.backends import DockerBackend, EnvSpec
     mode, image = sys.argv[1], sys.argv[2]
     backend = {"backend": DockerBackend(image=image)} if image != "-" else {}
     fault = {"idle": "none", "step": "spin", "reset": "spin"}[mode]

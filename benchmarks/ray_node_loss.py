@@ -44,7 +44,7 @@ def node_lost(restart: bool) -> float:
             try:
                 while "env_restarted" not in envs.step(np.zeros(4, np.int64))[4]:
                     pass
-            except portal_shm.HostLostError:
+            except portal_shm.errors.HostLostError:
                 if restart:
                     raise
             return time.monotonic() - started

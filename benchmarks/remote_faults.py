@@ -36,7 +36,7 @@ def host_killed(keys: Keys) -> float:
         started = time.monotonic()
         try:
             envs.step(np.zeros(2, np.int64))
-        except portal_shm.HostLostError:
+        except portal_shm.errors.HostLostError:
             return time.monotonic() - started
         raise RuntimeError("no HostLostError")
     finally:

@@ -195,7 +195,7 @@ def make_envs(args: Args) -> portal_shm.VectorPortal:
     backend_options = {"image": args.image} if args.backend == "docker" else {}
     try:
         return _make_vec(args, backend_options)
-    except portal_shm.EnvNotFoundError as exc:
+    except portal_shm.errors.EnvNotFoundError as exc:
         if args.backend != "docker":
             raise
         raise SystemExit(

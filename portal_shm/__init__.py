@@ -1,11 +1,17 @@
 """portal-shm: step RL envs that live in isolated runtimes as fast as if they were in-process.
 
-The agent-side API is imported lazily so that env runtimes, which only need
-``portal_shm.server`` (and ``portal_shm.wire``), never import gymnasium, rich or the agent's other dependencies.
+The top level holds what a training script uses every day; the rest lives in namespaces:
+``portal_shm.backends`` (the runtimes envs run in, remote and Ray portals, ``EnvSpec``,
+``HostPolicy``), ``portal_shm.errors`` (every exception), ``portal_shm.envpool`` and
+``portal_shm.sb3`` (drop-ins). Everything is imported lazily so that env runtimes, which only need
+``portal_shm.server`` (and ``portal_shm.wire``), never import gymnasium, rich or the agent's other
+dependencies.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
 from .version import __version__
@@ -14,43 +20,76 @@ _LAZY = {
     "make_vec": "api",
     "make": "api",
     "make_vec_ma": "multi_agent",
-    "MultiAgentPortal": "agent.multi_agent.portal",
-    "AgentBatch": "agent.multi_agent.portal",
     "load_tuning": "tuning",
     "VectorPortal": "agent.vector",
     "PortalVectorEnv": "agent.contract.base",
     "Portal": "agent.portal_env",
+    "MultiAgentPortal": "agent.multi_agent.portal",
+    "AgentBatch": "agent.multi_agent.portal",
     "RecordVideo": "agent.video.record_video",
-    "EnvSpec": "agent.local.spec",
-    "ProcessBackend": "runtimes.process",
-    "Backend": "runtimes.backend",
-    "DockerBackend": "runtimes.docker",
-    "AttachBackend": "runtimes.attach",
-    "VenvBackend": "runtimes.venv",
-    "MicromambaBackend": "runtimes.micromamba",
+    "restart_seed": "agent.contract.restarts",
     "PortalError": "errors",
     "EnvError": "errors",
-    "EnvNotFoundError": "errors",
-    "MessageTooBigError": "errors",
-    "InfoEncodingError": "errors",
-    "ServerDiedError": "errors",
-    "ProtocolMismatchError": "errors",
-    "PortalTimeoutError": "errors",
-    "ServerProtocolError": "errors",
-    "ConfigTooLargeError": "errors",
-    "ConnectionDroppedError": "errors",
-    "RestartLimitError": "errors",
-    "HostLostError": "errors",
-    "HostPolicyError": "errors",
-    "HostPolicy": "remote.host.policy",
-    "RayBackend": "cluster.backend",
-    "RayVectorPortal": "cluster.vector",
-    "RemoteBackend": "remote.client.backend",
-    "RemoteVectorPortal": "remote.client.vector",
-    "restart_seed": "agent.contract.restarts",
 }
 
-__all__ = sorted(_LAZY) + ["serve", "__version__"]
+# Names the top level used to hold, by the namespace that holds them now: they still import from
+# here, with a DeprecationWarning (once a name) naming their place.
+_MOVED = {
+    **dict.fromkeys(
+        [
+            "Backend",
+            "ProcessBackend",
+            "VenvBackend",
+            "MicromambaBackend",
+            "DockerBackend",
+            "AttachBackend",
+            "RemoteBackend",
+            "RayBackend",
+            "RemoteVectorPortal",
+            "RayVectorPortal",
+            "HostPolicy",
+            "EnvSpec",
+        ],
+        "backends",
+    ),
+    **dict.fromkeys(
+        [
+            "EnvNotFoundError",
+            "MessageTooBigError",
+            "InfoEncodingError",
+            "ServerDiedError",
+            "ProtocolMismatchError",
+            "PortalTimeoutError",
+            "ServerProtocolError",
+            "ConfigTooLargeError",
+            "ConnectionDroppedError",
+            "RestartLimitError",
+            "HostLostError",
+            "HostPolicyError",
+        ],
+        "errors",
+    ),
+}
+_warned: set[str] = set()
+_NAMESPACES = ("backends", "errors")  # (reached as attributes too: ``portal_shm.errors.HostLostError``)
+
+__all__ = [
+    "make_vec",
+    "make",
+    "make_vec_ma",
+    "load_tuning",
+    "VectorPortal",
+    "PortalVectorEnv",
+    "Portal",
+    "MultiAgentPortal",
+    "AgentBatch",
+    "RecordVideo",
+    "restart_seed",
+    "serve",
+    "PortalError",
+    "EnvError",
+    "__version__",
+]
 
 
 def serve(env_factory: Any, config: Any = None) -> None:
@@ -62,8 +101,23 @@ def serve(env_factory: Any, config: Any = None) -> None:
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    if name in _NAMESPACES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in _MOVED:
+        place = f"{__name__}.{_MOVED[name]}"
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(
+                f"{name} has moved to {place}.{name} (`from {place} import {name}`); "
+                f"importing it from {__name__} is deprecated",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return getattr(importlib.import_module(place), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-        module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name)
-    raise AttributeError(f"module 'portal_shm' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    """The everyday names and the namespaces, not the names kept only for old imports."""
+    return sorted({*__all__, *_NAMESPACES, *(name for name in globals() if name.startswith("__"))})

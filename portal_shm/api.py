@@ -18,9 +18,8 @@ from .cluster.backend import RayBackend
 from .cluster.backend import option_names as ray_option_names
 from .remote.client.backend import RemoteBackend
 from .remote.client.backend import option_names as remote_option_names
-from .remote.host.policy import AGENT_RUNTIME_OPTIONS
 from .runtimes.backend import Backend
-from .runtimes.registry import BACKENDS, backend_option_names, resolve_backend
+from .runtimes.registry import backend_option_names, hosted_option_names, resolve_backend
 from .tuning import PathOrDict, merge_tuning, resolve_tuning
 
 
@@ -47,10 +46,7 @@ def _hosted(
     else:
         cls, names = (RayBackend, ray_option_names()) if ray else (RemoteBackend, remote_option_names())
         hosted = cls(**{key: kwargs.pop(key) for key in list(kwargs) if key in names})
-        runtime = BACKENDS.get(hosted.runtime)
-        if runtime is None or runtime.name == "attach":
-            raise ValueError(f"runtime={hosted.runtime!r}: hosts run envs on process, docker, venv or micromamba")
-        names = {field.name for field in dataclasses.fields(runtime)} | set(AGENT_RUNTIME_OPTIONS[runtime.name])
+        names = hosted_option_names(hosted.runtime)
         picked = {key: kwargs.pop(key) for key in list(kwargs) if key in names}
         hosted = dataclasses.replace(hosted, runtime_options={**hosted.runtime_options, **picked})
     vector_kwargs = dict(vector_kwargs or {})

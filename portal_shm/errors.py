@@ -6,13 +6,34 @@ import builtins
 import multiprocessing
 from typing import Optional
 
+__all__ = [
+    "PortalError",
+    "EnvError",
+    "EnvNotFoundError",
+    "MessageTooBigError",
+    "InfoEncodingError",
+    "ServerDiedError",
+    "ProtocolMismatchError",
+    "PortalTimeoutError",
+    "ServerProtocolError",
+    "ConnectionDroppedError",
+    "ConfigTooLargeError",
+    "RestartLimitError",
+    "HostPolicyError",
+    "HostLostError",
+]
+
 
 class PortalError(Exception):
     """Base of every portal-shm error."""
 
 
 class EnvError(PortalError):
-    """An env raised inside its runtime; carries the env's own message and traceback."""
+    """An env raised inside its runtime; carries the env's own message and traceback.
+
+    A kind of env error that reads otherwise (a missing env, a message too big) says so in
+    ``describe``; the fields are the same for all.
+    """
 
     def __init__(
         self,
@@ -29,13 +50,15 @@ class EnvError(PortalError):
         self.remote_message = message
         self.remote_traceback = remote_traceback
         self.runtime = runtime
-        where = f"env {env_index}" if env_index is not None else "an env"
-        text = f"{where} raised {error_type} in {phase}: {message}"
-        if runtime:
-            text += f" [runtime: {runtime}]"
-        if remote_traceback:
-            text += "\n\n--- traceback inside the env runtime ---\n" + remote_traceback.rstrip()
-        super().__init__(text)
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """The error's message, made of its fields."""
+        where = f"env {self.env_index}" if self.env_index is not None else "an env"
+        text = _naming_runtime(f"{where} raised {self.error_type} in {self.phase}: {self.remote_message}", self.runtime)
+        if self.remote_traceback:
+            text += "\n\n--- traceback inside the env runtime ---\n" + self.remote_traceback.rstrip()
+        return text
 
 
 class EnvNotFoundError(EnvError):
@@ -43,18 +66,8 @@ class EnvNotFoundError(EnvError):
     what it searched and what to do (it knows whether it shares the agent's files); this adds the
     runtime."""
 
-    def __init__(
-        self,
-        env_index: Optional[int],
-        phase: str,
-        error_type: str,
-        message: str,
-        remote_traceback: str,
-        runtime: str = "",
-    ) -> None:
-        super().__init__(env_index, phase, error_type, message, "", runtime)
-        self.remote_traceback = remote_traceback
-        self.args = (f"{message} [runtime: {runtime}]",)
+    def describe(self) -> str:
+        return _naming_runtime(self.remote_message, self.runtime)
 
 
 class MessageTooBigError(EnvError):
@@ -63,18 +76,9 @@ class MessageTooBigError(EnvError):
     instead, naming the env, what was too big and the cap. The env did not crash, and the same
     value would come back: ``on_env_failure="restart"`` does not restart it, the caller gets this."""
 
-    def __init__(
-        self,
-        env_index: Optional[int],
-        phase: str,
-        error_type: str,
-        message: str,
-        remote_traceback: str,
-        runtime: str = "",
-    ) -> None:
-        super().__init__(env_index, phase, error_type, message, remote_traceback, runtime)
-        where = f"env {env_index}" if env_index is not None else "an env server"
-        self.args = (f"{where} ({phase}): {message} [runtime: {runtime}]",)
+    def describe(self) -> str:
+        where = f"env {self.env_index}" if self.env_index is not None else "an env server"
+        return _naming_runtime(f"{where} ({self.phase}): {self.remote_message}", self.runtime)
 
 
 class InfoEncodingError(EnvError, TypeError):
@@ -114,7 +118,9 @@ class InfoEncodingError(EnvError, TypeError):
         else:
             text = f"{where} {key} is {what} that cannot be pickled to leave its runtime ({reason}); {hint}"
         super().__init__(env_index, phase, "InfoEncodingError", text, "", runtime)
-        self.args = (f"{text} [runtime: {runtime}]" if runtime else text,)
+
+    def describe(self) -> str:
+        return _naming_runtime(self.remote_message, self.runtime)
 
 
 class ServerDiedError(PortalError):
@@ -128,9 +134,7 @@ class ServerDiedError(PortalError):
         self.status = status
         self.log_tail = log_tail
         self.runtime = runtime
-        text = f"env server {server_index} (envs {self.env_indices}) died: {status}"
-        if runtime:
-            text += f" [runtime: {runtime}]"
+        text = _naming_runtime(f"env server {server_index} (envs {self.env_indices}) died: {status}", runtime)
         if log_tail.strip():
             text += "\n\n--- last lines of its output ---\n" + log_tail.rstrip()
         super().__init__(text)
@@ -238,6 +242,11 @@ class HostLostError(PortalError):
         self.host = host
         self.env_indices = list(env_indices)
         super().__init__(f"lost env host {host} (envs {_span(self.env_indices)}): {detail}")
+
+
+def _naming_runtime(text: str, runtime: str) -> str:
+    """``text`` with the runtime it came from, where one is known."""
+    return f"{text} [runtime: {runtime}]" if runtime else text
 
 
 def _span(indices: list[int]) -> str:

@@ -1,34 +1,25 @@
-"""``python -m portal_shm host`` as an operator starts it, for tests: stdout and stderr read apart,
-line by line, an environment of the test's choosing (``HOME`` for the default key directories)."""
+"""``python -m portal_shm host`` as an operator starts it, for tests: its arguments as given (no
+``--bind`` or keys added, unlike ``HostProcess``), stdout and stderr read apart, line by line, an
+environment of the test's choosing (``HOME`` for the default key directories). Started and killed
+by ``portal_shm.remote.host.spawn`` as ``HostProcess`` is."""
 
 from __future__ import annotations
 
-import os
 import queue
 import re
-import signal
 import subprocess
-import sys
 import threading
 import time
 from typing import Optional
 
-from portal_shm.remote.host.spawn import collect_after
+from portal_shm.remote.host.spawn import kill_host, start_host
 
 
 class HostDaemon:
     """The host process; ``read_until`` waits for a line of its stdout, ``kill`` ends it for sure."""
 
     def __init__(self, *args: str, env: Optional[dict] = None) -> None:
-        command = [sys.executable, "-m", "portal_shm", "host", *args]
-        self.process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            env=env,
-        )
+        self.process = start_host(args, env=env, stderr=subprocess.PIPE)
         self.stdout: queue.Queue = queue.Queue()
         self.stderr: list = []
         threading.Thread(target=self._read, args=(self.process.stdout, self.stdout.put), daemon=True).start()
@@ -65,6 +56,4 @@ class HostDaemon:
     def kill(self) -> None:
         """SIGKILL, then free what the host could not (its run directories), as ``portal-shm gc`` would."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-            collect_after(self.process.pid)
+            kill_host(self.process)

@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
         args = json.loads(sys.argv[1])
         try:
             envs = portal_shm.make_vec(args["env"], 2, **args["backend"])
-        except portal_shm.EnvNotFoundError as exc:
+        except portal_shm.errors.EnvNotFoundError as exc:
             print(json.dumps({"not_found": str(exc)}))
             sys.exit(0)
         try:

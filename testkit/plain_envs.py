@@ -1,4 +1,4 @@
-"""Plain gymnasium envs for the tests of env states and recycling (tests/unit/test_episode_end_state.py,
+"""Plain gymnasium envs for the tests of env states and recycling (tests/unit/server/test_episode_end_state.py,
 tests/integration/test_recycle_plain.py): no ``get_state``, no
 adapter, their randomness only from generators they and their wrappers hold, as most envs are.
 

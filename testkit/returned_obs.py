@@ -1,5 +1,5 @@
 """Envs that return a chosen observation for their space, right or wrong, for the tests that compare
-how a portal and gymnasium's ``SyncVectorEnv`` take it (tests/unit/test_observation_check.py).
+how a portal and gymnasium's ``SyncVectorEnv`` take it (tests/unit/server/test_observation_check.py).
 
 ``CASES`` names each case: the observation space, the value returned, and whether ``SyncVectorEnv``
 accepts it (the tests check that claim against SyncVectorEnv itself). ``ReturnsObs(case, phase)``

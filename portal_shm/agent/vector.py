@@ -35,15 +35,15 @@ from .contract.checks import check_env_ids
 from .contract.drivers import StepResult
 from .contract.options import DEFAULT_RING_DEPTH, RecyclePolicy, VectorOptions
 from .contract.pending import PendingCall
-from .local import env_fns as F
 from .local.batch_driver import RingBatches
-from .local.batches import batch_grouping
+from .local.env_fns import check_options, check_shared_memory, to_specs
 from .local.failure import failure_policy
 from .local.health import Health
 from .local.lockstep import Lockstep
 from .local.portal_spaces import ObservationMode, check_observation_mode, portal_spaces
 from .local.replies import ControlCalls
 from .local.ring_views import RingViews
+from .local.server_groups import plan_groups
 from .local.session import PortalSession
 from .local.spec import EnvSpec
 from .local.spin import default_spin_wait, server_spin
@@ -156,8 +156,8 @@ class VectorPortal(PortalVectorEnv):
         max_ring_bytes: Optional[int] = None,
         infos: str = "exact",
     ) -> None:
-        F.check_options(context, worker, max_concurrency)
-        specs, self._gymnasium_form = F.to_specs(env_fns, backend)
+        check_options(context, worker, max_concurrency)
+        specs, self._gymnasium_form = to_specs(env_fns, backend)
         check_observation_mode(observation_mode)
         self.options = VectorOptions.of(
             len(specs),
@@ -186,8 +186,13 @@ class VectorPortal(PortalVectorEnv):
         self.num_envs = len(specs)
         self.autoreset_mode = self.options.autoreset_mode
         self.batch_size = self.num_envs if batch_size is None else int(batch_size)
-        if self.batched:
-            envs_per_server = batch_grouping(specs, self.batch_size, envs_per_server)
+        groups = plan_groups(
+            specs,
+            envs_per_server,
+            batch_size=self.batch_size if self.batched else None,
+            max_concurrency=max_concurrency,
+            stacklevel=3,  # (the caller of make_vec, as batch_grouping's stacklevel=4 named it)
+        )
         self.copy = bool(copy)
         self.closed = False
         self._pending = PendingCall()
@@ -200,9 +205,7 @@ class VectorPortal(PortalVectorEnv):
         self._health = Health(self._session, self._gymnasium_form)
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
-            self._session.launch(
-                specs, F.envs_per_server(self.num_envs, envs_per_server, max_concurrency), startup_timeout
-            )
+            self._session.launch(specs, groups, startup_timeout)
             self._ring = self._attach(specs, startup_timeout, info_capacity)
             self._health.watch(self._ring)
             self._compose(self.options)
@@ -332,7 +335,7 @@ class VectorPortal(PortalVectorEnv):
             spaces.single_action_space,
         )
         if self._gymnasium_form and self.shared_memory:
-            F.check_shared_memory(self.single_observation_space)
+            check_shared_memory(self.single_observation_space)
         self.observation_space, self.action_space = spaces.observation_space, spaces.action_space
         if self.batched:
             self.observation_space = batch_space(self.single_observation_space, self.batch_size)

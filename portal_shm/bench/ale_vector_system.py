@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..server.native_ale import rom_name as ale_rom_name
-from ..server.native_ale import vector_settings
+from ..wire.ale_settings import rom_name as ale_rom_name
+from ..wire.ale_settings import vector_settings
 from .options import BenchOptions
 from .scenarios import TRAINING_KWARGS, Scenario
 

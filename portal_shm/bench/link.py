@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import socket
-import struct
 import sys
 import threading
 import time
-from typing import Any, Coroutine, Deque, List, Optional, Set, Tuple
+from typing import Any, Coroutine, List, Optional, Set, Tuple
+
+from .link_connection import Connection, Shaping, reset
 
 __all__ = ["Link", "main", "parse_address"]
 
@@ -44,12 +44,6 @@ CHUNK_SIZE = 64 * 1024
 
 MAX_QUEUED = 4 * 1024 * 1024
 """Bytes one direction of one connection may hold before the proxy stops reading its source."""
-
-_SLICE = 16 * 1024
-"""With a rate cap, chunks are cut to this size so bytes trickle out as on a real link, instead of
-a whole 64 KiB chunk landing at once when its last byte is due."""
-
-_EOF = b""
 
 
 def parse_address(address: str) -> Tuple[str, int]:
@@ -67,50 +61,6 @@ def parse_address(address: str) -> Tuple[str, int]:
 
 def _format_address(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
-
-
-class _Lane:
-    """One direction of one connection: chunks stamped with when they are due, released in order."""
-
-    def __init__(self) -> None:
-        self.chunks: Deque[Tuple[float, bytes]] = collections.deque()
-        self.queued = 0  # bytes read from the source and not yet written to the destination
-        self.ready = asyncio.Event()  # set when chunks is not empty
-        self.room = asyncio.Event()  # set when queued dropped, so the reader may read again
-
-    def push(self, due: float, data: bytes) -> None:
-        self.chunks.append((due, data))
-        self.queued += len(data)
-        self.ready.set()
-
-
-class _Connection:
-    """A client's connection and the proxy's connection to the target, torn down together."""
-
-    def __init__(self, client: asyncio.StreamWriter, target: asyncio.StreamWriter) -> None:
-        self.client = client
-        self.target = target
-        self.up = _Lane()
-        self.down = _Lane()
-        self.task: Optional[asyncio.Task] = None
-
-    def reset(self) -> None:
-        """Close both sockets at once with a TCP reset, dropping what is queued: what a cut looks like."""
-        _reset(self.client)
-        _reset(self.target)
-        if self.task is not None and self.task is not asyncio.current_task():
-            self.task.cancel()
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Abort a connection with RST (SO_LINGER 0) so the peer sees ECONNRESET, not a polite EOF."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
-    writer.transport.abort()
 
 
 class Link:
@@ -143,14 +93,8 @@ class Link:
             raise ValueError(f"rate must be > 0 bytes/s or None, got {rate}")
         self.target = parse_address(target)
         self.listen = parse_address(listen)
-        self.delay = float(delay)
-        self.rate = None if rate is None else float(rate)
-        self.chunk_size = int(chunk_size)
-        self.max_queued = int(max_queued)
-        self.bytes_up = 0
-        """Bytes delivered client -> target."""
-        self.bytes_down = 0
-        """Bytes delivered target -> client."""
+        rate = None if rate is None else float(rate)
+        self._shaping = Shaping(float(delay), rate, int(chunk_size), int(max_queued))  # what its connections share
         self.connections = 0
         """Connections accepted and forwarded to the target."""
         self.refused = 0
@@ -159,10 +103,8 @@ class Link:
         self._thread: Optional[threading.Thread] = None
         self._server: Optional[asyncio.AbstractServer] = None
         self._bound: Optional[Tuple[str, int]] = None
-        self._conns: Set[_Connection] = set()
+        self._conns: Set[Connection] = set()
         self._cut_until = 0.0  # loop.time() before which new connections are refused
-        self._stall_until = 0.0  # loop.time() before which nothing is forwarded
-        self._link_free = {"up": 0.0, "down": 0.0}  # loop.time() when each direction's link is idle
         self._lock = threading.Lock()
         self._closed = False
 
@@ -213,6 +155,44 @@ class Link:
         rate = "unlimited" if self.rate is None else f"{self.rate * 8 / 1e6:g} Mbit/s"
         target = _format_address(*self.target)
         return f"Link({where} -> {target}, delay={self.delay * 1e3:g} ms each way, rate={rate})"
+
+    @property
+    def delay(self) -> float:
+        """Seconds one way; may be changed while the link runs (new chunks use it)."""
+        return self._shaping.delay
+
+    @delay.setter
+    def delay(self, seconds: float) -> None:
+        self._shaping.delay = seconds
+
+    @property
+    def rate(self) -> Optional[float]:
+        """Bytes per second per direction (None: unlimited); may be changed while the link runs."""
+        return self._shaping.rate
+
+    @rate.setter
+    def rate(self, bytes_per_second: Optional[float]) -> None:
+        self._shaping.rate = bytes_per_second
+
+    @property
+    def chunk_size(self) -> int:
+        """Bytes read from a socket at a time."""
+        return self._shaping.chunk_size
+
+    @property
+    def max_queued(self) -> int:
+        """Bytes one direction of one connection may hold before the proxy stops reading its source."""
+        return self._shaping.max_queued
+
+    @property
+    def bytes_up(self) -> int:
+        """Bytes delivered client -> target."""
+        return self._shaping.delivered["up"]
+
+    @property
+    def bytes_down(self) -> int:
+        """Bytes delivered target -> client."""
+        return self._shaping.delivered["down"]
 
     @property
     def address(self) -> str:
@@ -302,119 +282,45 @@ class Link:
         for conn in list(self._conns):
             conn.reset()
         # Bytes stamped onto the link died with their connections: the link is idle again.
-        self._link_free = {"up": 0.0, "down": 0.0}
+        self._shaping.free_at = {"up": 0.0, "down": 0.0}
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _stall(self, seconds: float) -> None:
         loop = asyncio.get_running_loop()
-        self._stall_until = max(self._stall_until, loop.time() + seconds)
+        self._shaping.stall_until = max(self._shaping.stall_until, loop.time() + seconds)
 
     async def _accept(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
         if loop.time() < self._cut_until:
             self.refused += 1
-            _reset(client)
+            reset(client)
             return
         try:
             target_reader, target = await asyncio.open_connection(*self.target, limit=2 * self.chunk_size)
         except (OSError, asyncio.CancelledError):
             self.refused += 1
-            _reset(client)
+            reset(client)
             return
         if loop.time() < self._cut_until:  # a cut came while connecting
             self.refused += 1
-            _reset(client)
-            _reset(target)
+            reset(client)
+            reset(target)
             return
         for writer in (client, target):
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Connection(client, target)
+        conn = Connection(client, target, self._shaping)
         conn.task = asyncio.current_task()
         self._conns.add(conn)
         self.connections += 1
         try:
-            await self._forward(conn, client_reader, target_reader)
+            await conn.forward(client_reader, target_reader)
         except asyncio.CancelledError:
             pass  # cut or close: the sockets are already reset
         finally:
             self._conns.discard(conn)
-
-    async def _forward(
-        self, conn: _Connection, client_reader: asyncio.StreamReader, target_reader: asyncio.StreamReader
-    ) -> None:
-        """Run both directions; an error on either side resets both, EOF on both closes both."""
-        tasks: List[asyncio.Task] = [
-            asyncio.ensure_future(self._read(client_reader, conn.up, "up")),
-            asyncio.ensure_future(self._write(conn.up, conn.target, "up")),
-            asyncio.ensure_future(self._read(target_reader, conn.down, "down")),
-            asyncio.ensure_future(self._write(conn.down, conn.client, "down")),
-        ]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            failed = any(not t.cancelled() and t.exception() is not None for t in done)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if failed:
-            conn.reset()
-        else:
-            conn.client.close()
-            conn.target.close()
-
-    async def _read(self, reader: asyncio.StreamReader, lane: _Lane, direction: str) -> None:
-        """Read the source, stamp each chunk with when it is due at the other end, queue it."""
-        loop = asyncio.get_running_loop()
-        while True:
-            while lane.queued >= self.max_queued:
-                lane.room.clear()
-                await lane.room.wait()
-            data = await reader.read(self.chunk_size)
-            now = loop.time()
-            if not data:
-                lane.push(max(now, self._link_free[direction]) + self.delay, _EOF)
-                return
-            rate = self.rate
-            if rate is None:
-                lane.push(now + self.delay, data)
-                continue
-            view = memoryview(data)
-            for start in range(0, len(data), _SLICE):
-                piece = bytes(view[start : start + _SLICE])
-                # The piece occupies the link after the bytes before it, then travels `delay`.
-                finish = max(now, self._link_free[direction]) + len(piece) / rate
-                self._link_free[direction] = finish
-                lane.push(finish + self.delay, piece)
-
-    async def _write(self, lane: _Lane, writer: asyncio.StreamWriter, direction: str) -> None:
-        """Deliver the lane's chunks in order, each when it is due and no stall holds it."""
-        loop = asyncio.get_running_loop()
-        while True:
-            while not lane.chunks:
-                lane.ready.clear()
-                await lane.ready.wait()
-            due, data = lane.chunks[0]
-            while True:  # re-check after each sleep: a stall may have begun or been extended
-                wait = max(due, self._stall_until) - loop.time()
-                if wait <= 0:
-                    break
-                await asyncio.sleep(wait)
-            lane.chunks.popleft()
-            if not data:
-                if writer.can_write_eof():
-                    writer.write_eof()  # forward a half-close, e.g. a client that shut down writing
-                return
-            writer.write(data)
-            if direction == "up":
-                self.bytes_up += len(data)
-            else:
-                self.bytes_down += len(data)
-            await writer.drain()
-            lane.queued -= len(data)
-            lane.room.set()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -22,12 +22,11 @@ that only random actions enjoy.
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -36,12 +35,13 @@ from ..runtimes.registry import backend_option_names
 from ..server.envs import make_env
 from . import measure
 from .ceiling import sample_actions
-from .cpu import descendants, server_pids
+from .cpu import server_pids
 from .machine import machine_info
 from .options import BenchOptions
 from .runner import Progress, run_one
 from .stats import paired_ratios
 from .systems import close_quietly
+from .tune_candidate import Candidate, PolicyLoad, rss_bytes
 from .tune_space import Point, default_point, grid, layouts, spin_waits
 
 SCHEMA_VERSION = 1
@@ -99,70 +99,6 @@ class TuneOptions:
     def layouts(self, cores: int) -> list:
         """The layouts of the space these options search (``tune_space.layouts``)."""
         return layouts(self.num_envs, cores, self.batch, self.envs_per_server, self.batch_sizes)
-
-
-class PolicyLoad:
-    """The vector env with the agent's compute after every ``step`` and ``recv``: ``seconds`` of
-    busy-waiting (see the module docstring for why not a sleep). Everything else passes through."""
-
-    def __init__(self, envs: Any, seconds: float) -> None:
-        self.envs, self.seconds = envs, seconds
-
-    def _think(self) -> None:
-        end = time.perf_counter() + self.seconds
-        while time.perf_counter() < end:
-            pass
-
-    def step(self, actions: Any) -> Any:
-        result = self.envs.step(actions)
-        self._think()
-        return result
-
-    def recv(self) -> Any:
-        result = self.envs.recv()
-        self._think()
-        return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.envs, name)
-
-
-@dataclass
-class Candidate:
-    """One point of a search: its portal while it is built, and everything measured on it."""
-
-    point: Point
-    phase: str  # "screen" (a layout) or "variant" (another spin or ring setting of a top layout)
-    envs: Any = None
-    actions: Optional[list] = None
-    startup_s: Optional[float] = None
-    server_rss_bytes: Optional[int] = None
-    screen: Optional[dict] = None
-    refine: dict = field(default_factory=dict)  # round -> steps/s
-    error: Optional[str] = None
-
-    @property
-    def screen_rate(self) -> float:
-        return self.screen["steps_per_s"] if self.screen else -math.inf
-
-    @property
-    def refine_rate(self) -> Optional[float]:
-        return statistics.median(self.refine.values()) if self.refine else None
-
-
-def rss_bytes(pids: list) -> Optional[int]:
-    """Resident memory of these processes and everything under them (/proc, Linux), None elsewhere."""
-    total, seen = 0, False
-    for pid in set(pids) | descendants(pids):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                line = next((row for row in f if row.startswith("VmRSS:")), None)
-        except OSError:
-            continue
-        if line:
-            total += int(line.split()[1]) * 1024
-            seen = True
-    return total if seen else None
 
 
 def probe_env(env_id: str, env_kwargs: dict, seed: int, seconds: float = PROBE_SECONDS) -> dict:
@@ -431,26 +367,7 @@ class Search:
             },
             "wall_s": time.perf_counter() - self.started,
             "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-            "measured": [self._entry(c, c is winner) for c in self.candidates],
-        }
-
-    def _entry(self, cand: Candidate, won: bool) -> dict:
-        screen = cand.screen or {}
-        return {
-            "vector_kwargs": cand.point.vector_kwargs(),
-            "label": cand.point.label(self.options.num_envs),
-            "phase": cand.phase,
-            "default": cand.point == self.reference,
-            "winner": won,
-            "steps_per_s": cand.refine_rate if cand.refine else screen.get("steps_per_s"),
-            "screen_steps_per_s": screen.get("steps_per_s"),
-            "refine_steps_per_s": cand.refine_rate,
-            "refine_rounds": [cand.refine[r] for r in sorted(cand.refine)],
-            "p50_us": screen.get("p50_us"),
-            "cpu_s_per_1k_steps": screen.get("cpu_s_per_1k_steps"),
-            "startup_s": cand.startup_s,
-            "server_rss_bytes": cand.server_rss_bytes,
-            "error": cand.error,
+            "measured": [c.entry(options.num_envs, self.reference, c is winner) for c in self.candidates],
         }
 
 

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from ..agent.contract.grouping import default_envs_per_server, server_sizes, server_sizes_error
 from ..agent.contract.options import DEFAULT_RING_DEPTH
-from ..agent.local.batches import server_sizes_error
 from ..agent.local.spin import default_spin_wait
 
 SERVERS_PER_CORE = 2  # most servers a default space holds per core
@@ -65,20 +65,9 @@ class Point:
         return text
 
 
-def default_envs_per_server(num_envs: int, cores: int) -> int:
-    """What ``make_vec`` picks without ``envs_per_server`` in lockstep: one server per core."""
-    return math.ceil(num_envs / min(num_envs, cores))
-
-
 def default_point(num_envs: int, cores: int) -> Point:
     """``make_vec(id, num_envs)`` with no ``vector_kwargs``: the reference a tuning is compared to."""
     return Point(default_envs_per_server(num_envs, cores), None, None, DEFAULT_RING_DEPTH)
-
-
-def server_sizes(num_envs: int, envs_per_server: int) -> list:
-    """The servers' sizes ``make_vec`` makes: full servers, then the rest."""
-    full, rest = divmod(num_envs, envs_per_server)
-    return [envs_per_server] * full + ([rest] if rest else [])
 
 
 def layouts(

@@ -74,7 +74,9 @@ class RayBackend(LinkOptions):
         if self.strategy is not None and self.strategy not in STRATEGIES:
             raise PortalError(f"strategy={self.strategy!r}: one of {', '.join(STRATEGIES)}")
         if self.host_policy is not None and not isinstance(self.host_policy, HostPolicy):
-            raise PortalError(f"host_policy must be a portal_shm.HostPolicy, got {type(self.host_policy).__name__}")
+            raise PortalError(
+                f"host_policy must be a portal_shm.backends.HostPolicy, got {type(self.host_policy).__name__}"
+            )
         if self.placement_timeout <= 0:
             raise PortalError("placement_timeout must be positive (seconds)")
 

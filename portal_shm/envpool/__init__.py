@@ -46,7 +46,7 @@ from ..errors import EnvNotFoundError, HostPolicyError
 from ..remote.client.backend import option_names as remote_option_names
 from ..runtimes.backend import Backend
 from ..runtimes.registry import BACKENDS, backend_option_names
-from ..server.native_ale import vector_settings
+from ..wire.ale_settings import vector_settings
 from .pool import EnvPool, PoolSpec
 from .tasks import (
     ATARI_DEFAULTS,
@@ -60,7 +60,7 @@ from .tasks import (
 )
 
 #: envpool's name for what ``env.spec`` holds, for scripts that import it from envpool; within
-#: portal-shm it is ``PoolSpec``, apart from ``portal_shm.EnvSpec`` (an env server's recipe).
+#: portal-shm it is ``PoolSpec``, apart from ``portal_shm.backends.EnvSpec`` (an env server's recipe).
 EnvSpec = PoolSpec
 
 __all__ = ["EnvPool", "EnvSpec", "PoolSpec", "Task", "make", "make_dm", "make_gym", "make_gymnasium", "task"]

@@ -12,48 +12,74 @@ import numpy as np
 from gymnasium import spaces
 
 
-class ClashingInfosEnv(gym.Env):
+class _BlinkingEnv(gym.Env):
+    """What the hostile envs that attack from their steps share: two actions, observations of two
+    floats (zeros at a reset, then the parity of the step count ``t``), episodes truncated after
+    ``episode_length`` steps (0: never). Each says in ``attack`` what it does in a step."""
+
+    episode_length = 0
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        reward, info = self.attack(action)
+        return np.full(2, self.t % 2, np.float32), reward, False, 0 < self.episode_length <= self.t, info
+
+    def attack(self, action: Any) -> tuple[float, dict]:
+        """What the env does in step ``t`` (counted already); its reward and infos."""
+        raise NotImplementedError
+
+
+class ClashingInfosEnv(_BlinkingEnv):
     """Infos that clash in a batch: an env reset with an even seed says ``{"d": {"_x": {"y": 1}}}``,
     one with an odd seed ``{"d": {"x": 1}}`` (``flip`` swaps them), at every step from step
     ``after`` on. Batched in env order, ``_x`` is then both a sub-dict and the mask of ``x``: what a
     hostile or careless env sends a host, whose sessions must contain it. ``step_ms`` makes a step
     slow (a host then finishes it on the session's thread instead of its router's)."""
 
+    episode_length = 100
+
     def __init__(self, flip: bool = False, after: int = 0, step_ms: float = 0.0):
-        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.action_space = spaces.Discrete(2)
+        super().__init__()
         self.flip, self.after, self.step_ms = bool(flip), int(after), float(step_ms)
-        self.variant, self.t = 0, 0
+        self.variant = 0
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
-        super().reset(seed=seed)
         if seed is not None:
             self.variant = (int(seed) + self.flip) % 2
-        self.t = 0
-        return np.zeros(2, np.float32), {}
+        return super().reset(seed=seed, options=options)
 
-    def step(self, action):
+    def attack(self, action: Any) -> tuple[float, dict]:
         if self.step_ms:
             time.sleep(self.step_ms / 1000)
-        self.t += 1
         info: dict = {}
         if self.t > self.after:
             info = {"d": {"_x": {"y": 1}}} if self.variant == 0 else {"d": {"x": 1}}
-        return np.full(2, self.t % 2, np.float32), float(action), False, self.t >= 100, info
+        return float(action), info
 
 
-class DoorbellStormEnv(gym.Env):
+class DoorbellStormEnv(_BlinkingEnv):
     """A hostile env that rings every pipe its server process can write to, ``rings`` times per
     step (its server's doorbells to the agent among them): an env runs inside its server, so it
     can. The agent must take the rings for what they are, spurious wake-ups, and a host must not
     let them cost its other tenants."""
 
-    def __init__(self, rings: int = 1000):
-        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.action_space = spaces.Discrete(2)
-        self.rings, self.t = int(rings), 0
+    episode_length = 50
 
-    def _ring(self) -> None:
+    def __init__(self, rings: int = 1000):
+        super().__init__()
+        self.rings = int(rings)
+
+    def attack(self, action: Any) -> tuple[float, dict]:
         import os
         import stat
 
@@ -66,16 +92,7 @@ class DoorbellStormEnv(gym.Env):
                     os.write(fd, b"\1")
             except (OSError, ValueError):
                 continue
-
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self._ring()
-        self.t += 1
-        return np.full(2, self.t % 2, np.float32), 1.0, False, self.t >= 50, {}
+        return 1.0, {}
 
 
 class _DeclaredBox:
@@ -99,12 +116,15 @@ class HugeSpaceEnv(gym.Env):
         self.observation_space = _DeclaredBox((int(side), int(side)))
         self.action_space = spaces.Discrete(2)
 
+    def _obs(self) -> np.ndarray:
+        return np.broadcast_to(np.zeros(1, np.uint8), self.observation_space.shape)
+
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
-        return np.broadcast_to(np.zeros(1, np.uint8), self.observation_space.shape), {}
+        return self._obs(), {}
 
     def step(self, action):
-        return np.broadcast_to(np.zeros(1, np.uint8), self.observation_space.shape), 0.0, False, False, {}
+        return self._obs(), 0.0, False, False, {}
 
 
 def own_server() -> Any:
@@ -121,7 +141,7 @@ def own_server() -> Any:
     raise RuntimeError("no env server on the stack")
 
 
-class WedgingEnv(gym.Env):
+class WedgingEnv(_BlinkingEnv):
     """A hostile env that wedges its server where the agent's side can see it, from its ``after``-th
     step on, then sleeps for ``sleep`` seconds inside ``step``:
 
@@ -135,19 +155,12 @@ class WedgingEnv(gym.Env):
     def __init__(self, how: str = "writing", after: int = 3, sleep: float = 3600.0):
         if how not in ("writing", "promise"):
             raise ValueError(f"how={how!r}: give 'writing' or 'promise'")
-        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.action_space = spaces.Discrete(2)
-        self.how, self.after, self.sleep, self.t = how, int(after), float(sleep), 0
+        super().__init__()
+        self.how, self.after, self.sleep = how, int(after), float(sleep)
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
+    def attack(self, action: Any) -> tuple[float, dict]:
         from portal_shm.wire.layout import EXTRA, STATUS, STATUS_OK, STATUS_WRITING
 
-        self.t += 1
         if self.t >= self.after:
             server = own_server()
             words = server.mailbox
@@ -158,10 +171,10 @@ class WedgingEnv(gym.Env):
                 words[STATUS] = STATUS_OK
             server.done.ring()
             time.sleep(self.sleep)
-        return np.full(2, self.t % 2, np.float32), 1.0, False, False, {}
+        return 1.0, {}
 
 
-class BigInfoEnv(gym.Env):
+class BigInfoEnv(_BlinkingEnv):
     """From step ``after`` on, returns ``info["frame"]``, an array of ``info_bytes`` bytes: what
     ``info["frame"] = env.render()`` gives at 1080p (6 MB per env; 48 such envs on one server make
     one message past the cap on control messages). ``blob(n)`` returns ``n`` bytes, for ``call``.
@@ -171,23 +184,16 @@ class BigInfoEnv(gym.Env):
     socket drops the message and the connection."""
 
     def __init__(self, info_bytes: int = 1920 * 1080 * 3, after: int = 1, unchecked: bool = False):
-        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.action_space = spaces.Discrete(2)
-        self.info_bytes, self.after, self.unchecked, self.t = int(info_bytes), int(after), bool(unchecked), 0
+        super().__init__()
+        self.info_bytes, self.after, self.unchecked = int(info_bytes), int(after), bool(unchecked)
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
+    def attack(self, action: Any) -> tuple[float, dict]:
         info = {}
         if self.t >= self.after:
             if self.unchecked:
                 own_server().link.max_message = 2**62
             info["frame"] = np.zeros(self.info_bytes, np.uint8)
-        return np.full(2, self.t % 2, np.float32), 1.0, False, False, info
+        return 1.0, info
 
     def blob(self, size: int) -> np.ndarray:
         return np.zeros(int(size), np.uint8)

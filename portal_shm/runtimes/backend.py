@@ -9,7 +9,12 @@ from __future__ import annotations
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
+
+from ..errors import HostPolicyError
+
+if TYPE_CHECKING:
+    from .hosting import HostOffer
 
 
 @dataclass
@@ -53,6 +58,22 @@ class Backend(ABC):
     """A kind of runtime (process, venv, docker) in which env servers run."""
 
     name: str = "backend"
+    #: The options an agent may set when an env host runs this backend for it (``portal-shm host``);
+    #: every other field is the host operator's. None: env hosts never run this backend.
+    agent_options: ClassVar[Optional[tuple[str, ...]]] = None
+    #: What a host's refusal of any other option adds: what holds however the agent asks.
+    operator_note: ClassVar[str] = ""
+
+    @classmethod
+    def for_agent(cls, options: dict[str, Any], offer: HostOffer) -> Backend:
+        """This backend as an env host runs it for an agent elsewhere: built from the operator's
+        values, with ``options`` (the agent's, named in ``agent_options``: the host checked the
+        names) checked value by value against what the host ``offer``s.
+
+        Raises:
+            HostPolicyError: A value the operator does not allow, naming the flag that would.
+        """
+        raise HostPolicyError(f"env hosts do not run envs on the {cls.name} runtime")
 
     @abstractmethod
     def start(self, launch: ServerLaunch) -> ServerHandle:

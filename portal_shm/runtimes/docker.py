@@ -16,13 +16,16 @@ import inspect
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from ..errors import PortalError
 from .agent_container import LABEL_AGENT_CONTAINER, host_path, own_container_id, socket_problem
 from .backend import Backend, ServerHandle, ServerLaunch
 from .cache import server_digest
 from .config_file import CONFIG_ENV_VAR, remove_config, write_launch_config
+
+if TYPE_CHECKING:
+    from .hosting import HostOffer
 
 LABEL_PREFIX = "portal-shm"
 LABEL_OWNER = f"{LABEL_PREFIX}.owner-pid"
@@ -196,6 +199,17 @@ class DockerBackend(Backend):
     ipc_host: bool = False
     user: Optional[str] = None
     name = "docker"
+    agent_options: ClassVar[Optional[tuple[str, ...]]] = ("image", "mem_limit", "cpus", "pids_limit")
+    operator_note: ClassVar[str] = (
+        "containers of agents always run as a non-root user, with all capabilities dropped, no network, a "
+        "read-only root and no mounts but the portal's run directory"
+    )
+
+    @classmethod
+    def for_agent(cls, options: dict[str, Any], offer: HostOffer) -> Backend:
+        memory, cpus, pids = offer.container_limits(options, default_pids=cls.pids_limit)
+        image = offer.image(options.get("image", str(cls.image)))  # the host names it: no warning
+        return cls(image=image, mem_limit=str(memory), cpus=cpus, pids_limit=pids)
 
     def __post_init__(self) -> None:
         if type(self.image) is DefaultImage:

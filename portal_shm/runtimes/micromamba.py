@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from .backend import Backend, ServerHandle, ServerLaunch
 from .cache import (
@@ -29,6 +29,9 @@ from .cache import (
 )
 from .installers import install, install_server
 from .process import ProcessBackend
+
+if TYPE_CHECKING:
+    from .hosting import HostOffer
 
 KIND = "micromamba"
 MISSING = (
@@ -63,6 +66,11 @@ class MicromambaBackend(Backend):
     setup_script: Optional[str] = None
     cache_dir: Optional[str] = None
     name = "micromamba"
+    agent_options: ClassVar[Optional[tuple[str, ...]]] = ("micromamba",)  # an env the host defines, by name
+
+    @classmethod
+    def for_agent(cls, options: dict[str, Any], offer: HostOffer) -> Backend:
+        return cls(spec=offer.micromamba(options.get("micromamba")))
 
     def __post_init__(self) -> None:
         for field in ("spec", "setup_script"):

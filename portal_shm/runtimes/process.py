@@ -8,13 +8,16 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from ..errors import PortalError
 from ..wire.launch import read_tail
 from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode
 from .config_file import CONFIG_ENV_VAR, remove_config, write_launch_config
 from .import_path import agent_import_path
+
+if TYPE_CHECKING:
+    from .hosting import HostOffer
 
 # ``python -m`` would put the working directory first on sys.path, so a checkout of portal-shm
 # there would shadow the runtime's own copy; this keeps it importable for env modules, but last.
@@ -67,6 +70,11 @@ class ProcessBackend(Backend):
 
     python: Optional[str] = None
     name = "process"
+    agent_options: ClassVar[Optional[tuple[str, ...]]] = ("python",)
+
+    @classmethod
+    def for_agent(cls, options: dict[str, Any], offer: HostOffer) -> Backend:
+        return cls(python=offer.python(options.get("python")))
 
     def forks_servers(self) -> bool:
         return True

@@ -24,9 +24,9 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
-from ..errors import PortalError
+from ..errors import HostPolicyError, PortalError
 from .backend import Backend, ServerHandle, ServerLaunch
 from .cache import (
     ALL,
@@ -44,6 +44,9 @@ from .cache import (
 )
 from .installers import create_venv, install, install_server
 from .process import ProcessBackend
+
+if TYPE_CHECKING:
+    from .hosting import HostOffer
 
 __all__ = ["VenvBackend", "RuntimeBuildError", "ensure_venv", "venv_hash", "venv_python", "list_venvs", "remove_venv"]
 
@@ -64,6 +67,18 @@ class VenvBackend(Backend):
     python: Optional[str] = None
     cache_dir: Optional[str] = None
     name = "venv"
+    agent_options: ClassVar[Optional[tuple[str, ...]]] = ("venv", "requirements", "python")
+
+    @classmethod
+    def for_agent(cls, options: dict[str, Any], offer: HostOffer) -> Backend:
+        """A venv the host defines (``venv=NAME``), or one of the packages an agent names where the
+        operator lets agents install (``requirements=[...]``)."""
+        python = offer.python(options.get("python"))
+        if "venv" in options:
+            if "requirements" in options:
+                raise HostPolicyError("give venv=NAME or requirements=[...], not both")
+            return cls(python=python, **offer.venv(options["venv"]))
+        return cls(requirements=offer.requirements(options.get("requirements", ())), python=python)
 
     def __post_init__(self) -> None:
         requirements = (self.requirements,) if isinstance(self.requirements, str) else self.requirements

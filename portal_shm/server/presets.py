@@ -40,27 +40,12 @@ import numpy as np
 from gymnasium.wrappers import FrameStackObservation
 
 from .native import PerEnv, batched
+from .pixels import area_taps, area_weights, block_average, power_of_two_blocks, shrink_first_axis
+from .pixels import grayscale as grayscale  # (portal_shm.presets' name for it)
 
 
-def area_weights(source: int, target: int) -> np.ndarray:
-    """``(target, source)`` weights: each output pixel averages the input pixels it covers.
-
-    The same pixel footprints as OpenCV's ``INTER_AREA`` when shrinking, including fractional
-    overlaps at the edges (210 rows into 84 covers 2.5 rows per output row).
-    """
-    if target > source:
-        raise ValueError(f"area_weights shrinks only: {source} -> {target}")
-    scale = source / target
-    weights = np.zeros((target, source), np.float32)
-    for out in range(target):
-        start, end = out * scale, (out + 1) * scale
-        for src in range(int(np.floor(start)), min(source, int(np.ceil(end)))):
-            overlap = min(end, src + 1) - max(start, src)
-            if overlap > 0:
-                weights[out, src] = overlap / scale
-    return weights
-
-
+# Here, beside its users, not in pixels.py: server/state/wrappers.py names it by its full name (a
+# configuration, which an exact restart's state leaves out).
 class AreaResize:
     """Shrinks ``(H, W)`` or ``(H, W, C)`` uint8 frames to ``(h, w[, C])`` by area averaging.
 
@@ -72,67 +57,16 @@ class AreaResize:
     """
 
     def __init__(self, source_hw: tuple, target_hw: tuple) -> None:
-        self.rows = _taps(area_weights(source_hw[0], target_hw[0]))
-        self.cols = _taps(area_weights(source_hw[1], target_hw[1]))
-        self.blocks = _power_of_two_blocks(source_hw, target_hw)
+        self.rows = area_taps(area_weights(source_hw[0], target_hw[0]))
+        self.cols = area_taps(area_weights(source_hw[1], target_hw[1]))
+        self.blocks = power_of_two_blocks(source_hw, target_hw)
 
     def __call__(self, frame: np.ndarray) -> np.ndarray:
         if self.blocks is not None:
-            return _block_average(frame, *self.blocks)
-        rows = _shrink_first_axis(frame.astype(np.float32), self.rows)
-        out = _shrink_first_axis(np.ascontiguousarray(rows.swapaxes(0, 1)), self.cols).swapaxes(0, 1)
+            return block_average(frame, *self.blocks)
+        rows = shrink_first_axis(frame.astype(np.float32), self.rows)
+        out = shrink_first_axis(np.ascontiguousarray(rows.swapaxes(0, 1)), self.cols).swapaxes(0, 1)
         return np.clip(np.rint(out), 0, 255).astype(np.uint8)
-
-
-def _power_of_two_blocks(source_hw: tuple, target_hw: tuple) -> Optional[tuple]:
-    """``(fy, fx)`` where each output pixel averages an ``fy`` x ``fx`` block and both are powers of
-    two (ViZDoom's 160x120 screen into 80x60: 2 x 2), else None. Such an average is exact in
-    float32 either way, so the block sums give the bytes the taps give, ~3.5x faster here."""
-    factors = []
-    for source, target in zip(source_hw, target_hw):
-        factor, rest = divmod(int(source), int(target))
-        if rest or factor & (factor - 1):
-            return None
-        factors.append(factor)
-    return tuple(factors) if factors[0] * factors[1] <= 64 else None
-
-
-def _block_average(frame: np.ndarray, fy: int, fx: int) -> np.ndarray:
-    """``AreaResize`` for power-of-two blocks: uint16 sums of the strided block pixels, scaled."""
-    pixels = frame.astype(np.uint16)
-    total = pixels[0::fy, 0::fx].copy()
-    for dy in range(fy):
-        for dx in range(fx):
-            if dy or dx:
-                total += pixels[dy::fy, dx::fx]
-    return np.rint(total * np.float32(1.0 / (fy * fx))).astype(np.uint8)
-
-
-def _taps(weights: np.ndarray) -> tuple:
-    """A ``(target, source)`` weight matrix as ``(index, weight)`` arrays of shape ``(taps, target)``."""
-    taps = int((weights > 0).sum(axis=1).max())
-    index = np.zeros((taps, weights.shape[0]), np.intp)
-    value = np.zeros((taps, weights.shape[0]), np.float32)
-    for out, row in enumerate(weights):
-        nonzero = np.flatnonzero(row)
-        index[: len(nonzero), out] = nonzero
-        value[: len(nonzero), out] = row[nonzero]
-    return index, value
-
-
-def _shrink_first_axis(pixels: np.ndarray, taps: tuple) -> np.ndarray:
-    index, weight = taps
-    weight = weight.reshape(weight.shape + (1,) * (pixels.ndim - 1))
-    out = pixels[index[0]] * weight[0]
-    for t in range(1, index.shape[0]):
-        out += pixels[index[t]] * weight[t]
-    return out
-
-
-def grayscale(frame: np.ndarray) -> np.ndarray:
-    """ITU-R 601 luma of an ``(H, W, 3)`` RGB frame, as uint8 (what ALE's grayscale mode gives)."""
-    luma = frame[..., 0] * np.float32(0.299) + frame[..., 1] * np.float32(0.587) + frame[..., 2] * np.float32(0.114)
-    return np.clip(np.rint(luma), 0, 255).astype(np.uint8)
 
 
 class AtariFrames(gym.Wrapper):
@@ -161,7 +95,7 @@ class AtariFrames(gym.Wrapper):
     its frames on the emulator directly (``direct``): what ``AtariEnv.step`` does per frame, less
     the screen of every frame (only the last two are pooled, and they are written into this
     wrapper's buffers) and the wrappers' per-frame calls. Same frames, rewards and flags, checked
-    against the frame-by-frame path in tests/unit/test_presets_direct.py; a Pong step 1.11x faster
+    against the frame-by-frame path in tests/unit/server/test_presets_direct.py; a Pong step 1.11x faster
     here (benchmarks/atari_direct_frames.py).
     """
 

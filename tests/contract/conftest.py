@@ -121,7 +121,7 @@ def _ray(stack, tmp_path_factory) -> Factory:
 
     cluster = start_cluster(workers=1)  # a head and a worker, one CPU each: one env host per node
     stack.callback(shutdown, cluster)
-    policy = portal_shm.HostPolicy(entry_points=("portal_shm.server.example_envs:*", ATARI_VECTOR))
+    policy = portal_shm.backends.HostPolicy(entry_points=("portal_shm.server.example_envs:*", ATARI_VECTOR))
     return Factory(
         "ray",
         lambda hosts: {"backend": "ray", "num_hosts": hosts, "host_policy": policy},

@@ -277,7 +277,7 @@ def test_restarts_used_up_raise_restart_limit_error_with_its_fields(make):
     envs.reset(seed=0)
     _, _, _, truncated, infos = envs.step(np.zeros(2, np.int64))
     assert truncated.all() and infos["env_restarted"].all()
-    with pytest.raises(portal_shm.RestartLimitError) as info:
+    with pytest.raises(portal_shm.errors.RestartLimitError) as info:
         for _ in range(4):
             envs.step(np.zeros(2, np.int64))
     error = info.value
@@ -290,7 +290,7 @@ def test_restarts_used_up_raise_restart_limit_error_with_its_fields(make):
 def test_a_misspelt_vector_option_is_refused_at_construction(make):
     with pytest.raises(Exception, match="ring_dpeth") as info:
         make("CartPole-v1", 2, vector_kwargs={"ring_dpeth": 3})
-    assert isinstance(info.value, (TypeError, portal_shm.HostPolicyError)), type(info.value)
+    assert isinstance(info.value, (TypeError, portal_shm.errors.HostPolicyError)), type(info.value)
 
 
 def test_a_wait_past_its_timeout_raises_and_close_frees_the_hung_envs(make):
@@ -301,7 +301,7 @@ def test_a_wait_past_its_timeout_raises_and_close_frees_the_hung_envs(make):
         envs.reset(seed=0)
         envs.step_async(np.zeros(2, np.int64))
         started = time.monotonic()
-        with pytest.raises(portal_shm.PortalTimeoutError) as info:
+        with pytest.raises(portal_shm.errors.PortalTimeoutError) as info:
             envs.step_wait(timeout=0.5)
         assert isinstance(info.value, multiprocessing.TimeoutError)  # as AsyncVectorEnv's
         assert time.monotonic() - started < 5

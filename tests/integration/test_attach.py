@@ -55,7 +55,7 @@ def test_a_listeners_workers_take_a_megabyte_of_env_kwargs(listener):
 
 
 def test_attached_worker_errors_and_deaths_are_reported(listener):
-    with pytest.raises(portal_shm.EnvNotFoundError, match="NoSuchEnv"):
+    with pytest.raises(portal_shm.errors.EnvNotFoundError, match="NoSuchEnv"):
         portal_shm.make_vec("NoSuchEnv-v0", 1, backend="attach", address=listener)
     envs = portal_shm.make_vec(
         "portal_shm.server.example_envs:FaultyEnv", 1, backend="attach", address=listener, fault="exit", after=1
@@ -63,7 +63,7 @@ def test_attached_worker_errors_and_deaths_are_reported(listener):
     try:
         envs.reset(seed=0)
         started = time.monotonic()
-        with pytest.raises(portal_shm.ServerDiedError, match="exit code 7"):
+        with pytest.raises(portal_shm.errors.ServerDiedError, match="exit code 7"):
             envs.step(np.zeros(1, np.int64))
         assert time.monotonic() - started < 10
     finally:

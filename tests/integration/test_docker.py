@@ -78,7 +78,7 @@ def test_killed_container_is_reported_with_its_exit_code(ale_image, docker_clien
         envs.reset(seed=0)
         victim = sorted(portal_containers(docker_client, tag), key=lambda c: c.name)[1]
         victim.kill()
-        with pytest.raises(portal_shm.ServerDiedError, match="code 137"):
+        with pytest.raises(portal_shm.errors.ServerDiedError, match="code 137"):
             for _ in range(50):
                 envs.step(np.zeros(2, np.int64))
     finally:
@@ -270,7 +270,8 @@ def test_legacy_image_py39_numpy1_gym026_served_to_this_agent(legacy_image, dock
 
 
 def test_mixed_runtimes_compare_env_versions_side_by_side(legacy_image):
-    from portal_shm import DockerBackend, EnvSpec, VectorPortal
+    from portal_shm import VectorPortal
+    from portal_shm.backends import DockerBackend, EnvSpec
 
     envs = VectorPortal(
         [EnvSpec("CartPole-v1", {}, DockerBackend(image=legacy_image)), EnvSpec("CartPole-v1")],

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import DockerBackend, EnvSpec, VectorPortal
+from portal_shm import VectorPortal
+from portal_shm.backends import DockerBackend, EnvSpec
 from testkit.docker_images import docker_or_skip, portal_containers
 
 pytestmark = pytest.mark.docker
@@ -50,7 +51,7 @@ def test_container_out_of_memory_is_reported_as_such(faults_image, client):
     tag = envs.tag
     try:
         envs.reset(seed=0)
-        with pytest.raises(portal_shm.ServerDiedError, match=r"out of memory") as info:
+        with pytest.raises(portal_shm.errors.ServerDiedError, match=r"out of memory") as info:
             for _ in range(5):
                 envs.step(np.zeros(2, np.int64))
         assert info.value.env_indices == [1] and "docker container" in str(info.value)
@@ -71,7 +72,7 @@ def test_hung_container_times_out_and_is_removed(faults_image, client, fault):
     try:
         envs.reset(seed=0)
         started = time.monotonic()
-        with pytest.raises(portal_shm.PortalTimeoutError, match=r"envs \[0\]\) \[runtime: docker container"):
+        with pytest.raises(portal_shm.errors.PortalTimeoutError, match=r"envs \[0\]\) \[runtime: docker container"):
             envs.step(np.zeros(1, np.int64))
         assert time.monotonic() - started < 30  # an upper bound for a hang, not a timing claim
     finally:
@@ -147,7 +148,8 @@ def test_restarted_containers_leave_the_agent_no_socket_to_the_daemon(faults_ima
 
 AGENT = """
 import sys, numpy as np
-from portal_shm import DockerBackend, EnvSpec, VectorPortal
+from portal_shm import VectorPortal
+from portal_shm.backends import DockerBackend, EnvSpec
 envs = VectorPortal([EnvSpec("portal_shm.server.example_envs:FaultyEnv", {"fault": "spin", "phase": "step"},
                              DockerBackend(image=sys.argv[1]))])
 print(envs.tag, flush=True)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import EnvSpec, VectorPortal
+from portal_shm import VectorPortal
+from portal_shm.backends import EnvSpec
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def test_dying_server_is_reported_with_exit_status(fault, status):
     try:
         envs.reset(seed=0)
         started = time.monotonic()
-        with pytest.raises(portal_shm.ServerDiedError, match=status) as info:
+        with pytest.raises(portal_shm.errors.ServerDiedError, match=status) as info:
             envs.step(np.zeros(2, np.int64))
         assert time.monotonic() - started < 5
         assert info.value.env_indices == [1]
@@ -105,7 +106,7 @@ def test_sigkilled_server_is_reported():
     try:
         envs.reset(seed=0)
         os.kill(_server_pids(envs)[1], signal.SIGKILL)
-        with pytest.raises(portal_shm.ServerDiedError, match="SIGKILL"):
+        with pytest.raises(portal_shm.errors.ServerDiedError, match="SIGKILL"):
             for _ in range(100):
                 envs.step(np.zeros(2, np.int64))
     finally:
@@ -124,7 +125,7 @@ def test_hanging_server_times_out(fault):
         envs.reset(seed=0)
         started = time.monotonic()
         with pytest.raises(
-            portal_shm.PortalTimeoutError, match=r"env server 1 \(envs \[1\]\) \[runtime: process pid"
+            portal_shm.errors.PortalTimeoutError, match=r"env server 1 \(envs \[1\]\) \[runtime: process pid"
         ) as info:
             envs.step(np.zeros(2, np.int64))
         assert time.monotonic() - started < 10  # an upper bound for a hang, not a timing claim
@@ -142,7 +143,7 @@ def test_step_timeout_bounds_control_calls_too(phase):
         [EnvSpec(FAULTY, {"fault": "spin", "phase": "reset" if phase == "reset" else "render"})], step_timeout=0.5
     )
     try:
-        with pytest.raises(portal_shm.PortalTimeoutError, match=r"envs \[0\]"):
+        with pytest.raises(portal_shm.errors.PortalTimeoutError, match=r"envs \[0\]"):
             envs.reset(seed=0) if phase == "reset" else envs.render()
     finally:
         envs.close()
@@ -177,9 +178,9 @@ def test_the_run_directory_goes_before_the_servers_finish_closing():
 
 def test_unknown_env_id_fails_fast_naming_the_id():
     started = time.monotonic()
-    with pytest.raises(portal_shm.EnvNotFoundError, match="NoSuchEnv-v0"):
+    with pytest.raises(portal_shm.errors.EnvNotFoundError, match="NoSuchEnv-v0"):
         portal_shm.make_vec("NoSuchEnv-v0", 2)
-    with pytest.raises(portal_shm.EnvNotFoundError, match="no_such_module"):
+    with pytest.raises(portal_shm.errors.EnvNotFoundError, match="no_such_module"):
         portal_shm.make_vec("no_such_module:make", 1)
     assert time.monotonic() - started < 30
 
@@ -199,7 +200,8 @@ def test_close_removes_segments_sockets_and_processes():
 
 AGENT = textwrap.dedent("""
     import sys, time, numpy as np, portal_shm
-    from portal_shm import EnvSpec, VectorPortal
+    from portal_shm import VectorPortal
+    from portal_shm.backends import EnvSpec
     fault = {"spin": "spin", "closing": "slow"}.get(sys.argv[1], "hang")
     phase = {"spin": "step", "closing": "close"}.get(sys.argv[1], sys.argv[1])
     envs = VectorPortal([EnvSpec("portal_shm.server.example_envs:FaultyEnv", {"fault": fault, "phase": phase})])
@@ -311,7 +313,7 @@ def test_control_calls_to_a_killed_server_never_hang(call):
         if call == "close":
             envs.close()
         else:
-            with pytest.raises(portal_shm.ServerDiedError, match="SIGKILL"):
+            with pytest.raises(portal_shm.errors.ServerDiedError, match="SIGKILL"):
                 envs.reset(seed=0) if call == "reset" else envs.get_attr("gravity")
         assert time.monotonic() - started < 5
     finally:

@@ -191,7 +191,7 @@ def assert_refused(host, keys, lair, text, env_id, /, *, marker=None, backend=No
     """The attack raises HostPolicyError with ``text`` (a flag name where a flag would allow it),
     the host logs the refusal of the agent's key, nothing started, nothing ran, no child is left."""
     since = len(host.log)
-    with pytest.raises(portal_shm.HostPolicyError, match=re.escape(text)) as info:
+    with pytest.raises(portal_shm.errors.HostPolicyError, match=re.escape(text)) as info:
         if backend is not None:
             envs = portal_shm.make_vec(env_id, 1, backend=backend, **kwargs)
         else:
@@ -471,7 +471,7 @@ def test_an_image_the_operator_allows_passes_the_policy_and_fails_as_docker_does
     host = hosts("--images", "portal-shm/base*")
     with pytest.raises(portal_shm.PortalError, match="could not start a container") as info:
         remote(host, keys, "CartPole-v1", runtime="docker", image=BASE).close()
-    assert not isinstance(info.value, portal_shm.HostPolicyError)
+    assert not isinstance(info.value, portal_shm.errors.HostPolicyError)
     assert eventually(lambda: not host_containers(docker_client, host))
 
 
@@ -541,14 +541,14 @@ def test_an_env_pattern_holds_for_the_env_id_a_preset_is_given(hosts, keys, lair
     # allowed by the policy, wrong for the preset: the env's own error, not the policy's
     with pytest.raises(portal_shm.EnvError, match="frameskip") as info:
         remote(host, keys, "portal_shm.presets:atari", 1, env_id="CartPole-v1").close()
-    assert not isinstance(info.value, portal_shm.HostPolicyError)
+    assert not isinstance(info.value, portal_shm.errors.HostPolicyError)
 
 
 def test_an_env_kwarg_the_operator_allows_reaches_the_env_which_may_refuse_it(hosts, keys, lair):
     host = hosts("--env-kwargs", "bogus")
     with pytest.raises(portal_shm.EnvError, match="unexpected keyword argument 'bogus'") as info:
         remote(host, keys, "CartPole-v1", 1, bogus=1).close()
-    assert not isinstance(info.value, portal_shm.HostPolicyError)
+    assert not isinstance(info.value, portal_shm.errors.HostPolicyError)
     assert_refused(host, keys, lair, "--env-kwargs", "CartPole-v1", other=1)
     assert_refused(host, keys, lair, "is not a public Python name", "CartPole-v1", env_kwargs={"_bogus": 1})
 
@@ -577,7 +577,7 @@ def test_call_get_attr_set_attr_reach_public_names_only_and_the_portal_keeps_ste
     envs = remote(host, keys, "CartPole-v1", 1)
     try:
         envs.reset(seed=0)
-        with pytest.raises(portal_shm.HostPolicyError, match=re.escape(text)):
+        with pytest.raises(portal_shm.errors.HostPolicyError, match=re.escape(text)):
             attack(envs)
         obs, *_ = envs.step(np.zeros(1, np.int64))
         assert obs.shape == (1, 4)
@@ -597,7 +597,7 @@ def test_a_calls_pattern_allows_exactly_the_names_it_matches(hosts, keys):
             lambda: envs.get_attr("spec"),
             lambda: envs.call("get_wrapper_attr", "spec"),  # the accessor reaches only names the patterns allow
         ):
-            with pytest.raises(portal_shm.HostPolicyError, match="--calls"):
+            with pytest.raises(portal_shm.errors.HostPolicyError, match="--calls"):
                 attack()
         assert envs.get_attr("np_random_seed") == (3,)
         assert envs.call("get_wrapper_attr", "np_random_seed") == (3,)
@@ -737,13 +737,13 @@ def test_vizdoom_config_kwargs_do_not_run_or_write_anything_on_the_host(host, ke
             for queue in glob.glob(f"/dev/shm/ViZDoomMQ*{instance}"):
                 os.unlink(queue)
     assert not os.path.exists(marker), "the agent ran a program or wrote a file on the host"
-    assert isinstance(refusal, portal_shm.HostPolicyError), refusal
+    assert isinstance(refusal, portal_shm.errors.HostPolicyError), refusal
 
 
 def test_a_memory_limit_that_rounds_to_zero_is_not_a_container_without_limit(docker_client, host, keys):
     try:
         envs = remote(host, keys, "ALE/Pong-v5", 1, runtime="docker", image=ALE, mem_limit="0.5b")
-    except portal_shm.HostPolicyError:
+    except portal_shm.errors.HostPolicyError:
         return
     try:
         [container] = host_containers(docker_client, host)
@@ -758,7 +758,7 @@ def test_a_cpu_limit_that_is_none_or_rounds_to_zero_is_not_a_container_without_l
     host = hosts("--max-cpus", "1")
     try:
         envs = remote(host, keys, "ALE/Pong-v5", 1, runtime="docker", image=ALE, cpus=cpus)
-    except portal_shm.HostPolicyError:
+    except portal_shm.errors.HostPolicyError:
         return
     try:
         [container] = host_containers(docker_client, host)
@@ -779,7 +779,7 @@ def test_private_attributes_are_out_of_reach_through_the_wrapper_accessors(host,
     envs = remote(host, keys, "CartPole-v1", 1)
     try:
         envs.reset(seed=0)
-        with pytest.raises(portal_shm.HostPolicyError):
+        with pytest.raises(portal_shm.errors.HostPolicyError):
             attack(envs)
     finally:
         envs.close()
@@ -787,7 +787,7 @@ def test_private_attributes_are_out_of_reach_through_the_wrapper_accessors(host,
 
 def test_a_refused_hello_raises_without_a_five_second_wait(host, keys):
     started = time.monotonic()
-    with pytest.raises(portal_shm.HostPolicyError):
+    with pytest.raises(portal_shm.errors.HostPolicyError):
         remote(host, keys, "os:system", command="true")
     assert time.monotonic() - started < 2.0
 

@@ -89,7 +89,7 @@ def _host_alive(host):
 def _own_error(outcome):
     """The attacker's outcome is its own session's error (or nothing), never a lost host."""
     assert outcome is None or isinstance(outcome, portal_shm.PortalError), repr(outcome)
-    assert not isinstance(outcome, portal_shm.HostLostError), f"the host stopped answering: {outcome}"
+    assert not isinstance(outcome, portal_shm.errors.HostLostError), f"the host stopped answering: {outcome}"
 
 
 # -- a. hostile env infos ---------------------------------------------------------------------------------
@@ -166,7 +166,9 @@ def test_clashing_infos_end_at_most_their_own_session(start_host, keys, path):
         print(f"clashing infos ({path}): {outcome!r}")
         _host_alive(host)
         _own_error(outcome)
-        assert not isinstance(outcome, portal_shm.PortalTimeoutError), f"the session's error never came: {outcome}"
+        assert not isinstance(outcome, portal_shm.errors.PortalTimeoutError), (
+            f"the session's error never came: {outcome}"
+        )
         honest.finish()
 
 
@@ -458,7 +460,7 @@ def test_an_env_that_wedges_its_server_ends_only_its_own_session(start_host, key
             _close_quietly(wedged)
         report = honest.finish()
     _host_alive(host)
-    assert isinstance(outcome, portal_shm.PortalTimeoutError), repr(outcome)
+    assert isinstance(outcome, portal_shm.errors.PortalTimeoutError), repr(outcome)
     assert "ended this session" in str(outcome) and "--step-timeout" in str(outcome), outcome
     assert host.wait_for_log("wedged", 5), host.log[-3000:]
     line = next(line for line in host.log.splitlines() if "wedged" in line)
@@ -500,7 +502,7 @@ def test_a_preset_int_that_sizes_memory_is_refused_before_any_server_starts(star
     with HonestAgent(host.address, keys) as honest:
         servers, peak = set(descendants(host.process.pid)), peak_rss_bytes(host.process.pid)
         with pytest.raises(
-            portal_shm.HostPolicyError, match=r"stack=12000 passes this host's cap 64 .*--size-cap stack=N"
+            portal_shm.errors.HostPolicyError, match=r"stack=12000 passes this host's cap 64 .*--size-cap stack=N"
         ):
             remote("portal_shm.presets:atari", 1, host, keys, client_key=keys.tenant, stack=12000)
         assert set(descendants(host.process.pid)) <= servers  # refused at hello: no server started
@@ -720,7 +722,7 @@ def test_clashing_infos_on_a_ray_placed_host_end_only_their_own_session():
 
     cluster = start_cluster(workers=1)
     try:
-        policy = portal_shm.HostPolicy(entry_points=("portal_shm.server.example_envs:*",))
+        policy = portal_shm.backends.HostPolicy(entry_points=("portal_shm.server.example_envs:*",))
         honest = portal_shm.make_vec("CartPole-v1", 2, backend="ray", num_hosts=1)
         expected = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
         clashing = portal_shm.make_vec(
@@ -731,7 +733,9 @@ def test_clashing_infos_on_a_ray_placed_host_end_only_their_own_session():
             assert_same(honest.reset(seed=0), expected.reset(seed=0))
             outcome = _drive_clashing(clashing, 2)
             _own_error(outcome)
-            assert not isinstance(outcome, portal_shm.PortalTimeoutError), f"the session's error never came: {outcome}"
+            assert not isinstance(outcome, portal_shm.errors.PortalTimeoutError), (
+                f"the session's error never came: {outcome}"
+            )
             assert clashing.placement.alive(0), "the Ray-placed host stopped serving with the session"
             for step in range(30):
                 actions = rng.integers(0, 2, 2)

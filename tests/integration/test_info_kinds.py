@@ -16,7 +16,9 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import portal_shm
-from portal_shm import DockerBackend, EnvSpec, InfoEncodingError, ProcessBackend, VectorPortal, VenvBackend
+from portal_shm import VectorPortal
+from portal_shm.backends import DockerBackend, EnvSpec, ProcessBackend, VenvBackend
+from portal_shm.errors import InfoEncodingError
 from portal_shm.server.example_envs import INFO_KINDS, InfoKindsEnv, info_value
 from portal_shm.wire.info_codec import describe
 from testkit.compare import assert_same
@@ -178,7 +180,7 @@ def test_a_pickle_from_across_a_boundary_is_never_loaded(runtime):
             _, infos = envs.reset(seed=0)
             assert type(infos["value"][0]).__name__ == "InfoStatus"
         else:
-            with pytest.raises(portal_shm.ServerProtocolError, match="a pickled value"):
+            with pytest.raises(portal_shm.errors.ServerProtocolError, match="a pickled value"):
                 envs.reset(seed=0)
     finally:
         envs.close()

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import EnvSpec, VectorPortal
+from portal_shm import VectorPortal
+from portal_shm.backends import EnvSpec
 from portal_shm.wire import protocol as P
 
 pytestmark = pytest.mark.integration
@@ -45,7 +46,7 @@ def test_infos_over_the_cap_are_an_env_error_naming_the_env_its_size_and_the_cap
     envs = _portal(2, info_bytes=2 * CAP)  # default step_timeout: None
     try:
         error, seconds = _step_error(envs)
-        assert isinstance(error, portal_shm.MessageTooBigError), error
+        assert isinstance(error, portal_shm.errors.MessageTooBigError), error
         assert error.env_index in (0, 1) and error.phase == "step"
         text = str(error)
         assert f"the infos of env {error.env_index} are 2,097," in text
@@ -62,7 +63,7 @@ def test_infos_that_fit_one_by_one_but_not_together_name_every_env_and_the_total
     envs = _portal(4, info_bytes=CAP // 3)  # 4 x 349,525 bytes beside one step
     try:
         error, seconds = _step_error(envs)
-        assert isinstance(error, portal_shm.MessageTooBigError), error
+        assert isinstance(error, portal_shm.errors.MessageTooBigError), error
         assert "make one message of 1,398," in str(error) and f"{CAP:,}-byte cap" in str(error)
         others = sorted({0, 1, 2, 3} - {error.env_index})
         assert f"and of envs {others[0]}" in str(error)
@@ -77,7 +78,7 @@ def test_a_call_whose_reply_is_over_the_cap_names_the_call_its_size_and_the_cap(
     try:
         envs.reset(seed=0)
         start = time.monotonic()
-        with pytest.raises(portal_shm.MessageTooBigError) as info:
+        with pytest.raises(portal_shm.errors.MessageTooBigError) as info:
             envs.call("blob", CAP)
         assert time.monotonic() - start < QUICK
         text = str(info.value)
@@ -93,7 +94,7 @@ def test_the_restart_policy_raises_a_message_too_big_instead_of_restarting_for_i
     envs = _portal(2, info_bytes=2 * CAP, on_env_failure="restart")
     try:
         error, _ = _step_error(envs)
-        assert isinstance(error, portal_shm.MessageTooBigError), error
+        assert isinstance(error, portal_shm.errors.MessageTooBigError), error
         assert envs.restart_log == [] and envs.restarts == [0, 0]
     finally:
         envs.close()
@@ -108,8 +109,8 @@ def test_a_message_the_agents_socket_dropped_is_named_not_waited_out(step_timeou
     envs = _portal(2, info_bytes=2 * CAP, unchecked=True, step_timeout=step_timeout)
     try:
         error, seconds = _step_error(envs)
-        assert isinstance(error, portal_shm.ConnectionDroppedError), error
-        assert not isinstance(error, portal_shm.PortalTimeoutError)
+        assert isinstance(error, portal_shm.errors.ConnectionDroppedError), error
+        assert not isinstance(error, portal_shm.errors.PortalTimeoutError)
         text = str(error)
         assert "env server 0 (envs [0, 1])" in text and "control connection dropped" in text
         assert f"{CAP:,}-byte cap" in text

@@ -35,7 +35,7 @@ def test_a_removed_node_is_host_lost_error_within_the_timeout(cluster):
         lost = worker_host(cluster, envs.host_nodes())
         remove_node(cluster, envs.host_nodes()[lost])
         started = time.monotonic()
-        with pytest.raises(portal_shm.HostLostError) as info:
+        with pytest.raises(portal_shm.errors.HostLostError) as info:
             for _ in range(1000):
                 envs.step(np.zeros(4, np.int64))
         took = time.monotonic() - started

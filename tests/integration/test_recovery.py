@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import EnvSpec, VectorPortal, restart_seed
+from portal_shm import VectorPortal, restart_seed
+from portal_shm.backends import EnvSpec
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,7 @@ def test_restart_budget_is_enforced_per_env():
     try:
         envs.reset(seed=0)
         outcomes = []
-        with pytest.raises(portal_shm.RestartLimitError, match=r"envs \[1\] failed after 2 restarts") as info:
+        with pytest.raises(portal_shm.errors.RestartLimitError, match=r"envs \[1\] failed after 2 restarts") as info:
             for _ in range(20):
                 _, _, _, truncated, infos = envs.step(np.zeros(2, np.int64))
                 outcomes.append(bool(infos.get("_env_restarted", [False, False])[1]))
@@ -164,7 +165,7 @@ def test_failures_outside_steps_restart_too():
         _, expected = _replica(1)
         assert np.array_equal(obs[0], expected)
         os.kill(_server_pids(envs)[1], signal.SIGKILL)
-        with pytest.raises(portal_shm.ServerDiedError):
+        with pytest.raises(portal_shm.errors.ServerDiedError):
             envs.get_attr("gravity")  # the call fails, the server is replaced ...
         _, _, _, truncated, infos = envs.step(np.zeros(2, np.int64))
         assert truncated.tolist() == [False, True] and infos["_env_restarted"].tolist() == [False, True]
@@ -297,7 +298,7 @@ def test_restart_budget_is_enforced_per_env_in_async_batches():
         envs.reset(seed=0)
         outcomes = []
         deadline = time.monotonic() + 20  # env 0 keeps the batches coming: the deaths show within 50 ms
-        with pytest.raises(portal_shm.RestartLimitError, match=r"envs \[1\] failed after 2 restarts") as info:
+        with pytest.raises(portal_shm.errors.RestartLimitError, match=r"envs \[1\] failed after 2 restarts") as info:
             while time.monotonic() < deadline:
                 _, _, _, _, infos = envs.step(np.zeros(1, np.int64))
                 if infos["env_id"][0] == 1:
@@ -370,7 +371,7 @@ def test_failures_outside_steps_restart_in_async_batches_too():
         _, expected = _replica(4)
         assert np.array_equal(obs[1], expected)
         os.kill(_server_pids(envs)[2], signal.SIGKILL)  # its env waits for actions
-        with pytest.raises(portal_shm.ServerDiedError):
+        with pytest.raises(portal_shm.errors.ServerDiedError):
             envs.get_attr("gravity")  # the call fails, the server is replaced ...
         for _ in range(4):  # ... and env 2's episode ends in its next step
             _, _, _, truncated, infos = envs.step(np.zeros(2, np.int64))

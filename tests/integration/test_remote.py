@@ -358,7 +358,7 @@ def test_a_killed_host_is_host_lost_error_within_the_timeout(keys):
         envs.step(np.zeros(2, np.int64))
         host.kill()
         started = time.monotonic()
-        with pytest.raises(portal_shm.HostLostError) as info:
+        with pytest.raises(portal_shm.errors.HostLostError) as info:
             envs.step(np.zeros(2, np.int64))
         took = time.monotonic() - started
         assert host.address in str(info.value) and info.value.env_indices == [0, 1]

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import EnvSpec, VectorPortal, restart_seed
+from portal_shm import VectorPortal, restart_seed
+from portal_shm.backends import EnvSpec
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +112,7 @@ def test_a_restart_in_a_call_is_shown_by_the_reset_that_comes_before_the_next_st
     try:
         envs.reset(seed=1)
         token.write_text("")
-        with pytest.raises(portal_shm.ServerDiedError):
+        with pytest.raises(portal_shm.errors.ServerDiedError):
             envs.call("render")  # server 0 dies in it and is restarted; its envs' episodes are over
         assert envs.restarts == [1, 0, 0, 0]
         obs, infos = envs.reset(seed=1)  # ... and this reset begins new ones: it shows the restart
@@ -134,7 +135,7 @@ def test_two_failed_calls_before_a_step_end_the_episode_once(tmp_path):
         envs.reset(seed=2)
         for _ in range(2):
             token.write_text("")
-            with pytest.raises(portal_shm.ServerDiedError):
+            with pytest.raises(portal_shm.errors.ServerDiedError):
                 envs.call("render")
         _, _, _, truncated, _ = _step(envs, seen)
         assert truncated[0] and seen.tolist() == [1, 0]

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import EnvSpec, VectorPortal
+from portal_shm import VectorPortal
+from portal_shm.backends import EnvSpec
 from portal_shm.runtimes.backend import Backend, ServerHandle, ServerLaunch
 from portal_shm.runtimes.process import ProcessHandle
 from portal_shm.wire.launch import CONFIG_ENV_VAR, encode_config
@@ -59,20 +60,20 @@ def _leftovers(tag: str) -> list:
 
 
 HANDSHAKE_CASES = {
-    "bytes": (portal_shm.ServerProtocolError, "corrupt message|malformed"),
-    "not-a-map": (portal_shm.ServerProtocolError, "malformed message"),
-    "tuple-bomb": (portal_shm.ServerProtocolError, "corrupt message"),
-    "bad-dtype": (portal_shm.ServerProtocolError, "dtype"),
-    "huge-box": (portal_shm.ServerProtocolError, "bytes per env"),
-    "deep-schema": (portal_shm.ServerProtocolError, "nested too deeply"),
-    "negative-n": (portal_shm.ServerProtocolError, "n must be an integer"),
-    "huge-n": (portal_shm.ServerProtocolError, "n must be an integer"),
-    "wrong-count": (portal_shm.ServerProtocolError, "without valid observation_spaces"),
-    "metadata-list": (portal_shm.ServerProtocolError, "metadata"),
-    "wrong-protocol": (portal_shm.ProtocolMismatchError, "protocol 999"),
-    "silent": (portal_shm.PortalTimeoutError, "no answer to start-up"),
+    "bytes": (portal_shm.errors.ServerProtocolError, "corrupt message|malformed"),
+    "not-a-map": (portal_shm.errors.ServerProtocolError, "malformed message"),
+    "tuple-bomb": (portal_shm.errors.ServerProtocolError, "corrupt message"),
+    "bad-dtype": (portal_shm.errors.ServerProtocolError, "dtype"),
+    "huge-box": (portal_shm.errors.ServerProtocolError, "bytes per env"),
+    "deep-schema": (portal_shm.errors.ServerProtocolError, "nested too deeply"),
+    "negative-n": (portal_shm.errors.ServerProtocolError, "n must be an integer"),
+    "huge-n": (portal_shm.errors.ServerProtocolError, "n must be an integer"),
+    "wrong-count": (portal_shm.errors.ServerProtocolError, "without valid observation_spaces"),
+    "metadata-list": (portal_shm.errors.ServerProtocolError, "metadata"),
+    "wrong-protocol": (portal_shm.errors.ProtocolMismatchError, "protocol 999"),
+    "silent": (portal_shm.errors.PortalTimeoutError, "no answer to start-up"),
     "error-junk": (portal_shm.EnvError, "an env raised"),
-    "bad-ready": (portal_shm.ServerProtocolError, "expected 'ready'"),
+    "bad-ready": (portal_shm.errors.ServerProtocolError, "expected 'ready'"),
 }
 
 
@@ -104,7 +105,9 @@ def test_garbage_after_the_handshake_is_a_clear_error(mode):
     tag = envs.tag
     try:
         with pytest.raises(
-            portal_shm.ServerProtocolError if "no answer" not in pattern else portal_shm.PortalTimeoutError,
+            portal_shm.errors.ServerProtocolError
+            if "no answer" not in pattern
+            else portal_shm.errors.PortalTimeoutError,
             match=pattern,
         ):
             envs.reset(seed=0)
@@ -133,7 +136,7 @@ def test_a_server_that_rings_without_finishing_cannot_block_the_agent():
         try:
             envs.reset(seed=0)
             begin = time.monotonic()
-            with pytest.raises(portal_shm.PortalTimeoutError, match="step_timeout"):
+            with pytest.raises(portal_shm.errors.PortalTimeoutError, match="step_timeout"):
                 envs.step(np.zeros(1, np.int64))
             assert time.monotonic() - begin < 5
         finally:
@@ -158,7 +161,7 @@ def test_a_server_that_closes_its_doorbells_times_out_cleanly():
     envs = _portal("close-bells", step_timeout=1)
     tag = envs.tag
     try:
-        with pytest.raises(portal_shm.PortalTimeoutError, match="within 1"):
+        with pytest.raises(portal_shm.errors.PortalTimeoutError, match="within 1"):
             envs.reset(seed=0)
     finally:
         envs.close()
@@ -169,7 +172,7 @@ def test_a_garbage_server_under_the_restart_policy_uses_up_its_restarts():
     envs = _portal("step-info-corrupt", on_env_failure="restart", max_restarts=2)
     try:
         envs.reset(seed=0)
-        with pytest.raises(portal_shm.RestartLimitError, match="corrupt infos"):
+        with pytest.raises(portal_shm.errors.RestartLimitError, match="corrupt infos"):
             for _ in range(10):
                 envs.step(np.zeros(1, np.int64))
     finally:

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import EnvSpec, VectorPortal
+from portal_shm import VectorPortal
+from portal_shm.backends import EnvSpec
 from portal_shm.cli.env import add_env_commands
 from portal_shm.runtimes.cache import BUILD_LOG, MARKER
 from portal_shm.runtimes.installers import find_uv

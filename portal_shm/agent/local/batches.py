@@ -14,9 +14,7 @@ failed server may never ring.
 
 from __future__ import annotations
 
-import os
 import time
-import warnings
 from collections import deque
 from typing import Callable, Optional
 
@@ -25,69 +23,8 @@ import numpy as np
 from ...wire.doorbell import AnyDone, spin_until
 from ...wire.layout import STATUS, STATUS_PENDING
 from ...wire.payoff import SpinPayoff
-from .session import group_envs
-from .spec import EnvSpec
 
 _WAIT_SLICE = 0.05
-
-
-def server_sizes_error(sizes: list[int], batch_size: int, num_envs: int) -> Optional[str]:
-    """Why these server sizes cannot serve batches of ``batch_size`` envs (None when they can)."""
-    if len(set(sizes)) != 1 or batch_size % sizes[0]:
-        return (
-            f"batch_size={batch_size} must be a multiple of the envs per server, and all servers must host "
-            f"the same number of envs; the envs were grouped into servers of {sorted(set(sizes))} envs. "
-            f"Pass envs_per_server=D for a divisor D of both batch_size and num_envs={num_envs}"
-        )
-    return None
-
-
-def batch_grouping(specs: list[EnvSpec], batch_size: int, envs_per_server: Optional[int]) -> int:
-    """The envs per server that serve batches of ``batch_size`` (in range: ``VectorOptions``): checked,
-    or the default one."""
-    num_envs = len(specs)
-    if envs_per_server is None:
-        cores = os.cpu_count() or 1
-        envs_per_server = default_envs_per_server(num_envs, batch_size, cores)
-        crowded = crowding_warning(num_envs, batch_size, envs_per_server, cores)
-        if crowded:
-            warnings.warn(crowded, UserWarning, stacklevel=4)
-    sizes = [len(group) for group in group_envs(specs, envs_per_server)]
-    problem = server_sizes_error(sizes, batch_size, num_envs)
-    if problem:
-        raise ValueError(problem)
-    return envs_per_server
-
-
-def crowding_warning(num_envs: int, batch_size: int, envs_per_server: int, cores: int) -> Optional[str]:
-    """What to say when ``batch_size`` and ``num_envs`` force smaller servers than the batch allows
-    (they share no larger divisor), so that more env servers than cores compete for the CPU."""
-    target = -(-num_envs // cores)
-    servers = num_envs // envs_per_server
-    if servers <= cores or envs_per_server >= min(batch_size, target):
-        return None
-
-    def layout(b: int) -> int:
-        return default_envs_per_server(num_envs, b, cores)
-
-    fitting = [b for b in range(2, num_envs) if layout(b) == min(b, target) and num_envs // layout(b) < servers]
-    better = min(fitting, key=lambda b: (abs(b - batch_size), -b)) if fitting else None
-    hint = (
-        f"batch_size={better} lets {num_envs // layout(better)} servers hold {layout(better)} envs each; "
-        if better is not None
-        else ""
-    )
-    return (
-        f"batch_size={batch_size} with num_envs={num_envs}: a batch is made of whole env servers, and only "
-        f"servers of {envs_per_server} env(s) divide both, so {servers} env servers share {cores} CPU cores "
-        f"(slower than one server per core). {hint}or pass envs_per_server=D to choose the layout yourself"
-    )
-
-
-def default_envs_per_server(num_envs: int, batch_size: int, cores: int) -> int:
-    """The largest divisor of both ``batch_size`` and ``num_envs`` that still spreads over the cores."""
-    target = max(1, -(-num_envs // cores))
-    return max(d for d in range(1, batch_size + 1) if batch_size % d == 0 and num_envs % d == 0 and d <= target)
 
 
 class ServerQueue:

@@ -19,7 +19,6 @@ VectorPortal. What that takes, and why it lives here rather than in ``vector.py`
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import sys
@@ -32,6 +31,7 @@ from ...errors import EnvError, PortalError
 from ...runtimes.backend import Backend
 from ...runtimes.process import ProcessBackend
 from ...runtimes.venv import VenvBackend
+from ..contract import grouping
 from .spec import EnvSpec
 
 EnvFactory = Callable[[], Any]
@@ -65,7 +65,7 @@ def to_specs(env_fns: Sequence[Union[EnvSpec, EnvFactory]], backend: Union[str, 
         else:
             raise TypeError(
                 f"VectorPortal(env_fns) takes callables that make an env (as gymnasium's AsyncVectorEnv) or "
-                f"portal_shm.EnvSpec; item {index} is a {type(item).__name__}"
+                f"portal_shm.backends.EnvSpec; item {index} is a {type(item).__name__}"
             )
     return specs, resolved is not None
 
@@ -115,11 +115,11 @@ def check_options(context: Optional[str], worker: Optional[Callable[..., Any]], 
 
 
 def envs_per_server(num_envs: int, requested: Optional[int], max_concurrency: Optional[int]) -> Optional[int]:
-    """At most ``max_concurrency`` envs step at once: one env at a time per server, so cap the servers."""
+    """At most ``max_concurrency`` envs step at once: one env at a time per server, so the servers
+    are capped (``contract/grouping.py`` decides)."""
     if max_concurrency is None:
         return requested
-    default = requested or math.ceil(num_envs / min(num_envs, os.cpu_count() or 1))
-    return max(default, math.ceil(num_envs / max_concurrency))
+    return grouping.envs_per_server(num_envs, requested, max_concurrency=max_concurrency)
 
 
 def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) -> dict[str, Any]:
@@ -147,9 +147,24 @@ def ship_factories(specs: Sequence[EnvSpec], run_dir: str, server_index: int) ->
 
 
 def _write_private(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    """Write ``path`` anew (0600), replacing what an earlier start of the same server shipped.
+
+    A server starts again when it is restarted or recycled. The bytes go into a new file of a
+    random name (``mkstemp``: 0600, created, never opened through a link) that is renamed over
+    ``path`` (a link there is replaced, not followed): a server starting meanwhile reads the
+    old file or the new one, never a missing or partial one, and the run directory keeps one.
+    """
+    import tempfile
+
+    fd, part = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(part, path)
+    except BaseException:
+        if os.path.lexists(part):
+            os.unlink(part)
+        raise
 
 
 def _registrations(run_dir: str) -> Optional[str]:

@@ -7,8 +7,6 @@ whether through ``close()``, garbage collection, interpreter exit or a failed st
 
 from __future__ import annotations
 
-import math
-import os
 import secrets
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -200,24 +198,6 @@ class ServerLink:
         return schemas
 
 
-def group_envs(specs: Sequence[EnvSpec], envs_per_server: Optional[int]) -> list[list[int]]:
-    """Consecutive envs with equal specs share a server; by default one server per CPU core."""
-    if envs_per_server is None:
-        envs_per_server = math.ceil(len(specs) / min(len(specs), os.cpu_count() or 1))
-    limits = [spec.backend.max_envs_per_server() or envs_per_server for spec in specs]
-    groups: list[list[int]] = []
-    for i, spec in enumerate(specs):
-        if (
-            groups
-            and spec.shares_server_with(specs[groups[-1][0]])
-            and len(groups[-1]) < min(envs_per_server, limits[i])
-        ):
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
 class PortalSession:
     """Servers and shared resources of one portal."""
 
@@ -248,14 +228,19 @@ class PortalSession:
         self._generations += 1
         return self._generations
 
-    def launch(self, specs: Sequence[EnvSpec], envs_per_server: Optional[int], timeout: float) -> None:
-        """Start every server, then wait for each one's hello (its envs exist by then)."""
+    def launch(
+        self,
+        specs: Sequence[EnvSpec],
+        groups: list[list[int]],
+        timeout: float,
+    ) -> None:
+        """Start every server, then wait for each one's hello (its envs exist by then). ``groups``:
+        the env indices of each server (``server_groups.plan_groups``)."""
         self.specs = list(specs)
         owners = {owner for spec in specs if (owner := spec.backend.runtime_owner()) is not None}
         if len(owners) > 1:
             raise ValueError(f"the envs' runtimes run as different users {sorted(owners)}: one portal, one user")
         self.resources.hand_over(owners.pop() if owners else None)
-        groups = group_envs(specs, envs_per_server)
         self.num_servers = len(groups)
         for index, env_indices in enumerate(groups):
             server = ServerLink(index, env_indices, specs[env_indices[0]])

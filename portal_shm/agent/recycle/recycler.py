@@ -64,6 +64,7 @@ from ..local.recovery import RESTARTABLE, Recovery
 from ..local.ring_views import RingViews
 from ..local.session import PortalSession, ServerLink
 from ..local.stats_reader import process_cpu
+from .handover import Handover
 from .spares import Spares
 from .wear import SPARE_AT, Wear
 
@@ -102,9 +103,8 @@ class Recycler:
         self.recovery = recovery
         self.policy = policy
         self.spares = Spares(session, fork=policy.spare == "fork")
+        self.handover = Handover(self.spares, recovery, step_timeout, startup_timeout)
         self.mode = autoreset_mode
-        self.step_timeout = step_timeout
-        self.startup_timeout = startup_timeout
         self.server_of = np.zeros(ring.num_envs, np.int64)
         for server in self.servers:
             self.server_of[server.rows] = server.index
@@ -345,31 +345,15 @@ class Recycler:
         states: Optional[list[bytes]] = handed
         if handed is None:
             try:
-                states, closed = self._get_states(server)
+                states, closed = self.handover.take_states(server)
             except EnvError as exc:  # no state adapter (or a state that cannot be taken)
                 states = None
                 if not self._without_states(j, at_end, exc):
                     return
             except RESTARTABLE:
                 return  # the old server failed: its step shows it, and recovery (or the error) takes it
-        in_ring = handed is not None
-        try:
-            self.spares.swap(server, self.startup_timeout, closed=closed, held=in_ring)
-            if states is not None and in_ring:
-                # Its answer is taken before it is posted its first step (the others are posted
-                # theirs first): its restore runs while the agent goes on, no step waits for it.
-                self._send_states(server, k, prev, states, True)
-                server.owed = lambda: self._states_restored(server, k, prev, states)
-            elif states is not None:
-                self._set_states(server, k, prev, states)
-        except PortalError as exc:
-            # The fresh server failed once the old one had closed: a cold start in place, then the
-            # states (or the reseeded reset below): nothing of the envs is lost but time, and
-            # their episodes go on: a restart in place, not counted nor shown (``recovery.py``).
-            self.recovery.restart(server, exc, "recycle", counted=False)
-            if states is not None:
-                self._set_states(server, k, prev, states, in_ring)
-        if states is None:
+        self.handover.swap(server, k, prev, states, closed, in_ring=handed is not None)
+        if states is None:  # (its envs reset so in a spare, or in a cold start after a failed swap)
             seeds = [recycle_seed(self.recovery.seeds[i], self.recycles[i] + 1) for i in envs]
             self.recovery.reset_next_step(server, seeds)
         self.ring.forget_samples(server.rows)
@@ -397,57 +381,3 @@ class Recycler:
             f"in the fresh server: reproducible, but not the trajectory of a run without recycling ({why})",
         )
         return at_end
-
-    def _get_states(self, server: ServerLink) -> tuple[list[bytes], bool]:
-        """The states of the old server's envs, and whether it closed after sending them (its
-        answer says so; a server that does not know ``then_close`` is closed by the swap)."""
-        message = {"cmd": P.GET_STATE, "envs": server.env_indices, "allow_pickle": False, "then_close": True}
-        server.channel.send(message, server.check_alive)
-        server.post_control()
-        message = server.recv(self.step_timeout, "get_state for recycling")
-        if message["cmd"] == P.ERROR:
-            raise server.error(message)
-        results = message.get("results")
-        if (
-            message["cmd"] != P.REPLY
-            or not isinstance(results, list)
-            or len(results) != len(server.env_indices)
-            or not all(isinstance(state, bytes) for state in results)
-        ):
-            raise ServerProtocolError(f"{server.describe()} answered get_state with something that is not states")
-        return results, message.get("closed") is True
-
-    def _set_states(self, server: ServerLink, k: int, prev: int, states: list[bytes], in_ring: bool = False) -> None:
-        """Restore the envs' states in the fresh server (into slot ``k``, which its step then writes;
-        ``in_ring``: slot ``k`` already shows them, as its predecessor's last step wrote it)."""
-        self._send_states(server, k, prev, states, in_ring)
-        self._check_restored(server)
-
-    def _send_states(self, server: ServerLink, k: int, prev: int, states: list[bytes], in_ring: bool) -> None:
-        message = {
-            "cmd": P.SET_STATE,
-            "slot": k,
-            "prev_slot": prev,
-            "envs": server.env_indices,
-            "states": states,
-            "allow_pickle": False,
-            "in_ring": in_ring,
-        }
-        server.channel.send(message, server.check_alive)
-        server.post_control()
-
-    def _check_restored(self, server: ServerLink) -> None:
-        reply = server.recv(self.step_timeout, "set_state of a recycled server")
-        if reply["cmd"] == P.ERROR:
-            raise server.error(reply)
-        if reply["cmd"] != P.REPLY:
-            raise ServerProtocolError(f"{server.describe()} answered set_state with {reply['cmd']!r:.40}")
-
-    def _states_restored(self, server: ServerLink, k: int, prev: int, states: list[bytes]) -> None:
-        """The answer a fresh server owes for the states sent at its swap (``ServerLink.settle``);
-        one that failed is started cold in place and given them again, as in ``_swap``."""
-        try:
-            self._check_restored(server)
-        except PortalError as exc:
-            self.recovery.restart(server, exc, "recycle", counted=False)
-            self._set_states(server, k, prev, states, True)

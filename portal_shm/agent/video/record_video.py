@@ -6,14 +6,8 @@ after its step (``record_frames``: the other envs' servers never render), and a 
 wrapper hands the frames to ffmpeg while the portal steps on. Each chosen env's own episodes decide
 what is recorded.
 
-How frames travel: off the step's hot path. On a local portal (``VectorPortal``, whatever its
-backend: processes, venvs, containers) each recorded env gets a frame ring of its own once its first
-frame told the shape (``portal_shm.wire.frames``): its server copies every frame into the next slot
-and bumps a counter, and the encoder thread writes the slot's bytes straight from shared memory into
-ffmpeg's pipe. Nothing of the frame is packed, sent, unpacked or batched, and the infos carry
-nothing. Where the servers cannot share memory with the agent (env hosts, Ray), and for the first
-frame, frames ride in the envs' infos (a frame too big for the ring row in the step's control
-message, never in the ring's observation slots) and the wrapper takes them out.
+How frames travel: off the step's hot path, in a frame ring per recorded env where the servers
+can map one, else in the envs' infos (``frame_sources`` says how).
 
 Backpressure: an encoder that falls ``depth`` frames behind (a machine without a core to spare for
 ffmpeg) makes the next step of that env wait until a slot is free; frames are never dropped, so a
@@ -38,14 +32,11 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from ...errors import EnvError, PortalError, ServerProtocolError
-from ...wire.frames import FrameRing
+from ...errors import PortalError, ServerProtocolError
 from ..contract.base import PortalVectorEnv
 from ..contract.checks import check_env_ids
 from .encoder import END, Encoder, SharedFrames, Slot, frame_shape
-
-FRAME_KEY = "_portal_frame"  # what env servers put frames under (portal_shm/server/recording.py)
-FRAME_MASK = "_" + FRAME_KEY
+from .frame_sources import FRAME_KEY, FrameRings, take_frames
 
 
 @dataclass
@@ -74,32 +65,13 @@ def ring_depth(shape: tuple[int, ...]) -> int:
     return max(low, min(high, FRAME_RING_BYTES // max(1, int(np.prod(shape)))))
 
 
-def take_frames(infos: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Remove the frames (and their masks) from a batch's infos: batch position -> frame entry.
-
-    A frame sits at the top level, or in ``final_info`` for the step that ended an episode with
-    ``SameStep`` autoreset (the server resets the env in that same step)."""
-    found: dict[int, dict[str, Any]] = {}
-    for holder in (infos, infos.get("final_info")):
-        if not isinstance(holder, dict) or FRAME_KEY not in holder:
-            continue
-        entries, mask = holder.pop(FRAME_KEY), holder.pop(FRAME_MASK, None)
-        if not isinstance(entries, dict) or mask is None:
-            raise ServerProtocolError("an env server sent frames that are not one entry per env")
-        for position in np.flatnonzero(mask).tolist():
-            found[position] = {key: entries[key][position] for key in ("shape", "data") if key in entries}
-    return found
-
-
-def _release(encoder: Encoder, rings: list[FrameRing]) -> None:
+def _release(encoder: Encoder, frame_rings: FrameRings) -> None:
     """What a RecordVideo holds outside Python's heap: its encoder (ffmpeg processes) and its
     frame rings' descriptors. Run by ``close``, or at garbage collection or exit without one."""
     try:
         encoder.stop()
     finally:
-        for ring in rings:
-            ring.close()
-        rings.clear()
+        frame_rings.close()
 
 
 class RecordVideo(VectorWrapper):
@@ -173,12 +145,10 @@ class RecordVideo(VectorWrapper):
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self._next_step = AutoresetMode(mode) is AutoresetMode.NEXT_STEP
         # Frame rings need servers that can map the agent's memory: a local portal's, any backend.
-        self._local: Optional[PortalVectorEnv] = portal if frame_rings and portal.maps_agent_memory else None
-        self._rings: list[FrameRing] = []
-        self._refused: set[int] = set()  # envs whose servers could not map a frame ring
+        self._frame_rings = FrameRings(bool(frame_rings and portal.maps_agent_memory))
         self._encoder = Encoder(self.fps)
         self._encoder.start()
-        self._finalizer = weakref.finalize(self, _release, self._encoder, self._rings)
+        self._finalizer = weakref.finalize(self, _release, self._encoder, self._frame_rings)
         self._chunk: list[tuple[Optional[str], Any]] = []  # frames (and ends of videos) not handed over yet
         self._chunk_frames = CHUNK_FRAMES  # hand the chunk over at this length
         self._closed = False
@@ -291,34 +261,22 @@ class RecordVideo(VectorWrapper):
             followed[i].capturing = not followed[i].capturing
 
     def _hand_rings(self, ids: list[int]) -> None:
-        """Capture on in ``ids``, each into its frame ring (its next frame numbered as the wrapper
-        counts), one env at a time: a server that cannot map its ring refuses it (the error says
-        why) and its env goes on with frames in its infos, for good."""
-        assert self._local is not None  # only a local portal's envs get frame rings
+        """Capture on in ``ids``, each into its frame ring, one env at a time: a server that cannot
+        map its ring refuses it and its env goes on with frames in its infos, for good."""
         for i in ids:
             followed = self._followed[i]
             assert followed.shared is not None
-            try:
-                self._local.record_frames_shared([i], [followed.shared.ring], [followed.shared.seen])
-            except EnvError as exc:
-                warnings.warn(
-                    f"RecordVideo: env {i}'s server could not map its frame ring ({exc.remote_message}); "
-                    "its frames travel in its infos",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+            if not self._frame_rings.hand(self.portal, followed.shared):
                 followed.shared = None
-                self._refused.add(i)
                 self.portal.record_frames([i], True)
 
     def _share(self, shapes: dict[int, tuple[int, ...]]) -> None:
         """Give the envs of ``shapes`` (whose first frames came in their infos) frame rings of those
         shapes, handed to their servers now if they capture (else when they next start to)."""
         for i, shape in shapes.items():
-            ring = FrameRing.create(f"portal-shm-frames-env{i}", shape, ring_depth(shape))
-            self._rings.append(ring)
-            self._followed[i].shared = SharedFrames(ring, i)
-            self._chunk_frames = min(self._chunk_frames, max(1, ring.depth // 4))
+            shared = self._frame_rings.create(i, shape, ring_depth(shape))
+            self._followed[i].shared = shared
+            self._chunk_frames = min(self._chunk_frames, max(1, shared.ring.depth // 4))
         now = [i for i in shapes if self._followed[i].capturing]
         if now:
             self._hand_rings(now)
@@ -386,7 +344,7 @@ class RecordVideo(VectorWrapper):
                     if entry is not None:
                         raise ServerProtocolError(f"env {i}'s server sent two frames for one step")
                     entry = Slot(followed.shared, n)
-            elif entry is not None and self._local is not None and i not in self._refused:
+            elif entry is not None and self._frame_rings.wanted(i):
                 shapes[i] = frame_shape(entry)
             if entry is not None:
                 if self._recorded(followed.episode):

@@ -1,44 +1,43 @@
 """``portal-shm host``: the daemon on an env machine that runs envs for agents elsewhere.
 
-One port for everything: a ROUTER socket, CURVE-encrypted and accepting only the client keys it
-was given (``--insecure`` aside), with a cap on message size. For each agent that says hello it
-starts a ``HostSession`` (the agent's envs in a local VectorPortal, in a thread of their own) and
-routes that agent's messages to it. It answers heartbeats itself, so a long step never looks like
-a dead host, and it frees a session's envs when the agent's connection has been gone for half the
-heartbeat timeout, after libzmq's own heartbeats (the other half) gave up on a silent peer.
+One port for everything (``port.py``: CURVE-encrypted, only the client keys it was given). For
+each agent that says hello it starts a ``HostSession`` (the agent's envs in a local VectorPortal,
+in a thread of their own) and routes that agent's messages to it. It answers heartbeats itself,
+so a long step never looks like a dead host, and it frees a session's envs when the agent's
+connection has been gone for half the heartbeat timeout, after libzmq's own heartbeats (the other
+half) gave up on a silent peer; a stopping host ends its sessions as ``shutdown.py`` says.
 
 It never runs code an agent ships, nor anything its operator did not allow: every hello is checked
 against the host's ``HostPolicy`` (env ids, entry points, runtimes and their options, kwargs), and
-what runs is built from the operator's values (``host_policy``).
+what runs is built from the operator's values (``policy.py``, ``runtime_offers.py``).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import os
 import secrets
 import signal
 import threading
 import time
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 import zmq
-import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
 from ...errors import PortalError
-from .. import frames, keys
+from .. import frames
 from ..error_data import redact, to_data
 from ..messages import ERROR, FROM_AGENTS, HELLO, PING, PONG, STEP, UNKNOWN_SESSION
 from .client_keys import ClientKeys
 from .hello import hello_problem
 from .inline_steps import InlineSteps
 from .options import DEFAULT_PORT, HostOptions
+from .port import HostPort
 from .quotas import MAX_SESSIONLESS_BYTES, Quotas
 from .run_dir import HostRunDir
 from .session import HostSession, SessionContext
+from .shutdown import stop_sessions
 
 __all__ = ["DEFAULT_PORT", "ClientKeys", "Host", "HostOptions", "run_host"]
 
@@ -61,17 +60,17 @@ class Host:
         self.context = zmq.Context()
         self.outbox_address = f"inproc://portal-shm-outbox-{secrets.token_hex(4)}"
         self.sessions: dict[bytes, HostSession] = {}
-        self._held: set[bytes] = set()  # routing ids another key took over: their session's replies wait
         self._collect_at: Optional[float] = None  # when to run the cyclic collector (sessions ended)
         self._collected_at = 0.0
         self._opened = 0  # sessions opened so far: the number in their log lines
         self._stop = threading.Event()
-        self._auth: Optional[ThreadAuthenticator] = None
-        self.public_key: Optional[str] = None
-        self.public_key_path: Optional[str] = None
         self.freed: dict[str, Any] = {}  # what close() stopped: sessions, envs, env servers
-        self.socket = self._bind()
-        self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        try:
+            self.port = HostPort(self.context, options, self.outbox_address)
+        except BaseException:
+            self.context.destroy(linger=0)
+            raise
+        self.address, self.public_key = self.port.address, self.port.public_key
         self._session_context = SessionContext(
             self.context,
             self.outbox_address,
@@ -85,57 +84,12 @@ class Host:
         self._poller = zmq.Poller()
         self._inline = InlineSteps(self._poller, self._send, self._fail)
 
-    # -- setup ---------------------------------------------------------------------------------
-    def _bind(self) -> zmq.Socket[Any]:
-        o = self.options
-        socket = self.context.socket(zmq.ROUTER)
-        # A routing id stays with the connection that holds it: another connection presenting it
-        # (another key that learnt it) is refused by libzmq until the holder's connection is gone.
-        socket.setsockopt(zmq.ROUTER_HANDOVER, 0)
-        socket.setsockopt(zmq.MAXMSGSIZE, o.max_message_bytes)
-        # Bounded queues per connection: an agent that stops reading makes the host drop its replies
-        # (its resend window has them), never hold them without end.
-        socket.setsockopt(zmq.SNDHWM, 64)
-        socket.setsockopt(zmq.RCVHWM, 64)
-        socket.setsockopt(zmq.LINGER, 0)
-        half = max(1, int(o.heartbeat_timeout * 500))
-        socket.setsockopt(zmq.HEARTBEAT_IVL, min(1000, half))
-        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, half)
-        socket.setsockopt(zmq.HEARTBEAT_TTL, half)
-        if not o.insecure:
-            try:
-                public, secret, path = keys.ensure_host_keys(o.keys_dir)
-                self.public_key, self.public_key_path = public.decode("ascii"), path
-                clients = o.clients_dir or os.path.join(os.path.dirname(path), "clients")
-                os.makedirs(clients, mode=0o700, exist_ok=True)
-                self._clients = ClientKeys(clients)
-            except (PortalError, OSError):
-                socket.close(0)
-                self.context.term()
-                raise
-            self._auth = ThreadAuthenticator(self.context, log=logging.getLogger("portal_shm.host.zap"))
-            self._auth.start()
-            self._auth.configure_curve_callback("portal-shm", credentials_provider=self._clients)
-            socket.setsockopt(zmq.CURVE_SERVER, 1)
-            socket.setsockopt(zmq.CURVE_PUBLICKEY, public)
-            socket.setsockopt(zmq.CURVE_SECRETKEY, secret)
-            socket.setsockopt(zmq.ZAP_DOMAIN, b"portal-shm")
-        self._monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        try:
-            socket.bind(o.bind)
-        except zmq.ZMQError as exc:
-            socket.close(0)
-            raise PortalError(f"cannot bind {o.bind}: {exc}; pick another port or stop what holds it") from None
-        self._outbox = self.context.socket(zmq.PULL)
-        self._outbox.bind(self.outbox_address)
-        return socket
-
     # -- the loop --------------------------------------------------------------------------------
     REAP_SECONDS = 0.05  # how often the loop looks for sessions to free (not on every message)
 
     def serve(self) -> None:
         poller = self._poller
-        for socket in (self.socket, self._outbox, self._monitor):
+        for socket in (self.port.socket, self.port.outbox, self.port.monitor):
             poller.register(socket, zmq.POLLIN)
         self._reap_at = 0.0
         try:
@@ -152,20 +106,19 @@ class Host:
         """One turn of the router: inline steps, replies out, messages in, lost connections, reaping."""
         if self._inline.active:
             self._inline.turn(events)
-        if self._outbox in events:
+        router, outbox, monitor = self.port.socket, self.port.outbox, self.port.monitor
+        if outbox in events:
             for _ in range(256):  # (readiness asked, not zmq.Again raised: an exception per step costs)
-                if not int(self._outbox.getsockopt(_EVENTS)) & _POLLIN:
+                if not int(outbox.getsockopt(_EVENTS)) & _POLLIN:
                     break
-                message = self._outbox.recv_multipart(copy=False)
-                if not self._held or message[0].bytes not in self._held:
-                    self.socket.send_multipart(message, copy=False)
-        if self.socket in events:
+                self.port.send(outbox.recv_multipart(copy=False))
+        if router in events:
             for _ in range(256):
-                if not int(self.socket.getsockopt(_EVENTS)) & _POLLIN:
+                if not int(router.getsockopt(_EVENTS)) & _POLLIN:
                     break
-                self._route(self.socket.recv_multipart(copy=False))
-        if self._monitor in events:
-            self._disconnected(dict(parse_monitor_message(self._monitor.recv_multipart())))
+                self._route(router.recv_multipart(copy=False))
+        if monitor in events:
+            self._disconnected(dict(parse_monitor_message(monitor.recv_multipart())))
         now = time.monotonic()
         if now >= self._reap_at:
             self._reap_at = now + self.REAP_SECONDS
@@ -185,7 +138,7 @@ class Host:
             if session is not None:
                 self._fail(session, exc, "taking a message")
             else:
-                log.exception("dropped a message from %s that broke the router", self._who(message[0]))
+                log.exception("dropped a message from %s that broke the router", self.port.who(message[0]))
 
     def _take(self, message: list[Any], session: Optional[HostSession]) -> None:
         frame, data = message[0], message[1:]
@@ -201,17 +154,17 @@ class Host:
         try:
             header = frames.unpack_header(data)
         except frames.FrameError as exc:
-            log.warning("dropped a malformed message from %s: %s", self._who(frame), exc)
-            self._reply(identity, {"cmd": ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
+            log.warning("dropped a malformed message from %s: %s", self.port.who(frame), exc)
+            self.port.reply(identity, {"cmd": ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}"})
             return
         cmd = header["cmd"]
         if cmd not in FROM_AGENTS:
             self._refuse(frame, f"a request {cmd[:40]!r}, which hosts do not take from agents")
             return
-        if session is not None and not self._owner(session, frame):
+        if session is not None and not self.port.from_owner(session, frame):
             return
         if session is not None:
-            session.fd = self._fd(frame)
+            session.fd = self.port.fd(frame)
             session.gone_since = None
         if cmd == PING:
             self._pong(identity, session, header)
@@ -219,7 +172,7 @@ class Host:
             if session is None:
                 self._hello(identity, header, frame, data)
         elif session is None:
-            self._reply(identity, {"cmd": UNKNOWN_SESSION})
+            self.port.reply(identity, {"cmd": UNKNOWN_SESSION})
         else:
             session.seq.acknowledged(header.get("ack"))
             try:
@@ -227,7 +180,7 @@ class Host:
             except frames.FrameError as exc:
                 log.warning("session %s: dropped a malformed %s: %s", session.client, cmd, exc)
                 flag = " (portal-shm host --max-decoded-bytes)" if "bytes of arrays" in str(exc) else ""
-                self._reply(
+                self.port.reply(
                     identity, {"cmd": ERROR, "kind": "ServerProtocolError", "message": f"malformed: {exc}{flag}"}
                 )
                 return
@@ -239,35 +192,8 @@ class Host:
                 session.deliver(header, arrays)
 
     def _refuse(self, frame: Any, what: str, kind: str = "ServerProtocolError") -> None:
-        log.warning("refused %s: %s", self._who(frame), what)
-        self._reply(frame.bytes, {"cmd": ERROR, "kind": kind, "message": f"refused {what}"})
-
-    def _owner(self, session: HostSession, frame: Any) -> bool:
-        """Whether the message came with the key that opened ``session`` (ZeroMQ's ``User-Id``, the
-        CURVE key the handshake proved). Another key presenting the session's routing id holds that
-        id's connection now: its message is refused, and the session's replies wait (resent from
-        its window) until its own key speaks on it again."""
-        user = self._user(frame)
-        if user == session.user:
-            if self._held and session.identity in self._held:
-                self._held.discard(session.identity)
-                log.warning("session %s: its own key is back on its connection; its replies flow again", session.client)
-            return True
-        session.refused += 1
-        if session.refused == 1 or session.refused % 1000 == 0:
-            log.warning(
-                "refused %d message(s) for session %s from another key (%s): a session belongs to the key that "
-                "opened it; its replies wait until that key is back",
-                session.refused,
-                session.client,
-                self._who(frame),
-            )
-        self._held.add(session.identity)
-        self._reply(
-            session.identity,
-            {"cmd": ERROR, "kind": "PortalError", "message": "refused: this connection's id belongs to another key"},
-        )
-        return False
+        log.warning("refused %s: %s", self.port.who(frame), what)
+        self.port.reply(frame.bytes, {"cmd": ERROR, "kind": kind, "message": f"refused {what}"})
 
     def _fail(self, session: HostSession, exc: BaseException, doing: str, re: Any = None) -> None:
         """The error boundary of a session on the router: log with the cause, tell its agent, end it."""
@@ -293,12 +219,11 @@ class Host:
 
     def _send(self, session: HostSession, data: list[Any]) -> None:
         """A session's message from the router thread (held while another key holds its id)."""
-        if not self._held or session.identity not in self._held:
-            self.socket.send_multipart([session.identity] + data, copy=False)
+        self.port.send([session.identity] + data)
 
     def _pong(self, identity: bytes, session: Optional[HostSession], header: dict[str, Any]) -> None:
         if session is None:
-            self._reply(identity, {"cmd": UNKNOWN_SESSION})
+            self.port.reply(identity, {"cmd": UNKNOWN_SESSION})
             return
         seq = session.seq
         ack = header.get("ack")
@@ -307,57 +232,44 @@ class Host:
             for data in seq.unacknowledged():
                 self._send(session, data)
         session.last_ping_ack = ack if isinstance(ack, int) else -1
-        self._reply(identity, {"cmd": PONG, "ack": seq.received, "sent": seq.sent})
+        self.port.reply(identity, {"cmd": PONG, "ack": seq.received, "sent": seq.sent})
 
     def _hello(self, identity: bytes, header: dict[str, Any], frame: Any, data: list[Any]) -> None:
-        client = self._who(frame)
-        user = self._user(frame)
+        client = self.port.who(frame)
+        user = self.port.user(frame)
         problem = hello_problem(header, data) or self.quotas.hello_problem(
             self.sessions.values(), user, header["num_envs"], header.get("vector")
         )
         if problem:
-            log.warning("refused %s: %s", client, problem)
-            self._reply(
-                identity, {"cmd": ERROR, "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
-            )
+            self._refuse_hello(identity, client, problem)
             return
         self._opened += 1
         try:
             # "<peer> (<key file>) #<n>": what every log line of the session names it by
             session = HostSession(self._session_context, identity, f"{client} #{self._opened}", header, user)
         except OSError as exc:  # out of descriptors for its wake pipe
-            log.error("refused %s: cannot make a session: %s", client, exc)
-            self._reply(
-                identity,
-                {
-                    "cmd": ERROR,
-                    "kind": "PortalError",
-                    "message": f"host {self.name} cannot take a session now ({exc.strerror}); try again later",
-                    "seq": 1,
-                    "ack": 1,
-                    "re": 1,
-                },
-            )
+            self._refuse_hello(identity, client, str(exc.strerror), exc)
             return
-        session.fd = self._fd(frame)
+        session.fd = self.port.fd(frame)
         self.sessions[identity] = session
         try:
             session.start()
         except RuntimeError as exc:  # no thread to be had
             del self.sessions[identity]
             session.close_pipes()
-            log.error("refused %s: cannot start a session thread: %s", client, exc)
-            self._reply(
-                identity,
-                {
-                    "cmd": ERROR,
-                    "kind": "PortalError",
-                    "message": f"host {self.name} cannot take a session now (no thread to run it); try again later",
-                    "seq": 1,
-                    "ack": 1,
-                    "re": 1,
-                },
-            )
+            self._refuse_hello(identity, client, "no thread to run it", exc)
+
+    def _refuse_hello(self, identity: bytes, client: str, problem: str, cause: Optional[Exception] = None) -> None:
+        """The answer to a hello that opens no session: a problem of the hello's (logged as a warning),
+        or the host's own (``cause``: logged as an error; the agent may try again later)."""
+        if cause is None:
+            log.warning("refused %s: %s", client, problem)
+        else:
+            log.error("refused %s: cannot make a session: %s", client, cause)
+            problem = f"host {self.name} cannot take a session now ({problem}); try again later"
+        self.port.reply(
+            identity, {"cmd": ERROR, "kind": "PortalError", "message": problem, "seq": 1, "ack": 1, "re": 1}
+        )
 
     def _describe(self) -> dict[str, Any]:
         return {"kind": "host", "name": self.name, "address": self.address}
@@ -365,7 +277,7 @@ class Host:
     def usage_report(self) -> dict[str, Any]:
         """The host's usage against its limits, in all and per agent key: what ``top`` shows."""
         sessions = list(self.sessions.values())
-        names = {} if self.options.insecure else self._clients.allowed()
+        names = self.port.client_names()
         usage = {k: v for k, v in self.quotas.usage(sessions, "\0").items() if not k.startswith("agent_")}
         usage["unacked_bytes"][0] = max((s.seq.unacked_bytes for s in sessions), default=0)  # the most of one session
         return {
@@ -377,40 +289,6 @@ class Host:
     def quota_usage(self, user: str) -> dict[str, Any]:
         """Usage against the limits for key ``user`` and for the host (a session's ``stats()``)."""
         return self.quotas.usage(list(self.sessions.values()), user)
-
-    def _reply(self, identity: bytes, header: dict[str, Any]) -> None:
-        self.socket.send_multipart([identity] + frames.pack(header))
-
-    @staticmethod
-    def _fd(frame: Any) -> Optional[int]:
-        try:
-            fd = frame.get(zmq.SRCFD)
-            return fd if isinstance(fd, int) else None
-        except zmq.ZMQError:
-            return None
-
-    def _user(self, frame: Any) -> str:
-        """The CURVE public key (Z85) the message's connection proved; "" on an insecure host."""
-        if self.options.insecure:
-            return ""
-        try:
-            return cast(str, frame.get("User-Id"))  # (a str whenever CURVE is on)
-        except zmq.ZMQError:
-            return "?"
-
-    def _who(self, frame: Any) -> str:
-        try:
-            peer = frame.get("Peer-Address")
-        except zmq.ZMQError:
-            peer = "?"
-        if self.options.insecure:
-            return f"{peer} (insecure)"
-        try:
-            key = frame.get("User-Id")
-        except zmq.ZMQError:
-            key = "?"
-        name = self._clients.allowed().get(key.encode("ascii"), "?") if key != "?" else "?"
-        return f"{peer} ({name})"
 
     def _disconnected(self, event: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -449,7 +327,7 @@ class Host:
             if session.undelivered:  # what its thread could not send (it had no socket)
                 self._send(session, session.undelivered)
             del self.sessions[identity]
-            self._held.discard(identity)
+            self.port.released(identity)
             session.close_pipes()
             if self._collect_at is None:
                 self._collect_at = max(now, self._collected_at + 1.0)
@@ -466,7 +344,7 @@ class Host:
             self.limits.max_unacked_bytes,
         )
         session.seq.forget()
-        self._reply(
+        self.port.reply(
             session.identity,
             {
                 "cmd": ERROR,
@@ -481,75 +359,19 @@ class Host:
     def banner(self) -> str:
         """The start-up lines an operator needs: where agents connect, the key they pin, whose keys are
         accepted, and what agents may run here."""
-        o = self.options
-        lines = [f"portal-shm host {self.name} at {self.address}"]
-        if o.insecure:
-            lines.append("  INSECURE: no encryption, no authentication (--insecure)")
-        else:
-            accepted = sorted(self._clients.allowed().values())
-            lines += [
-                f"  public key  {self.public_key}  (agents pin it: host_key= this or a copy of {self.public_key_path})",
-                f"  clients     {self._clients.directory}: {len(accepted)} agent key(s)"
-                + (
-                    f" ({', '.join(accepted[:8])}{', ...' if len(accepted) > 8 else ''})"
-                    if accepted
-                    else "; copy each agent's USER@HOST.key there"
-                ),
-            ]
+        lines = [f"portal-shm host {self.name} at {self.address}", *self.port.describe()]
         lines += self.limits.describe()
         lines.append(f"  agents may run: {self.policy.describe()}")
         return "\n".join(lines)
 
     def close(self) -> None:
         """Stop every session (its envs and env servers first), then the sockets; ``freed`` says what went."""
-        live = list(self.sessions.values())
-        self.freed = {
-            "sessions": len(live),
-            "envs": sum(s.num_envs for s in live if s.started),
-            "servers": sum(_server_count(s) for s in live),
-        }
-        for session in live:
-            session.stop()
-        stuck = self._wait_finished(live, self.CLOSE_SECONDS)
-        if stuck:  # (closing their envs hangs: an env's close(), a runtime that does not stop)
-            for session in stuck:
-                session.abort()
-            stuck = self._wait_finished(stuck, self.ABORT_SECONDS)
-        for session in stuck:
-            log.error("session %s did not end within %.0f s of the host's stop: leaving it", session.client,
-                      self.CLOSE_SECONDS + self.ABORT_SECONDS)  # fmt: skip
+        self.freed, stuck = stop_sessions(list(self.sessions.values()))
         self.sessions.clear()
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-        for socket in (self._monitor, self._outbox, self.socket):
-            socket.close(0)
+        self.port.close()
         if not stuck:  # (term() waits for every socket of the context, a stuck session's among them)
             self.context.term()
         self._run_dir.release()
-
-    CLOSE_SECONDS = 10.0  # for sessions to close their envs when the host stops, then they are stopped
-    ABORT_SECONDS = 5.0
-
-    @staticmethod
-    def _wait_finished(sessions: list[HostSession], seconds: float) -> list[HostSession]:
-        """Wait up to ``seconds`` in all for ``sessions`` to end; those that did not."""
-        deadline = time.monotonic() + seconds
-        stuck = []
-        for session in sessions:
-            if session.finished.wait(max(0.0, deadline - time.monotonic())):
-                session.close_pipes()
-            else:
-                stuck.append(session)
-        return stuck
-
-
-def _server_count(session: HostSession) -> int:
-    portal = session.portal
-    try:
-        return len(portal.servers) if portal is not None else 0
-    except Exception:  # a portal that failed half-way through its start
-        return 0
 
 
 def run_host(options: HostOptions) -> None:

@@ -3,9 +3,11 @@
 An agent key is a right to envs, not a shell. Everything an agent names (the env id or entry
 point, the runtime and its options, vector and env kwargs, and later the attribute names of
 ``call``/``get_attr``/``set_attr``) is data checked here against what the operator started the host
-with. What passes is rebuilt from the operator's own values: the runtime is a ``Backend`` this
-module constructs field by field, never ``Backend(**agent_options)``. A refusal is a
-``HostPolicyError`` that names the ``portal-shm host`` flag that would allow it.
+with. What passes is rebuilt from the operator's own values: the runtime is a ``Backend`` built by
+its own ``for_agent`` from the options its class lets agents set (``agent_options``, allow-listed
+here by name), each value checked against what the operator offers (``runtime_offers.py``), never
+``Backend(**agent_options)``. A refusal is a ``HostPolicyError`` that names the ``portal-shm host``
+flag that would allow it.
 
 The only modules the host itself imports are the operator's: the plugins it names (to fill its
 gymnasium registry), and the constructors of envs its registry or its entry-point patterns already
@@ -17,7 +19,6 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import logging
-import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -25,16 +26,13 @@ from typing import Any, Optional
 
 from ...errors import HostPolicyError, PortalError
 from ...runtimes.backend import Backend
-from ...runtimes.docker import LABEL_ENV_IMAGE, DockerBackend
-from ...runtimes.micromamba import MicromambaBackend
-from ...runtimes.process import ProcessBackend
-from ...runtimes.venv import VenvBackend
+from ...runtimes.registry import BACKENDS, hosted_runtimes
 from ...server.envs import PLUGIN_MODULES, load_entry_point
 from .request_values import MAX_NAME, check_name, check_plain, check_vector_options
+from .runtime_offers import RuntimeOffers, flag, parse_bytes
 
 log = logging.getLogger("portal_shm.host")
 
-RUNTIMES = ("process", "docker", "venv", "micromamba")
 DEFAULT_RUNTIMES = ("process", "docker")
 DEFAULT_PLUGINS = tuple(dict.fromkeys(module for _, module in PLUGIN_MODULES))
 PRESET_ENTRY_POINTS = tuple(
@@ -43,24 +41,14 @@ PRESET_ENTRY_POINTS = tuple(
     for f in ("atari", "atari_vector", "vizdoom")
 )
 
-# What an agent may set per runtime; every other field of the runtime is the operator's.
-AGENT_RUNTIME_OPTIONS = {
-    "process": ("python",),
-    "docker": ("image", "mem_limit", "cpus", "pids_limit"),
-    "venv": ("venv", "requirements", "python"),
-    "micromamba": ("micromamba",),
-}
+# What an agent may set per runtime (``Backend.agent_options``) of the built-in backends; the host
+# itself asks the registry each time, which also holds backends registered later.
+AGENT_RUNTIME_OPTIONS = {name: BACKENDS[name].agent_options for name in hosted_runtimes()}
 # Arguments gymnasium.make itself takes beside the env's own.
 MAKE_KWARGS = frozenset({"max_episode_steps", "disable_env_checker", "render_mode"})
 
 _ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _ENV_ID = re.compile(r"[\w./-]{1,200}")
-_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(:[\w][\w.-]{0,127})?")
-_REMOTE_URLS = ("https://", "http://", "git+https://")
-_BYTES = re.compile(r"(\d+(?:\.\d+)?)\s*([bkmg]?)b?", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-MIN_MEMORY = 6 << 20  # Docker refuses less; 0 would mean no limit
-MIN_CPUS = 0.01  # Docker's least; fewer nano-CPUs round to 0, no limit
 # gymnasium's accessors take the attribute's name as their first argument: checked as one.
 ACCESSORS = frozenset({"get_wrapper_attr", "set_wrapper_attr", "has_wrapper_attr"})
 # Env kwargs that size memory, and how large an agent may ask for them (``--size-cap NAME=N``): the
@@ -85,16 +73,6 @@ _registries: dict[
     tuple[str, ...], frozenset[str]
 ] = {}  # plugins -> the env ids registered once they are imported (one registry per process)
 _registry_lock = threading.Lock()
-
-
-def parse_bytes(value: Any, what: str) -> int:
-    """Docker's memory sizes: an int of bytes, or ``"512m"``, ``"4g"``."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    found = _BYTES.fullmatch(value.strip()) if isinstance(value, str) else None
-    if not found or float(found.group(1)) <= 0:
-        raise HostPolicyError(f"{what} {value!r} is not a memory size: give bytes or a size such as '512m' or '4g'")
-    return int(float(found.group(1)) * _UNITS[found.group(2).lower()])
 
 
 def _host_path(value: Any) -> Optional[str]:
@@ -130,10 +108,6 @@ def dotted_match(name: str, pattern: str) -> bool:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _flag(patterns: Optional[tuple[Any, ...]]) -> str:
-    return ",".join(patterns) if patterns else "(none)"
 
 
 @dataclass(frozen=True)
@@ -197,32 +171,40 @@ class HostPolicy:
 
     def check(self) -> None:
         """The operator's own values, on the host that applies them (a bad flag stops the host)."""
-        unknown = [r for r in self.runtimes if r not in RUNTIMES]
+        hosted = hosted_runtimes()
+        unknown = [r for r in self.runtimes if r not in hosted]
         if unknown:
-            raise PortalError(f"--runtimes {','.join(map(str, unknown))}: hosts run envs on {', '.join(RUNTIMES)}")
+            raise PortalError(f"--runtimes {','.join(map(str, unknown))}: hosts run envs on {', '.join(hosted)}")
         try:
-            parse_bytes(self.max_mem, "--max-mem")
             parse_bytes(self.max_ring_bytes, "--max-ring-bytes")
         except HostPolicyError as exc:
             raise PortalError(str(exc)) from None
         for name, cap in self.size_caps.items():
             if not isinstance(name, str) or isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
                 raise PortalError(f"--size-cap {name}={cap}: give a name and a positive integer")
-        for name, path in self.pythons.items():
-            if not os.path.isfile(path) or not os.access(path, os.X_OK):
-                raise PortalError(f"--python {name}={path}: there is no executable file at {path}")
-        for name, spec in self.micromambas.items():
-            if not os.path.isfile(spec):
-                raise PortalError(f"--micromamba {name}={spec}: there is no spec file at {spec}")
+        self.offers().check()
+
+    def offers(self) -> RuntimeOffers:
+        """What the operator offers the runtimes agents ask for (interpreters, venvs, caps, images)."""
+        return RuntimeOffers(
+            pythons=self.pythons,
+            venvs=self.venvs,
+            micromambas=self.micromambas,
+            agent_installs=self.agent_installs,
+            images=self.images,
+            max_mem=self.max_mem,
+            max_cpus=self.max_cpus,
+            max_pids=self.max_pids,
+        )
 
     # -- the operator's view ------------------------------------------------------------------
     def describe(self) -> str:
         """One line for the host's start-up log: what agents may run here (and how large)."""
-        envs = _flag(self.envs) if self.envs is not None else f"the {len(self.registry())} registered ids"
-        images = _flag(self.images) if self.images is not None else f"images labelled {LABEL_ENV_IMAGE}"
+        envs = flag(self.envs) if self.envs is not None else f"the {len(self.registry())} registered ids"
+        images = self.offers().describe_images()
         caps = ", ".join(f"{k} {v}" for k, v in sorted(self.size_caps.items()))
         return (
-            f"runtimes {','.join(self.runtimes)}; envs {envs}; entry points {_flag(self.entry_points)}"
+            f"runtimes {','.join(self.runtimes)}; envs {envs}; entry points {flag(self.entry_points)}"
             + (f"; {images}" if "docker" in self.runtimes else "")
             + f"; rings up to {self.max_ring_bytes}; size caps {caps}"
         )
@@ -271,7 +253,7 @@ class HostPolicy:
             if not any(dotted_match(env_id, p) for p in self.entry_points):
                 raise HostPolicyError(
                     f"entry point {env_id!r} is not allowed on this host: it serves entry points matching "
-                    f"{_flag(self.entry_points)} (the operator allows more with portal-shm host --entry-points PATTERNS)"
+                    f"{flag(self.entry_points)} (the operator allows more with portal-shm host --entry-points PATTERNS)"
                 )
             return
         if not _ENV_ID.fullmatch(env_id):
@@ -279,12 +261,12 @@ class HostPolicy:
         if self.envs is not None:
             if not any(fnmatch.fnmatchcase(env_id, p) for p in self.envs):
                 raise HostPolicyError(
-                    f"env id {env_id!r} is not allowed on this host: it serves ids matching {_flag(self.envs)} "
+                    f"env id {env_id!r} is not allowed on this host: it serves ids matching {flag(self.envs)} "
                     "(portal-shm host --envs PATTERNS)"
                 )
         elif env_id not in self.registry():
             raise HostPolicyError(
-                f"env id {env_id!r} is not registered on this host (plugins {_flag(self.plugins)}): install its "
+                f"env id {env_id!r} is not registered on this host (plugins {flag(self.plugins)}): install its "
                 "package there and name it with portal-shm host --plugins MODULES, or allow ids by pattern with "
                 "--envs PATTERNS (for ids that only an image registers)"
             )
@@ -295,7 +277,7 @@ class HostPolicy:
         check_name(name, "attribute")
         if not any(fnmatch.fnmatchcase(name, p) for p in self.calls):
             raise HostPolicyError(
-                f"attribute {name!r} is not allowed on this host: it allows {_flag(self.calls)} (portal-shm host --calls)"
+                f"attribute {name!r} is not allowed on this host: it allows {flag(self.calls)} (portal-shm host --calls)"
             )
         if name in ACCESSORS:
             if not isinstance(args, (list, tuple)) or not args:
@@ -388,7 +370,8 @@ class HostPolicy:
     # -- runtimes ---------------------------------------------------------------------------------
     def backend(self, runtime: Any, options: Any) -> Backend:
         """The runtime the agent asked for, built from the operator's values and the options agents may set."""
-        if runtime not in self.runtimes:
+        cls = BACKENDS.get(runtime) if isinstance(runtime, str) and runtime in self.runtimes else None
+        if cls is None or cls.agent_options is None:
             raise HostPolicyError(
                 f"this host does not run envs on the {str(runtime)[:40]!r} runtime; it offers "
                 f"{', '.join(self.runtimes)} (portal-shm host --runtimes ...)"
@@ -397,143 +380,12 @@ class HostPolicy:
             options = {}
         if not isinstance(options, dict):
             raise HostPolicyError(f"runtime options must be a dict, got {type(options).__name__}")
-        allowed = AGENT_RUNTIME_OPTIONS[runtime]
+        allowed = cls.agent_options
         for key in options:
             if key not in allowed:
                 raise HostPolicyError(
                     f"runtime option {str(key)[:MAX_NAME]!r} of the {runtime} runtime is the host operator's to set, "
                     f"not an agent's: agents may set {', '.join(allowed)}"
-                    + (
-                        " (containers of agents always run as a non-root user, with all capabilities dropped, "
-                        "no network, a read-only root and no mounts but the portal's run directory)"
-                        if runtime == "docker"
-                        else ""
-                    )
+                    + (f" ({cls.operator_note})" if cls.operator_note else "")
                 )
-        backend: Backend = getattr(self, f"_{runtime}")(options)
-        return backend
-
-    def _python(self, name: Any) -> Optional[str]:
-        if name is None:
-            return None
-        if not isinstance(name, str) or name not in self.pythons:
-            offered = ", ".join(sorted(self.pythons)) or "none"
-            raise HostPolicyError(
-                f"python={str(name)[:200]!r}: agents pick an interpreter the host offers by name, never a path; "
-                f"this host offers {offered} (portal-shm host --python NAME=PATH)"
-            )
-        return str(self.pythons[name])
-
-    def _process(self, options: dict[str, Any]) -> Backend:
-        return ProcessBackend(python=self._python(options.get("python")))
-
-    def _docker(self, options: dict[str, Any]) -> Backend:
-        image = options.get("image", str(DockerBackend.image))  # the host names it: no warning
-        if not isinstance(image, str) or not _IMAGE.fullmatch(image):
-            raise HostPolicyError(f"image {str(image)[:200]!r} is not an image name (repository[:tag])")
-        memory, cpus, pids = self.container_limits(options)
-        self.check_image(image)
-        return DockerBackend(image=image, mem_limit=str(memory), cpus=cpus, pids_limit=pids)
-
-    def container_limits(self, options: dict[str, Any]) -> tuple[Any, ...]:
-        """(bytes of memory, cpus or None, pids) of an agent's container: what it asked for within the
-        host's caps, the caps where it asked for nothing (None included)."""
-        cap = parse_bytes(self.max_mem, "--max-mem")
-        asked = options.get("mem_limit")
-        memory = cap if asked is None else parse_bytes(asked, "mem_limit")
-        if not MIN_MEMORY <= memory <= cap:
-            raise HostPolicyError(
-                f"mem_limit {asked!r}: give at least 6m (Docker's least) and at most this host's cap {self.max_mem} "
-                "(--max-mem)"
-            )
-        top_cpus = self.max_cpus or float(os.cpu_count() or 1)
-        cpus = options.get("cpus")
-        if cpus is None:
-            cpus = self.max_cpus
-        elif isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not MIN_CPUS <= cpus <= top_cpus:
-            raise HostPolicyError(f"cpus={cpus!r}: give a number from {MIN_CPUS} to {top_cpus:g} (--max-cpus)")
-        pids = options.get("pids_limit")
-        if pids is None:
-            pids = min(DockerBackend.pids_limit or self.max_pids, self.max_pids)
-        elif isinstance(pids, bool) or not isinstance(pids, int) or not 0 < pids <= self.max_pids:
-            raise HostPolicyError(f"pids_limit={pids!r}: give an integer from 1 to {self.max_pids} (--max-pids)")
-        return memory, cpus, pids
-
-    def check_image(self, image: str) -> None:
-        """An image on this host that the operator allows: by pattern, or by the env-image label."""
-        from ...runtimes.docker import docker_client
-
-        try:
-            found = docker_client().images.get(image)
-        except Exception:
-            raise HostPolicyError(
-                f"image {image!r} is not on this host: build it there first (portal-shm build ...); hosts never "
-                "pull images an agent names"
-            ) from None
-        if self.images is not None:
-            names = [image] + list(found.tags or [])
-            if not any(fnmatch.fnmatchcase(n, p) for n in names for p in self.images):
-                raise HostPolicyError(
-                    f"image {image!r} is not allowed on this host: it runs images matching {_flag(self.images)} "
-                    "(portal-shm host --images PATTERNS)"
-                )
-        elif LABEL_ENV_IMAGE not in (found.labels or {}):
-            raise HostPolicyError(
-                f"image {image!r} is not a portal-shm env image (no {LABEL_ENV_IMAGE} label, which portal-shm build "
-                "sets); the operator allows other images with portal-shm host --images PATTERNS"
-            )
-
-    def _venv(self, options: dict[str, Any]) -> Backend:
-        python = self._python(options.get("python"))
-        if "venv" in options:
-            if "requirements" in options:
-                raise HostPolicyError("give venv=NAME or requirements=[...], not both")
-            name = options["venv"]
-            if not isinstance(name, str) or name not in self.venvs:
-                offered = ", ".join(sorted(self.venvs)) or "none"
-                raise HostPolicyError(
-                    f"venv={str(name)[:100]!r} is not one this host defines; it offers {offered} "
-                    "(portal-shm host --venv NAME='REQUIREMENT ...')"
-                )
-            spec = self.venvs[name]
-            if isinstance(spec, str) and spec.startswith("@"):
-                return VenvBackend(requirements_file=spec[1:], python=python)
-            return VenvBackend(
-                requirements=tuple(spec.split()) if isinstance(spec, str) else tuple(spec), python=python
-            )
-        if not self.agent_installs:
-            raise HostPolicyError(
-                "this host builds only the venvs its operator defined (venv=NAME; portal-shm host --venv NAME=...): "
-                "installing packages an agent names runs their code here, which the operator allows with "
-                "--agent-installs"
-            )
-        requirements = options.get("requirements", ())
-        if isinstance(requirements, str):
-            requirements = [requirements]
-        if not isinstance(requirements, (list, tuple)) or len(requirements) > 100:
-            raise HostPolicyError("requirements must be a list of at most 100 requirement strings")
-        for requirement in requirements:
-            if (
-                not isinstance(requirement, str)
-                or not requirement.strip()
-                or len(requirement) > 300
-                or requirement.strip()[0] in "-./~"
-                or "file:" in requirement
-                or ("@" in requirement and not requirement.partition("@")[2].strip().startswith(_REMOTE_URLS))
-                or "\n" in requirement
-            ):
-                raise HostPolicyError(
-                    f"requirement {str(requirement)[:300]!r}: agents name packages (name, version specifiers, "
-                    "URLs), never installer options (-r, -e, --index-url) or paths on the host"
-                )
-        return VenvBackend(requirements=tuple(r.strip() for r in requirements), python=python)
-
-    def _micromamba(self, options: dict[str, Any]) -> Backend:
-        name = options.get("micromamba")
-        if not isinstance(name, str) or name not in self.micromambas:
-            offered = ", ".join(sorted(self.micromambas)) or "none"
-            raise HostPolicyError(
-                f"micromamba={str(name)[:100]!r}: agents pick a micromamba env the host defines by name; it offers "
-                f"{offered} (portal-shm host --micromamba NAME=SPEC.yml)"
-            )
-        return MicromambaBackend(spec=self.micromambas[name])
+        return cls.for_agent(options, self.offers())

@@ -14,6 +14,8 @@ import resource
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from ...agent.contract.grouping import server_count
+
 # Descriptors one session takes on the host, measured (``benchmarks/host_load.py`` samples them):
 # its thread's socket and wake pipe, and per env server a control socket, doorbell pipes and a log.
 FDS_PER_SESSION = 16
@@ -23,12 +25,13 @@ MAX_SESSIONLESS_BYTES = 1 << 20
 
 
 def servers_of(count: int, vector: Any) -> int:
-    """The env servers a session of ``count`` envs starts: ``envs_per_server`` to a server, or one
-    server per core (a local portal's default)."""
-    per = vector.get("envs_per_server") if isinstance(vector, dict) else None
-    if isinstance(per, int) and not isinstance(per, bool) and per >= 1:
-        return -(-count // per)
-    return min(count, os.cpu_count() or 1)
+    """The env servers a session of ``count`` envs starts, as its local portal groups them
+    (``agent/contract/grouping.py``; values not yet checked count as left out)."""
+    vector = vector if isinstance(vector, dict) else {}
+    per, batch = vector.get("envs_per_server"), vector.get("batch_size")
+    per = per if isinstance(per, int) and not isinstance(per, bool) and per >= 1 else None
+    batch = batch if isinstance(batch, int) and not isinstance(batch, bool) and 1 <= batch <= count else None
+    return server_count(count, per, batch)
 
 
 def default_max_fds() -> int:

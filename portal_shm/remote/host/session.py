@@ -8,6 +8,7 @@ compressed out of the ring (the ring slot is reused while the bytes may still wa
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -17,60 +18,23 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-import numpy as np
 import zmq
 
 from ...agent.local.lockstep import NotFinished
-from ...agent.local.spec import EnvSpec
 from ...agent.vector import VectorPortal
 from ...errors import HostPolicyError, InfoEncodingError, PortalError, PortalTimeoutError
-from ...wire import trees
-from ...wire.protocol import packb
-from ...wire.schema import is_fixed, space_to_schema
 from .. import codecs, frames
 from .. import messages as M
 from ..error_data import to_data
-from ..infos import crossing, unbatch
 from ..reliable import Sequencer
 from .policy import HostPolicy
 from .quotas import Limits
-from .request_values import check_name
+from .session_envs import SessionEnvs, open_portal
+from .session_requests import SessionRequests
 
 log = logging.getLogger("portal_shm.host")
 
 _STOP = object()
-
-
-def _packable(mapping: dict[str, Any]) -> dict[str, Any]:
-    """The entries of an env's metadata that can cross the wire (the rest stays on the host)."""
-    out = {}
-    for key, value in mapping.items():
-        try:
-            packb(value)
-        except Exception:
-            continue
-        out[str(key)] = value
-    return out
-
-
-def _no_wakeup_preemption(portal: VectorPortal) -> None:
-    """Put the envs' servers in ``SCHED_BATCH`` (Linux): same share of the cores, but a woken
-    server no longer preempts the task that woke it.
-
-    The router wakes a lockstep step's servers one after the other, each by a pipe write; a woken
-    server used to take the router's core at once, so the next server was rung only when the router
-    ran again, and the step waited for that straggler (README "Envs on another machine" has the
-    figures). Where the policy cannot be set (other systems, a container's process not ours) the
-    servers keep the default.
-    """
-    setter = getattr(os, "sched_setscheduler", None)
-    if setter is None:
-        return
-    for server in portal.servers:
-        try:
-            setter(server["pid"], os.SCHED_BATCH, os.sched_param(0))
-        except (OSError, TypeError):
-            pass
 
 
 @dataclass(frozen=True)
@@ -115,16 +79,10 @@ class HostSession(threading.Thread):
         self.last_ping_ack = -1
         self.finished = threading.Event()
         self._out: Optional[zmq.Socket[Any]] = None
-        self._in_flight = 0
-        self._batched = False
-        self._whole = False  # async batches of the agent, each all of this host's envs
-        self._recycling = False
-        self._lossy_infos = False  # the agent asked for infos="lossy" (``infos.crossing``)
-        self._act_fixed = False
+        self._envs: Optional[SessionEnvs] = None  # once started: how the agent steps them, their arrays' layout
         self.started = False  # the envs run and the welcome went out
         self.busy = False  # the thread has a request of the router's in hand
         self.inline: Optional[dict[str, Any]] = None  # a lockstep step the router thread drives (see begin_inline)
-        self._handlers = self._handler_table()
         self._wake_r, self._wake_w = os.pipe()  # rung with each request: the thread may sleep on servers
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -176,13 +134,14 @@ class HostSession(threading.Thread):
     def can_step_inline(self) -> bool:
         """Whether the router may drive the next step: never where starting it could wait (a
         recycler's swap waits for a spare's reply, actions without a fixed layout are messages)."""
-        if not self.started or self.busy or self._batched or self._whole or self.inline is not None:
+        envs = self._envs
+        if not self.started or envs is None or self.busy or envs.batched or envs.whole or self.inline is not None:
             return False
-        return self._act_fixed and not self._recycling and not self.envs.recovering
+        return envs.act_fixed and not envs.recycling and not self.envs.recovering
 
     def begin_inline(self, header: dict[str, Any], arrays: list[Any]) -> list[Any]:
         """Start the step (actions into the ring, servers rung); the done fds the router polls."""
-        self.envs.step_async(self._actions(header, arrays, self.num_envs))
+        self.envs.step_async(self._session_envs().actions(header, arrays, self.num_envs))
         self.inline = {"seq": header["seq"], "since": time.monotonic()}
         return [done.fd for done in self.envs.doorbells()]
 
@@ -260,8 +219,9 @@ class HostSession(threading.Thread):
             self.finished.set()
             return
         try:
-            if self._start():
-                self._serve()
+            requests = self._start()
+            if requests is not None:
+                self._serve(requests)
         except Exception as exc:  # a bug here must not take the host down: tell the agent and log
             log.exception("session %s failed", self.client)
             self._emit(self.error_data(exc))
@@ -279,47 +239,26 @@ class HostSession(threading.Thread):
             except Exception:
                 log.exception("closing the envs of %s", self.client)
 
-    def _start(self) -> bool:
+    def _start(self) -> Optional[SessionRequests]:
+        """The envs started and the agent welcomed (what answers its requests), or refused (None)."""
         hello = self.hello
         try:
-            grant = self.ctx.policy.grant(hello, self.num_envs)
-            vector = dict(grant.vector)
-            # The agent's batches come from one host each: a host with no more envs than a batch
-            # steps them all at once (lockstep here) and hands each step out as one batch.
-            self._whole = bool(vector.get("batch_size")) and vector["batch_size"] >= self.num_envs
-            self._recycling = vector.get("recycle") is not None
-            self._lossy_infos = vector.get("infos") == "lossy"
-            if self._whole:
-                vector.pop("batch_size")
-            # Every wait of the session's thread is bounded: an agent may ask for less than the host's.
-            asked = vector.get("step_timeout")
-            vector["step_timeout"] = self.ctx.step_timeout if asked is None else min(asked, self.ctx.step_timeout)
-            spec = EnvSpec(grant.env_id, grant.env_kwargs, grant.backend)
-            # No spinning: the router thread, the zmq I/O thread and the agent's traffic need the
-            # cores a spinning agent or server would take, and a step here waits for a network anyway.
-            self.portal = VectorPortal([spec] * self.num_envs, copy=False, spin_wait=0.0, **vector)
+            self.portal, modes = open_portal(hello, self.num_envs, self.ctx.policy, self.ctx.step_timeout)
         except HostPolicyError as exc:
             log.warning("refused %s: %s", self.client, exc)
             self.reserved = False  # (before the agent hears of it: its next hello may come at once)
             self._emit({**self.error_data(exc), "re": 1})
-            return False
+            return None
         except Exception as exc:
             log.warning("session %s: cannot start %d x %s: %s", self.client, self.num_envs, hello.get("env_id"), exc)
             self.reserved = False  # (the portal cleaned up after itself)
             self._emit({**self.error_data(exc), "re": 1})
-            return False
+            return None
         portal = self.portal
-        _no_wakeup_preemption(portal)
-        self._batched = portal.batch_size is not None and portal.batch_size < portal.num_envs
-        obs_schema = space_to_schema(portal.single_observation_space)
+        self._envs = envs = SessionEnvs(portal, modes)
         self.codec = codecs.host_choice(
-            hello.get("codecs") or [], hello.get("compression"), codecs.is_image(obs_schema)
+            hello.get("codecs") or [], hello.get("compression"), codecs.is_image(envs.obs_schema)
         )
-        self._obs_schema = obs_schema
-        self._obs_fixed = is_fixed(obs_schema)
-        self._act_schema = space_to_schema(portal.single_action_space)
-        self._act_fixed = is_fixed(self._act_schema)
-        self._act_specs = trees.leaf_specs(self._act_schema) if self._act_fixed else []
         log.info(
             "session %s: %d x %s on %s, codec %s; servers: %s",
             self.client,
@@ -329,28 +268,17 @@ class HostSession(threading.Thread):
             self.codec,
             "; ".join(str(s["runtime"]) for s in portal.servers),  # (pids and paths: the host's log only)
         )
-        self._emit(
-            {
-                "cmd": M.WELCOME,
-                "re": 1,
-                "obs_schema": obs_schema,
-                "act_schema": self._act_schema,
-                "render_mode": portal.render_mode,
-                "metadata": _packable({k: v for k, v in portal.metadata.items() if k != "autoreset_mode"}),
-                "codec": self.codec,
-                "batched": self._batched,
-                "servers": [f"{self.runtime} server {i}" for i in range(len(portal.servers))],
-                "server_envs": [s["envs"] for s in portal.servers],
-                "server_hosting": [s.get("hosting") for s in portal.servers],  # (what steps each one's envs)
-                "host": self.ctx.host_name,
-            }
+        self._emit(envs.welcome(self.runtime, self.codec, self.ctx.host_name))
+        quota = functools.partial(self.ctx.usage, self.user)  # the agent key's usage against the limits
+        requests = SessionRequests(
+            envs, self.num_envs, self.ctx.policy, quota, self.runtime, self.client, self._emit, self._emit_result
         )
         self.started = True
-        return True
+        return requests
 
-    def _serve(self) -> None:
+    def _serve(self, requests: SessionRequests) -> None:
         while True:
-            item = self._next()
+            item = self._next(requests)
             if item is _STOP:
                 return
             if item is None:
@@ -362,7 +290,7 @@ class HostSession(threading.Thread):
                     self._free()
                     self._emit({"cmd": M.RESULT, "re": header["seq"]})
                     return
-                self._handle(cmd, header, arrays)
+                requests.handle(cmd, header, arrays)
             except PortalTimeoutError as exc:  # (not restarted: the agent asked for no restarts, or none is left)
                 self._end_wedged(exc, None if cmd == M.SEND else header.get("seq"))
                 return
@@ -393,15 +321,15 @@ class HostSession(threading.Thread):
     # idle, until some other batch finished; polling would take the cores the envs need.
     STALL_SECONDS = 0.05  # then recv() itself waits, checking for dead and hung servers as it does
 
-    def _next(self) -> Any:
+    def _next(self, requests: SessionRequests) -> Any:
         """The agent's next request; while envs of async batches step, finished batches first."""
-        if not (self._batched and self._in_flight >= self.envs.batch_size):
+        if not requests.awaiting_batch:
             return self.inbox.get()
         portal = self.envs
         deadline = time.monotonic() + self.STALL_SECONDS
         while True:
             if portal.batch_ready():
-                self._ship_batch()
+                requests.ship_batch()
                 return None
             try:
                 return self.inbox.get_nowait()
@@ -409,7 +337,7 @@ class HostSession(threading.Thread):
                 pass
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._ship_batch()
+                requests.ship_batch()
                 return None
             done = [waiter for waiter in portal.doorbells() if not waiter.closed]
             readable = select.select([self._wake_r] + [w.fd for w in done], [], [], remaining)[0]
@@ -422,172 +350,11 @@ class HostSession(threading.Thread):
                 except BlockingIOError:
                     pass
 
-    def _handle(self, cmd: str, header: dict[str, Any], arrays: list[Any]) -> None:
-        if self._whole and cmd in (M.RESET, M.SEND):  # the agent's batch is all of this host's envs
-            self._whole_batch(cmd, header, arrays)
-            return
-        handler = self._handlers.get(cmd)
-        if handler is None:
-            raise ValueError(f"unknown request {cmd!r}")
-        handler(header, arrays)
-
-    def _handler_table(self) -> dict[str, Any]:
-        """The agent's requests (and the router's hand-over, ``FINISH``), by kind."""
-        return {
-            M.RESET: self._reset,
-            M.STEP: self._step,
-            M.FINISH: self._finish,
-            M.SEND: self._send_actions,
-            M.CALL: self._call,
-            M.GET_ATTR: self._get_attr,
-            M.SET_ATTR: self._set_attr,
-            M.GET_STATE: self._get_state,
-            M.SET_STATE: self._set_state,
-            M.RECORD: self._record,
-            M.STATS: self._stats,
-            M.RENDER: self._render,
-        }
-
-    def _whole_batch(self, cmd: str, header: dict[str, Any], arrays: list[Any]) -> None:
-        portal = self.envs
-        if cmd == M.RESET:
-            obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
-            self._emit({"cmd": M.RESULT, "re": header["seq"]})
-            flags: Any = (np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool))
-        else:
-            ids = np.asarray(header["env_ids"], dtype=np.int64)
-            if ids.tolist() != list(range(self.num_envs)):
-                raise ValueError(f"env_ids {ids.tolist()} must be all {self.num_envs} envs of this host")
-            obs, *flags, infos = portal.step(self._actions(header, arrays, self.num_envs))
-        self._emit_result(None, obs, flags, infos, self.num_envs, env_ids=range(self.num_envs))
-
-    def _reset(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        seeds, options = header.get("seed"), header.get("options")
-        if self._batched:
-            self.envs.async_reset(seed=seeds, options=options)
-            self._in_flight = self.num_envs
-            self._emit({"cmd": M.RESULT, "re": header["seq"]})
-            return
-        obs, infos = self.envs.reset(seed=seeds, options=options)
-        self._emit_result(header["seq"], obs, None, infos, self.num_envs)
-
-    def _step(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        obs, reward, terminated, truncated, infos = self.envs.step(self._actions(header, arrays, self.num_envs))
-        self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
-
-    def _finish(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        """A step the router started (``begin_inline``) and handed over."""
-        obs, reward, terminated, truncated, infos = self.envs.step_wait()
-        self._emit_result(header["seq"], obs, (reward, terminated, truncated), infos, self.num_envs)
-
-    def _send_actions(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        ids = np.asarray(header["env_ids"], dtype=np.int64)
-        self.envs.send(self._actions(header, arrays, len(ids)), ids)
-        self._in_flight += len(ids)
-
-    def _call(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        name, args, kwargs = self._call_name(header), header.get("args", ()), header.get("kwargs", {})
-        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
-            raise ValueError("call: args must be a list and kwargs a dict")
-        kwargs = {check_name(k, "call kwarg"): v for k, v in kwargs.items()}
-        ids, portal = self._env_ids(header), self.envs
-        values = portal.call(name, *args, **kwargs) if ids is None else portal.call_envs(ids, name, *args, **kwargs)
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
-
-    def _get_attr(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        name, ids = self._call_name(header), self._env_ids(header)
-        values = self.envs.get_attr(name) if ids is None else self.envs.get_attr_envs(ids, name)
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
-
-    def _set_attr(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        name, ids = self._call_name(header), self._env_ids(header)
-        if ids is None:
-            self.envs.set_attr(name, header["values"])
-        else:
-            self.envs.set_attr_envs(ids, name, header["values"])
-        self._emit({"cmd": M.RESULT, "re": header["seq"]})
-
-    def _get_state(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        ids = self._env_ids(header)
-        if ids is None:
-            raise ValueError("get_state: env_ids must name the envs")
-        allow = header.get("allow_pickle") is True and self.ctx.policy.pickled_states
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": self.envs.get_state(ids, allow_pickle=allow)})
-
-    def _set_state(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        ids, states = self._env_ids(header), header.get("states")
-        if ids is None or not isinstance(states, list) or not all(isinstance(x, bytes) for x in states):
-            raise ValueError("set_state: env_ids and one state (bytes) per env")
-        allow = header.get("allow_pickle") is True and self.ctx.policy.pickled_states
-        obs, infos = self.envs.set_state(states, ids, allow_pickle=allow)
-        self._emit_result(header["seq"], obs, None, infos, self.num_envs)
-
-    def _record(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        """Allowed to every agent: it renders frames of the agent's own envs."""
-        ids = self._env_ids(header)
-        if ids is None:
-            raise ValueError("record: env_ids must name the envs")
-        self.envs.record_frames(ids, header.get("on") is True)
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": [None] * len(ids)})
-
-    def _stats(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        window = header.get("window")
-        if not isinstance(window, (int, float)) or isinstance(window, bool) or not 0.1 <= window <= 3600:
-            raise ValueError("stats: window must be a number of seconds in [0.1, 3600]")
-        report = self.envs.stats(float(window))
-        for server in report.get("servers", []):
-            server["pid"] = None  # the host's own process ids are not the agent's to know
-            if "runtime" in server:
-                server["runtime"] = self.runtime
-        report["quota"] = self.ctx.usage(self.user)
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "stats": report})
-
-    def _render(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        values = self.envs.render()
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": None if values is None else list(values)})
-
-    def _env_ids(self, header: dict[str, Any]) -> Optional[list[Any]]:
-        """The envs a per-env call names (this session's own indices), checked; None: all of them."""
-        ids = header.get("env_ids")
-        if ids is None:
-            return None
-        if not (
-            isinstance(ids, list)
-            and ids
-            and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.num_envs for i in ids)
-        ):
-            raise ValueError(f"env_ids must be a list of this session's env indices, got {ids!r:.80}")
-        return ids
-
-    def _call_name(self, header: dict[str, Any]) -> str:
-        try:
-            return self.ctx.policy.check_call(
-                header.get("name"), header.get("args", ()) if header["cmd"] == M.CALL else ()
-            )
-        except HostPolicyError as exc:
-            log.warning("refused %s: %s", self.client, exc)
-            raise
-
-    def _actions(self, header: dict[str, Any], arrays: list[Any], count: int) -> Any:
-        if not self._act_fixed:
-            return header["actions"]
-        specs = self._act_specs
-        if len(arrays) != len(specs):
-            raise frames.FrameError(f"{len(arrays)} action arrays for {len(specs)} leaves of the action space")
-        checked = [frames.expect(a, dtype, (count,) + shape, "actions") for a, (shape, dtype) in zip(arrays, specs)]
-        return trees.unflatten(checked, self._act_schema)
-
-    def _ship_batch(self) -> None:
-        portal = self.envs
-        try:
-            obs, reward, terminated, truncated, infos = portal.recv()
-        except Exception as exc:
-            self._in_flight = 0
-            self._emit(self.error_data(exc))
-            return
-        ids = infos["env_id"]
-        self._in_flight -= len(ids)
-        self._emit_result(None, obs, (reward, terminated, truncated), infos, len(ids), env_ids=ids)
+    def _session_envs(self) -> SessionEnvs:
+        envs = self._envs
+        if envs is None:
+            raise PortalError("this session's envs are not started")
+        return envs
 
     def _emit_result(
         self, seq: Optional[int], obs: Any, flags: Any, infos: dict[str, Any], count: int, env_ids: Any = None
@@ -598,21 +365,9 @@ class HostSession(threading.Thread):
         self, seq: Optional[int], obs: Any, flags: Any, infos: dict[str, Any], count: int, env_ids: Any = None
     ) -> list[Any]:
         try:
-            phase = "step" if flags is not None else "reset"
-            sparse = crossing(unbatch(infos, count), self._lossy_infos, phase, env_ids)
+            header, arrays, compressible = self._session_envs().result(seq, obs, flags, infos, count, env_ids)
         except InfoEncodingError as exc:  # a value its agent cannot receive as it is: the step's error
             return self.numbered_frames({**self.error_data(exc), **({} if seq is None else {"re": seq})})
-        header: dict[str, Any] = {"cmd": M.RESULT if env_ids is None else "batch", "infos": sparse}
-        if seq is not None:
-            header["re"] = seq
-        if env_ids is not None:
-            header["env_ids"] = [int(i) for i in env_ids]
-        arrays = trees.flatten(obs, self._obs_schema) if self._obs_fixed else []
-        if not self._obs_fixed:
-            header["obs"] = obs
-        compressible = len(arrays)
-        if flags is not None:
-            arrays += [np.asarray(flags[0], np.float64), np.asarray(flags[1], np.bool_), np.asarray(flags[2], np.bool_)]
         return self.numbered_frames(header, arrays, compressible)
 
     def _emit(self, header: dict[str, Any], arrays: Any = (), compressible: int = 0) -> None:

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, Sequence, TypeVar
 
 from ...errors import PortalError
 from ..keys import create_key_pair, make_private_dir
@@ -97,6 +97,31 @@ def collect_after(pid: int) -> None:
             gc.remove(leftover)
 
 
+def start_host(
+    args: Sequence[str], env: Optional[dict[str, str]] = None, stderr: int = subprocess.STDOUT
+) -> subprocess.Popen[str]:
+    """``python -m portal_shm host ARGS`` with its stdout a text pipe (and its stderr in it, unless
+    ``stderr`` says otherwise), in a process group of its own (``kill_host``), in the environment
+    ``env`` (default: this one's). The host is stopped when the thread that started it exits."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "portal_shm", "host", *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+        env=env,
+    )
+
+
+def kill_host(process: subprocess.Popen[str]) -> None:
+    """SIGKILL a host started by ``start_host`` and everything in its process group, as a crash
+    would; then, as ``portal-shm gc`` would, free the run directories the host can no longer remove."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    collect_after(process.pid)
+
+
 class HostProcess:
     """``python -m portal_shm host`` on 127.0.0.1 (a free port unless ``port``); keeps its log.
 
@@ -105,19 +130,12 @@ class HostProcess:
     """
 
     def __init__(self, keys: Optional[LocalKeys], *args: str, port: int = 0, timeout: float = 30.0) -> None:
-        command = [sys.executable, "-m", "portal_shm", "host", "--bind", f"tcp://127.0.0.1:{port}", *args]
+        command = ["--bind", f"tcp://127.0.0.1:{port}", *args]
         if keys is None:
             command.append("--insecure")
         else:
             command += ["--keys", keys.host_dir, "--clients", keys.clients_dir]
-        self.process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        self.process = start_host(command)
         self.lines: list[Any] = []
         self.address = ""
         ready = threading.Event()
@@ -150,11 +168,8 @@ class HostProcess:
         return False
 
     def kill(self) -> None:
-        """SIGKILL the host and everything in its process group, as a crash would; then, as
-        ``portal-shm gc`` would, free the run directories the host can no longer remove."""
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-        collect_after(self.process.pid)
+        """SIGKILL the host and its process group, then free what it left (``kill_host``)."""
+        kill_host(self.process)
 
     def stop(self) -> None:
         if self.process.poll() is None:

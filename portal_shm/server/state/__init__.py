@@ -25,9 +25,10 @@ otherwise ``StateError`` names both sides. This package runs inside env runtimes
 syntax, numpy, msgpack and what the env itself brings (ale_py, mujoco), imported only when used.
 
 Parts: ``blob`` (the format, ``capture``, ``restore`` and the checks of a blob), ``adapters`` (which
-adapter takes a base env), one module per adapter (``own_state``, ``ale_state``, ``mujoco_state``,
-``pickled``, ``episode_end``), ``wrappers`` (the chain and its wrappers' attributes), ``plain``
-(values as msgpack-able data, generators) and ``versions`` (the runtime's package versions).
+adapter takes a base env), ``adapter_base`` (what every adapter is), one module per adapter
+(``own_state``, ``ale_state``, ``mujoco_state``, ``pickled``, ``episode_end``), ``wrappers`` (the
+chain and its wrappers' attributes), ``plain`` (values as msgpack-able data, generators) and
+``versions`` (the runtime's package versions).
 This module only names what callers import from ``portal_shm.server.state``.
 """
 

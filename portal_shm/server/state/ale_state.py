@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .adapter_base import Adapter
 from .plain import StateError, _attrs
 
 
-class AleState:
+class AleState(Adapter):
     """ALE games (``ale_py.env.AtariEnv``): ``cloneState(include_rng=True)`` is the emulator and the
     sticky-action RNG, but not the last action ALE executed, which a sticky frame repeats and
     ``restoreState`` leaves as it was (so a restored Pong would move its paddle as the target env
@@ -17,7 +18,7 @@ class AleState:
     screen stays stale after ``restoreState`` until the next ``act``, hence the saved observation."""
 
     name = "ale"
-    packages: tuple = ("ale_py",)  # what its states depend on beside the chain's
+    packages: tuple = ("ale_py",)
 
     @staticmethod
     def matches(base: Any) -> bool:

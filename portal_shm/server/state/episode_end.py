@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .adapter_base import Adapter
 from .plain import _RNG_ATTRIBUTES, StateError, _attrs, _class_name, _decode, _encode, _is_generator
 from .wrappers import _SKIP
 
 
-class EpisodeEndState:
+class EpisodeEndState(Adapter):
     """Any other env, only at an episode's end (its next move is a reset, not yet made).
 
     There, a gymnasium env's future is its reset and what follows, and it draws all of that from
@@ -22,11 +23,6 @@ class EpisodeEndState:
     kept across episodes by the base env)."""
 
     name = "episode-end"
-    packages: tuple = ()  # what its states depend on beside the chain's
-
-    @staticmethod
-    def matches(base: Any) -> bool:
-        return True
 
     @staticmethod
     def save(base: Any, resets_next: bool) -> Any:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from .adapter_base import Adapter
 from .plain import StateError, _attrs
 
 # MjData fields that mj_forward derives from the state and that envs read between steps (Ant's
@@ -47,14 +48,14 @@ _MUJOCO_DERIVED = (
 )
 
 
-class MujocoState:
+class MujocoState(Adapter):
     """MuJoCo envs (gymnasium's ``MujocoEnv``: ``model`` and ``data``): ``mjSTATE_INTEGRATION`` is
     everything ``mj_step`` reads (time, qpos, qvel, act, warm start, controls, applied forces,
     mocap, user data, plugin state), so the next step is the original one bit for bit. The fields
     envs read between steps are derived, and saved as they were (``_MUJOCO_DERIVED``)."""
 
     name = "mujoco"
-    packages: tuple = ("mujoco",)  # what its states depend on beside the chain's
+    packages: tuple = ("mujoco",)
 
     @staticmethod
     def matches(base: Any) -> bool:

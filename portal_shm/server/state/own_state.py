@@ -5,15 +5,15 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from .plain import StateError, _class_name, _decode, _encode, _NotPlain
+from .adapter_base import Adapter, refusing
+from .plain import _class_name, _decode, _encode, _NotPlain
 from .wrappers import _own_methods
 
 
-class OwnState:
+class OwnState(Adapter):
     """Envs with ``get_state()``/``set_state(state)`` of their own: they know their state best."""
 
     name = "own"
-    packages: tuple = ()  # what its states depend on beside the chain's
 
     @staticmethod
     def matches(base: Any) -> bool:
@@ -21,17 +21,19 @@ class OwnState:
 
     @staticmethod
     def save(base: Any, resets_next: bool) -> Any:
-        try:
+        with refusing(_NotPlain, lambda exc: _not_plain(base, exc)):
             return _encode(base.get_state(), f"{type(base).__qualname__}.get_state()")
-        except _NotPlain as exc:
-            raise StateError(
-                f"{_class_name(base)}.get_state() returned {exc.args[0]}, which a state cannot carry: "
-                "return plain data (numbers, strings, bytes, arrays, lists, tuples, dicts)"
-            ) from None
 
     @staticmethod
     def load(base: Any, payload: Any) -> None:
         base.set_state(_decode(payload))
+
+
+def _not_plain(base: Any, exc: Exception) -> str:
+    return (
+        f"{_class_name(base)}.get_state() returned {exc.args[0]}, which a state cannot carry: "
+        "return plain data (numbers, strings, bytes, arrays, lists, tuples, dicts)"
+    )
 
 
 def _one_argument(method: Callable) -> bool:

@@ -163,7 +163,7 @@ def test_live_view_in_a_terminal_quits_on_q_and_restores_it(stepping):
 
 
 def test_the_docs_quote_the_verdict_rules_as_bound_states_them():
-    section = (pathlib.Path(__file__).parents[2] / "docs" / "performance" / "where-the-time-goes.md").read_text()
+    section = (pathlib.Path(__file__).parents[3] / "docs" / "performance" / "where-the-time-goes.md").read_text()
     for name in ("MIN_CALLS", "AWAY", "STRAGGLER_RATIO", "STRAGGLER_MIN_US", "MIN_SAMPLES", "ENV_BUSY"):
         assert f"`{name} = {getattr(bound, name)!r}`" in section, name
     for verdict in ("agent", "straggler", "env", "transport"):

@@ -80,7 +80,7 @@ def test_a_silent_host_is_still_waited_for_up_to_the_heartbeat_timeout(silent_po
     started = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(portal_shm.HostLostError, match="no connection was ever set up"):
+        with pytest.raises(portal_shm.errors.HostLostError, match="no connection was ever set up"):
             portal_shm.make_vec(
                 "CartPole-v1",
                 1,

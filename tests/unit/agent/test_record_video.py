@@ -345,7 +345,9 @@ def test_a_server_that_miscounts_its_frames_is_a_protocol_error(tmp_path):
         for _ in range(3):
             recorder.step(recorder.action_space.sample())
         envs.step = miscounted
-        with pytest.raises(portal_shm.ServerProtocolError, match="env 0's server says it wrote 8 frames .* 2 before"):
+        with pytest.raises(
+            portal_shm.errors.ServerProtocolError, match="env 0's server says it wrote 8 frames .* 2 before"
+        ):
             recorder.step(recorder.action_space.sample())
     finally:
         recorder.close()
@@ -363,7 +365,7 @@ def test_nothing_is_left_after_an_exception_in_the_middle(tmp_path):
     assert len(frame_rings()) == 1 and len(ffmpeg_children()) == 1
     (pid,) = [server["pid"] for server in recorder.servers if 3 in server["envs"]]
     os.kill(pid, signal.SIGKILL)
-    with pytest.raises(portal_shm.ServerDiedError):
+    with pytest.raises(portal_shm.errors.ServerDiedError):
         for _ in range(20):
             recorder.step(recorder.action_space.sample())
     recorder.close()

@@ -268,11 +268,13 @@ def test_container_limits_are_capped_by_the_host(options, match):
 
 
 def test_limits_left_out_or_none_are_the_hosts_caps():
-    policy = HostPolicy(max_mem="2g", max_cpus=1.5, max_pids=100)
+    offers = HostPolicy(max_mem="2g", max_cpus=1.5, max_pids=100).offers()
+    pids = DockerBackend.pids_limit
     for options in ({}, {"mem_limit": None, "cpus": None, "pids_limit": None}):
-        assert policy.container_limits(options) == (2 << 30, 1.5, 100)
-    assert policy.container_limits({"mem_limit": "512m", "cpus": 0.5, "pids_limit": 7}) == (512 << 20, 0.5, 7)
-    assert DEFAULT.container_limits({}) == (4 << 30, None, 1024)  # no --max-cpus: every core, no cpu limit
+        assert offers.container_limits(options, pids) == (2 << 30, 1.5, 100)
+    assert offers.container_limits({"mem_limit": "512m", "cpus": 0.5, "pids_limit": 7}, pids) == (512 << 20, 0.5, 7)
+    # no --max-cpus: every core, no cpu limit; the runtime's own default pids, within the cap
+    assert DEFAULT.offers().container_limits({}, 256) == (4 << 30, None, 256)
 
 
 def test_interpreters_are_picked_by_name_never_by_path():
@@ -467,11 +469,11 @@ def test_bad_operator_flags_stop_the_host_with_the_flag_named(policy, match):
 
 
 def test_ray_hosts_take_the_drivers_policy_with_its_one_runtime():
-    backend = portal_shm.RayBackend(runtime="docker", host_policy=HostPolicy(entry_points=("mypkg:*",)))
+    backend = portal_shm.backends.RayBackend(runtime="docker", host_policy=HostPolicy(entry_points=("mypkg:*",)))
     assert backend.policy() == HostPolicy(runtimes=("docker",), entry_points=("mypkg:*",))
-    assert portal_shm.RayBackend().policy() == HostPolicy(runtimes=("process",))
-    with pytest.raises(PortalError, match="host_policy must be a portal_shm.HostPolicy"):
-        portal_shm.RayBackend(host_policy={"entry_points": "*"}).check()
+    assert portal_shm.backends.RayBackend().policy() == HostPolicy(runtimes=("process",))
+    with pytest.raises(PortalError, match="host_policy must be a portal_shm.backends.HostPolicy"):
+        portal_shm.backends.RayBackend(host_policy={"entry_points": "*"}).check()
 
 
 # -- sizes an agent may ask for (issue 35) ---------------------------------------------------------------

@@ -238,7 +238,7 @@ def test_import_gym_gives_the_package_where_it_is_installed():
 
 
 def load_cleanrl_runner():
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "compat", "run_cleanrl_envpool.py")
+    path = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "compat", "run_cleanrl_envpool.py")
     spec = importlib.util.spec_from_file_location("run_cleanrl_envpool", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

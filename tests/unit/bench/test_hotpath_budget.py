@@ -7,7 +7,7 @@ import gymnasium as gym
 
 from portal_shm.bench.ceiling import sample_actions
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "hotpath_budget.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "hotpath_budget.py"
 
 
 def load_budget():

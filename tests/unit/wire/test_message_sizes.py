@@ -51,11 +51,11 @@ def test_a_message_over_the_cap_drops_the_connection_and_the_channel_names_the_s
     ends.recv(_never_dead, 5.0, "a test")  # connected
     peer.send(b"x" * (CAP + 1))
     start = time.monotonic()
-    with pytest.raises(portal_shm.ConnectionDroppedError) as info:
+    with pytest.raises(portal_shm.errors.ConnectionDroppedError) as info:
         ends.recv(_never_dead, timeout, "a test")
     assert DROP_GRACE <= time.monotonic() - start < DROP_GRACE + 10
     assert "env server 3 (envs [6, 7])" in str(info.value) and "4,096-byte cap" in str(info.value)
-    assert isinstance(info.value, portal_shm.ServerProtocolError)
+    assert isinstance(info.value, portal_shm.errors.ServerProtocolError)
 
 
 def test_a_server_found_dead_within_the_grace_is_reported_dead(channel):
@@ -64,9 +64,9 @@ def test_a_server_found_dead_within_the_grace_is_reported_dead(channel):
 
     def dies_soon() -> None:
         if ends.dropped_at is not None:  # (its exit dropped the connection)
-            raise portal_shm.ServerDiedError(3, [6, 7], "exit code 1")
+            raise portal_shm.errors.ServerDiedError(3, [6, 7], "exit code 1")
 
-    with pytest.raises(portal_shm.ServerDiedError):
+    with pytest.raises(portal_shm.errors.ServerDiedError):
         ends.recv(dies_soon, 30.0, "a test")
 
 
@@ -134,9 +134,11 @@ def test_the_server_takes_the_agents_cap_from_its_config(given, cap):
 def test_errors_about_the_cap_keep_their_kind_from_a_remote_host_to_its_agent():
     from portal_shm.remote.error_data import from_data, to_data
 
-    refused = portal_shm.MessageTooBigError(1, "step", sizes.ERROR_TYPE, "the infos of env 1 are 9 bytes", "", "pid 5")
+    refused = portal_shm.errors.MessageTooBigError(
+        1, "step", sizes.ERROR_TYPE, "the infos of env 1 are 9 bytes", "", "pid 5"
+    )
     back = from_data(to_data(refused, "process"), "lab:5555", 10, 4)
-    assert isinstance(back, portal_shm.MessageTooBigError) and back.env_index == 11
+    assert isinstance(back, portal_shm.errors.MessageTooBigError) and back.env_index == 11
     assert "the infos of env 1 are 9 bytes" in str(back) and "host lab:5555" in str(back)
-    dropped = from_data(to_data(portal_shm.ConnectionDroppedError("env server 0: dropped")), "lab:5555", 0, 2)
-    assert isinstance(dropped, portal_shm.ConnectionDroppedError)
+    dropped = from_data(to_data(portal_shm.errors.ConnectionDroppedError("env server 0: dropped")), "lab:5555", 0, 2)
+    assert isinstance(dropped, portal_shm.errors.ConnectionDroppedError)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import ConfigTooLargeError
+from portal_shm.errors import ConfigTooLargeError
 from portal_shm.runtimes.backend import ServerLaunch
 from portal_shm.runtimes.config_file import write_launch_config
 from portal_shm.wire.launch import MAX_CONFIG_BYTES, decode_config, encode_config

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import portal_shm
-from portal_shm import EnvSpec, VectorPortal
+from portal_shm import VectorPortal
 from portal_shm.agent.local.stats_reader import Monotone, latency
+from portal_shm.backends import EnvSpec
 from portal_shm.wire import stats as S
 
 SLOW = "portal_shm.server.example_envs:SlowEnv"

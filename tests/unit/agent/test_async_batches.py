@@ -259,7 +259,7 @@ def test_the_queue_needs_no_ring_from_a_failed_server():
 
 
 def test_a_batch_size_that_forces_more_servers_than_cores_warns_with_a_layout_that_fits():
-    from portal_shm.agent.local.batches import crowding_warning
+    from portal_shm.agent.contract.grouping import crowding_warning
 
     text = crowding_warning(num_envs=8, batch_size=3, envs_per_server=1, cores=2)
     assert "8 env servers share 2 CPU cores" in text and "batch_size=4 lets 2 servers hold 4 envs each" in text
@@ -270,7 +270,7 @@ def test_a_batch_size_that_forces_more_servers_than_cores_warns_with_a_layout_th
 def test_make_vec_says_which_layout_it_picked_for_an_awkward_batch_size(monkeypatch):
     import warnings
 
-    monkeypatch.setattr("portal_shm.agent.local.batches.os.cpu_count", lambda: 2)
+    monkeypatch.setattr("portal_shm.agent.contract.grouping.machine_cores", lambda: 2)
     with pytest.warns(UserWarning, match="batch_size=3 with num_envs=8") as caught:
         envs = portal_shm.make_vec("CartPole-v1", 8, vector_kwargs={"batch_size": 3})
     try:

@@ -20,7 +20,7 @@ from portal_shm.errors import (
 from portal_shm.remote.client import failure as remote_failure
 from portal_shm.remote.client.recovery import HostRecovery
 
-PACKAGE = Path(__file__).resolve().parents[2] / "portal_shm"
+PACKAGE = Path(__file__).resolve().parents[3] / "portal_shm"
 
 
 def _env_error(index=0):
