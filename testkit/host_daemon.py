@@ -45,7 +45,7 @@ class HostDaemon:
             if re.search(pattern, line):
                 return "".join(seen)
         raise AssertionError(
-            f"no line matching {pattern!r} on the host's stdout:\n{''.join(seen)}\nstderr:\n{''.join(self.stderr)}"
+            f"no line matching {pattern!r} on the host's stdout:\n{''.join(seen)}\nstderr:\n{''.join(filter(None, self.stderr))}"
         )
 
     def banner(self, seconds: float = 60) -> tuple[str, str]:

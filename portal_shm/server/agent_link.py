@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import zmq
 
-from ..wire import protocol as P
+from ..wire.protocol import ProtocolError, packb, unpackb
 from .errors import AgentGone
 from .sizes import cap_of, fitted
 
@@ -41,7 +41,7 @@ class AgentLink:
         """Send one control message; one over the agent's cap goes as an ERROR naming what was too
         big (``sizes.py``), and then False. ``about``: the command it answers; ``env_indices``: the
         envs its ``results`` belong to."""
-        return self.send_packed(P.packb(message), message, about, env_indices)
+        return self.send_packed(packb(message), message, about, env_indices)
 
     def send_packed(self, data: bytes, message: dict, about: str, env_indices: Optional[list]) -> bool:
         """``send`` of a message already packed (``data``)."""
@@ -59,9 +59,9 @@ class AgentLink:
         while not self.socket.poll(int(IDLE_CHECK_SECONDS * 1000)):
             if not self.alive():
                 raise AgentGone()
-        message = P.unpackb(self.socket.recv())
+        message = unpackb(self.socket.recv())
         if not isinstance(message, dict):
-            raise P.ProtocolError("control message is not a map")
+            raise ProtocolError("control message is not a map")
         return message
 
     def answer_within(self, seconds: float) -> Any:
@@ -71,7 +71,7 @@ class AgentLink:
         while not self.socket.poll(int(IDLE_CHECK_SECONDS * 1000)):
             if not self.alive() or time.monotonic() > deadline:
                 return None
-        return P.unpackb(self.socket.recv())
+        return unpackb(self.socket.recv())
 
     def watch(self) -> None:
         """Exit even when an env hangs (sleep, infinite loop) after the agent has died.

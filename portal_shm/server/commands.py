@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..wire import protocol as P
+from ..wire import protocol
 from .agent_link import AgentLink
 from .end_states import EndStates
 from .envs import get_attr, set_attr
@@ -36,14 +36,14 @@ class Commands:
         self.ends = ends
         self.env_index: Optional[int] = None  # the env the command is at: the one an error names
         self.handlers: dict = {
-            P.RESET: self._reset,
-            P.SET_STATE: self._reset,
-            P.CALL: self._call,
-            P.SET_ATTR: self._set_attr,
-            P.GET_STATE: self._get_state,
-            P.RECORD: self._record,
-            P.RENDER: self._render,
-            P.CLOSE: self._close,
+            protocol.RESET: self._reset,
+            protocol.SET_STATE: self._reset,
+            protocol.CALL: self._call,
+            protocol.SET_ATTR: self._set_attr,
+            protocol.GET_STATE: self._get_state,
+            protocol.RECORD: self._record,
+            protocol.RENDER: self._render,
+            protocol.CLOSE: self._close,
         }
 
     def handle(self, message: dict) -> bool:
@@ -53,7 +53,7 @@ class Commands:
         try:
             handler: Optional[Callable[[dict], bool]] = self.handlers.get(cmd) if isinstance(cmd, str) else None
             if handler is None:
-                raise P.ProtocolError(f"unknown control command {cmd!r}")
+                raise protocol.ProtocolError(f"unknown control command {cmd!r}")
             return handler(message)
         except Exception as exc:
             self.link.send(error_message(exc, self.env_index, str(cmd)))
@@ -61,7 +61,7 @@ class Commands:
 
     def _attached(self) -> Any:
         if self.stepper is None or self.ends is None:
-            raise P.ProtocolError("a command of the ring before the server attached to one")
+            raise protocol.ProtocolError("a command of the ring before the server attached to one")
         return self.stepper, self.ends
 
     def _reset(self, message: dict) -> bool:
@@ -70,7 +70,7 @@ class Commands:
         if errors:
             self.link.send(dict(errors[0], more=errors[1:]))
         else:
-            self.link.send({"cmd": P.REPLY, "extras": extras}, str(message.get("cmd")))
+            self.link.send({"cmd": protocol.REPLY, "extras": extras}, str(message.get("cmd")))
         return True
 
     def _call(self, message: dict) -> bool:
@@ -86,7 +86,7 @@ class Commands:
         for value, j in zip(message["values"], self._chosen(message)):
             self.env_index = self.env_indices[j]
             set_attr(self.envs[j], message["name"], value)
-        self.link.send({"cmd": P.REPLY})
+        self.link.send({"cmd": protocol.REPLY})
         return True
 
     def _get_state(self, message: dict) -> bool:
@@ -110,7 +110,7 @@ class Commands:
             check_renders(self.envs[j], self.env_index)
         rings = frame_rings(message, chosen) if on else {}  # frame rings handed over (a local agent's)
         stepper.record(chosen, on, rings)
-        self.link.send({"cmd": P.REPLY})
+        self.link.send({"cmd": protocol.REPLY})
         return True
 
     def _render(self, message: dict) -> bool:
@@ -124,7 +124,7 @@ class Commands:
     def _close(self, message: dict) -> bool:
         # Close every env even when one raises, then stop: the agent is closing anyway.
         failure = close_envs(self.envs, self.env_indices)
-        self.link.send(failure or {"cmd": P.REPLY})
+        self.link.send(failure or {"cmd": protocol.REPLY})
         return False
 
     def _chosen(self, message: dict) -> list:
@@ -136,10 +136,10 @@ class Commands:
 
     def _reply_results(self, results: list, name: str, asked: dict, extra: Optional[dict] = None) -> None:
         """Send the results of the command ``asked`` (one per env it names)."""
-        reply = {"cmd": P.REPLY, "results": results, **(extra or {})}
+        reply = {"cmd": protocol.REPLY, "results": results, **(extra or {})}
         try:
-            data = P.packb(reply)
+            data = protocol.packb(reply)
         except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"the result of {name!r} cannot be sent to the agent: {exc}") from None
-        about = f"call({name!r})" if asked.get("cmd") == P.CALL else f"{name}()"
+        about = f"call({name!r})" if asked.get("cmd") == protocol.CALL else f"{name}()"
         self.link.send_packed(data, reply, about, [self.env_indices[j] for j in self._chosen(asked)])

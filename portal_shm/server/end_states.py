@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional
 
-from ..wire import protocol as P
+from ..wire import protocol
 from ..wire.end_states import MAX_STATE_BYTES, end_states_path, write_record
 from .agent_link import AgentLink
 from .errors import close_envs
@@ -107,7 +107,7 @@ class EndStates:
                 ends[self.env_indices[j]] = [seq, state]
         if ends:
             try:
-                write_record(self.fd, P.packb({"ends": ends}))
+                write_record(self.fd, protocol.packb({"ends": ends}))
             except OSError:
                 pass  # (a full disk): this server's restarts end episodes
 
@@ -129,7 +129,7 @@ class EndStates:
         says nothing within ``HOLD_SECONDS`` let it go.
         """
         message = self.link.answer_within(HOLD_SECONDS)
-        if isinstance(message, dict) and message.get("cmd") == P.RESUME:
+        if isinstance(message, dict) and message.get("cmd") == protocol.RESUME:
             return False
         close_envs(self.envs, self.env_indices)
         return True

@@ -7,7 +7,7 @@ from __future__ import annotations
 import traceback
 from typing import Optional
 
-from ..wire import protocol as P
+from ..wire import protocol
 from ..wire.info_codec import InfoRefused
 
 
@@ -18,7 +18,7 @@ class AgentGone(Exception):
 def error_message(exc: BaseException, env_index: Optional[int], phase: str) -> dict:
     """The ERROR message for ``exc``, raised by env ``env_index`` (None: by no env) in ``phase``."""
     return {
-        "cmd": P.ERROR,
+        "cmd": protocol.ERROR,
         "env_index": env_index,
         "phase": phase,
         "type": type(exc).__qualname__

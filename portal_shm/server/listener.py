@@ -18,8 +18,8 @@ from typing import Optional
 
 import zmq
 
-from ..wire import protocol as P
 from ..wire.launch import CONFIG_ENV_VAR, read_tail, remove_config, write_config
+from ..wire.protocol import PROTOCOL_VERSION, packb, unpackb
 
 
 def worker_command(argv: list) -> list:
@@ -55,11 +55,11 @@ def listen(address: str, command: Optional[list] = None) -> None:
                     worker[0].poll()
                 continue
             try:
-                request = P.unpackb(socket.recv())
+                request = unpackb(socket.recv())
                 reply = _handle(request, workers, counter, command)
             except Exception as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            socket.send(P.packb(reply))
+            socket.send(packb(reply))
     finally:
         for process, _ in workers.values():
             if process.poll() is None:
@@ -75,7 +75,7 @@ def _handle(request: dict, workers: dict, counter, command: list) -> dict:
         worker_id = f"w{next(counter)}"
         log_path = os.path.join(config["run_dir"], f"worker-{config['server_index']}.log")
         env = dict(os.environ)
-        env[CONFIG_ENV_VAR] = write_config(P.packb(config), config["run_dir"])
+        env[CONFIG_ENV_VAR] = write_config(packb(config), config["run_dir"])
         try:
             with open(log_path, "ab") as log:
                 process = subprocess.Popen(
@@ -108,5 +108,5 @@ def _handle(request: dict, workers: dict, counter, command: list) -> dict:
             workers.pop(request["worker"], None)
         return {"ok": True, "exit": code, "log": read_tail(log_path, 30) if code is not None else ""}
     if cmd == "ping":
-        return {"ok": True, "workers": len(workers), "protocol": P.PROTOCOL_VERSION}
+        return {"ok": True, "workers": len(workers), "protocol": PROTOCOL_VERSION}
     return {"ok": False, "error": f"unknown request {cmd!r}"}

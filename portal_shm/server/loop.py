@@ -17,12 +17,26 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..wire import protocol as P
 from ..wire.doorbell import Bell, Waiter, close_all, spin_until
 from ..wire.handoff import fetch_descriptors
 from ..wire.info_codec import REFUSE, InfoCodec
 from ..wire.layout import CMD, SEQ, SLOT
 from ..wire.payoff import SpinPayoff
+from ..wire.protocol import (
+    ATTACH,
+    CMD_CONTROL,
+    CMD_RETIRE,
+    CMD_RING_EARLY,
+    CMD_STEP,
+    CMD_STEP_ACTIONS,
+    HELLO,
+    PROTOCOL_VERSION,
+    READY,
+    STATES_AT_EPISODE_END,
+    STATES_COMPLETE,
+    ProtocolError,
+    packb,
+)
 from ..wire.ring import Ring
 from ..wire.schema import space_to_schema
 from .agent_link import IDLE_CHECK_SECONDS, WATCHDOG_GRACE_SECONDS, AgentLink
@@ -90,8 +104,8 @@ class EnvServer:
         first = self.envs[0]
         self.link.send(
             {
-                "cmd": P.HELLO,
-                "protocol": P.PROTOCOL_VERSION,
+                "cmd": HELLO,
+                "protocol": PROTOCOL_VERSION,
                 "server_index": self.config["server_index"],
                 "pid": os.getpid(),
                 "python": sys.version.split()[0],
@@ -103,13 +117,13 @@ class EnvServer:
                 "standby": True,  # it can be attached as a spare before its swap (``stand_by``)
                 "retire": True,  # it knows CMD_RETIRE
                 "ring_early": True,  # and CMD_RING_EARLY
-                "states": P.STATES_AT_EPISODE_END if any(self.end_only) else P.STATES_COMPLETE,
+                "states": STATES_AT_EPISODE_END if any(self.end_only) else STATES_COMPLETE,
                 "hosting": self.hosting,
             }
         )
         attach = self.link.recv()
-        if attach.get("cmd") != P.ATTACH:
-            raise P.ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
+        if attach.get("cmd") != ATTACH:
+            raise ProtocolError(f"expected attach, got {attach.get('cmd')!r}")
         self.autoreset_mode = attach["autoreset_mode"]
         if self.native is not None:
             self.native.configure(self.autoreset_mode)
@@ -127,7 +141,7 @@ class EnvServer:
         self.ring = Ring(attach["layout"], segment)
         self.ring.close_fd()
         self.bind_views(attach["observation_schema"], attach["action_schema"])
-        self.link.send({"cmd": P.READY, "server_index": self.config["server_index"]})
+        self.link.send({"cmd": READY, "server_index": self.config["server_index"]})
         if attach.get("standby") is True:
             self.stand_by()
 
@@ -228,24 +242,24 @@ class EnvServer:
                 self.counters.flush(time.perf_counter_ns())
                 continue
             cmd = int(mailbox[CMD])
-            early.asked, early.rang = bool(cmd & P.CMD_RING_EARLY), False
-            cmd &= ~P.CMD_RING_EARLY
-            if cmd == P.CMD_STEP or cmd == P.CMD_STEP_ACTIONS:
-                step(int(mailbox[SLOT]), cmd == P.CMD_STEP_ACTIONS)
+            early.asked, early.rang = bool(cmd & CMD_RING_EARLY), False
+            cmd &= ~CMD_RING_EARLY
+            if cmd == CMD_STEP or cmd == CMD_STEP_ACTIONS:
+                step(int(mailbox[SLOT]), cmd == CMD_STEP_ACTIONS)
                 if not early.rang:
                     done.ring()
                 if ends.due is not None:
                     ends.write_due()
-            elif cmd == P.CMD_CONTROL:
+            elif cmd == CMD_CONTROL:
                 try:
                     message = self.link.recv()
-                except P.ProtocolError as exc:
+                except ProtocolError as exc:
                     self.link.send(error_message(exc, None, "decode"))
                     continue
                 if not self.commands.handle(message):
                     return
-            elif cmd & P.CMD_RETIRE:
-                held = step(int(mailbox[SLOT]), cmd & ~P.CMD_RETIRE == P.CMD_STEP_ACTIONS, True)
+            elif cmd & CMD_RETIRE:
+                held = step(int(mailbox[SLOT]), cmd & ~CMD_RETIRE == CMD_STEP_ACTIONS, True)
                 if not early.rang:
                     done.ring()
                 if ends.due is not None:
@@ -276,7 +290,7 @@ def _packable_dict(mapping: Any) -> dict:
     out = {}
     for key, value in dict(mapping or {}).items():
         try:
-            P.packb(value)
+            packb(value)
         except (TypeError, ValueError, OverflowError):
             value = repr(value)
         out[str(key)] = value

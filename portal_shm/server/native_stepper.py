@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..wire import protocol as P
+from ..wire import protocol
 from ..wire.doorbell import Bell, cores_idle
 from ..wire.layout import SEQ, STATUS, STATUS_WRITING
 from .errors import ended_while_disabled, error_message
@@ -126,7 +126,7 @@ class NativeStepper(Stepper):
         """``Stepper.reset`` of a native batch: the envs in the mask in one call; the others keep
         their observation (copied from slot ``prev_slot``), as ``Stepper.reset`` does for plain envs.
         SET_STATE goes to ``Stepper.reset``, whose envs refuse it (a batch keeps no states)."""
-        if message.get("cmd") == P.SET_STATE:
+        if message.get("cmd") == protocol.SET_STATE:
             return super().reset(message)
         writer, counters, autoreset = self.writer, self.counters, self.autoreset
         k, prev = int(message["slot"]), int(message["prev_slot"])
@@ -140,7 +140,7 @@ class NativeStepper(Stepper):
             obs, infos = self.batch.reset(np.array(chosen), [seeds[j] for j in chosen])
             obs = writer.whole_check(obs)
         except Exception as exc:
-            return [error_message(exc, self.env_indices[chosen[0]], P.RESET)], extras
+            return [error_message(exc, self.env_indices[chosen[0]], protocol.RESET)], extras
         whole = writer.whole_obs
         whole[k, writer.rows] = obs
         for position, j in enumerate(chosen):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..wire import protocol as P
+from ..wire.protocol import ERROR, EXTRA, KIND_MESSAGE_TOO_BIG, MAX_MESSAGE_BYTES, packb
 
 CONFIG_KEY = "max_message_bytes"
 ERROR_TYPE = "MessageTooBig"
@@ -28,7 +28,7 @@ def cap_of(config: dict) -> int:
     cap = config.get(CONFIG_KEY)
     if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
         return cap
-    return P.MAX_MESSAGE_BYTES
+    return MAX_MESSAGE_BYTES
 
 
 def fitted(data: bytes, message: dict, cap: int, about: str, env_indices: list) -> Optional[bytes]:
@@ -38,17 +38,17 @@ def fitted(data: bytes, message: dict, cap: int, about: str, env_indices: list) 
     ``env_indices``: the envs its results belong to, in order (a reply's ``results``)."""
     if len(data) <= cap:
         return None
-    return P.packb(too_big(message, len(data), cap, about, env_indices))
+    return packb(too_big(message, len(data), cap, about, env_indices))
 
 
 def too_big(message: dict, size: int, cap: int, about: str, env_indices: list) -> dict:
     """The ERROR that replaces ``message`` (``size`` bytes packed, over ``cap``)."""
     cmd = message.get("cmd")
-    if cmd == P.ERROR:
+    if cmd == ERROR:
         clipped = _clipped(message)
-        if len(P.packb(clipped)) <= cap:
+        if len(packb(clipped)) <= cap:
             return clipped
-    blobs = message.get("blobs") if cmd == P.EXTRA else message.get("extras")
+    blobs = message.get("blobs") if cmd == EXTRA else message.get("extras")
     if isinstance(blobs, dict) and blobs:
         return _infos_too_big(blobs, size, cap, about or "step")
     results = message.get("results")
@@ -78,7 +78,7 @@ def _infos_too_big(blobs: dict, size: int, cap: int, phase: str) -> dict:
 
 def _reply_too_big(results: list, size: int, cap: int, about: str, env_indices: list) -> dict:
     """The error naming the env whose result is largest."""
-    sizes = [len(P.packb(result)) for result in results]
+    sizes = [len(packb(result)) for result in results]
     largest = max(range(len(sizes)), key=sizes.__getitem__)
     env = env_indices[largest] if largest < len(env_indices) else None
     what = f"the reply to {about} is {size:,} bytes"
@@ -89,8 +89,8 @@ def _reply_too_big(results: list, size: int, cap: int, about: str, env_indices: 
 
 def _error(env_index: Optional[int], phase: str, what: str, cap: int) -> dict:
     return {
-        "cmd": P.ERROR,
-        "kind": P.KIND_MESSAGE_TOO_BIG,
+        "cmd": ERROR,
+        "kind": KIND_MESSAGE_TOO_BIG,
         "env_index": env_index,
         "phase": phase,
         "type": ERROR_TYPE,

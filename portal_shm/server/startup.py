@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional
 
 import zmq
 
-from ..wire import protocol as P
 from ..wire.launch import CONFIG_ENV_VAR, decode_config
+from ..wire.protocol import packb
 from .envs import LegacyEnv, is_legacy, load_entry_point, make_env
 from .import_path import adopt
 from .loop import AgentGone, EnvServer, error_message
@@ -111,7 +111,7 @@ def run(config: dict, factory: Optional[Callable[..., Any]] = None, envs: Option
         socket.connect(config["control_address"])
         message = error_message(exc, None, "make")
         message["env_index"] = int(config["env_indices"][0])
-        data = P.packb(message)
+        data = packb(message)
         socket.send(fitted(data, message, cap_of(config), "make", config["env_indices"]) or data)
         socket.close()
         context.term()

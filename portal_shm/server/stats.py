@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..wire import stats as S
+from ..wire import stats as ring_stats
 
 
 class Timed:
@@ -51,7 +51,7 @@ class ServerCounters:
         self.sampled = [0] * count
         self.sampled_ns = [0] * count
         self.pending = [0] * count
-        self.hist = [[0] * S.BUCKETS for _ in range(count)]
+        self.hist = [[0] * ring_stats.BUCKETS for _ in range(count)]
         self.timed = [Timed(env, self, j) for j, env in enumerate(envs)]
         self.rows = rows
         # Rings of agents older than these counters have no rows for them: nothing is written.
@@ -71,28 +71,28 @@ class ServerCounters:
         pending, hist, sampled, sampled_ns = self.pending, self.hist, self.sampled, self.sampled_ns
         busy = 0
         for j, ns in enumerate(pending):
-            hist[j][S.bucket(ns)] += 1
+            hist[j][ring_stats.bucket(ns)] += 1
             sampled[j] += 1
             sampled_ns[j] += ns
             busy += ns
             pending[j] = 0
-        self.busy_ns += busy * S.SAMPLE_EVERY
+        self.busy_ns += busy * ring_stats.SAMPLE_EVERY
         now = time.perf_counter_ns()
         if now >= self.flush_at:
             self.flush(now)
 
     def flush(self, now_ns: int) -> None:
         """Copy the counts into the ring (cheap, and only every ``FLUSH_NS``)."""
-        self.flush_at = now_ns + S.FLUSH_NS
+        self.flush_at = now_ns + ring_stats.FLUSH_NS
         views = self.views
         if views is None:
             return
         rows = self.rows
         env_stats = views["env_stats"]
-        env_stats[rows, S.EPISODES] = self.episodes
-        env_stats[rows, S.RESETS] = self.resets
-        env_stats[rows, S.SAMPLED] = self.sampled
-        env_stats[rows, S.SAMPLED_NS] = self.sampled_ns
+        env_stats[rows, ring_stats.EPISODES] = self.episodes
+        env_stats[rows, ring_stats.RESETS] = self.resets
+        env_stats[rows, ring_stats.SAMPLED] = self.sampled
+        env_stats[rows, ring_stats.SAMPLED_NS] = self.sampled_ns
         views["env_hist"][rows] = np.asarray(self.hist, dtype=np.int64)
-        views["server_stats"][self.server_index, S.BUSY_NS] = self.busy_ns
-        views["server_stats"][self.server_index, S.FLUSHED_NS] = time.monotonic_ns()
+        views["server_stats"][self.server_index, ring_stats.BUSY_NS] = self.busy_ns
+        views["server_stats"][self.server_index, ring_stats.FLUSHED_NS] = time.monotonic_ns()

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..wire import protocol as P
-from ..wire import stats as S
+from ..wire import protocol
 from ..wire.layout import EXTRA, SEQ, STATUS, STATUS_ERROR, STATUS_OK
 from ..wire.schema import revive
+from ..wire.stats import SAMPLE_EVERY
 from .agent_link import AgentLink
 from .end_states import EndStates, env_name
 from .errors import ended_while_disabled, error_message
@@ -21,7 +21,7 @@ from .state import restore
 from .stats import ServerCounters
 
 NEXT_STEP, SAME_STEP, DISABLED = "NextStep", "SameStep", "Disabled"  # the autoreset modes
-SAMPLE_MASK = S.SAMPLE_EVERY - 1
+SAMPLE_MASK = SAMPLE_EVERY - 1
 
 
 class Stepper:
@@ -85,8 +85,8 @@ class Stepper:
         actions = None
         if actions_by_message or writer.read_action is None:
             message = self.link.recv()
-            if message.get("cmd") != P.ACTIONS:
-                raise P.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
+            if message.get("cmd") != protocol.ACTIONS:
+                raise protocol.ProtocolError(f"expected the step's actions, got {message.get('cmd')!r}")
             actions = message["actions"]
         envs, indices, autoreset, read_action, whole, check, blob = (
             counters.timed if sampled else self.stepping,
@@ -162,7 +162,7 @@ class Stepper:
         in one message beside them, and the status says OK; False where that message was over the
         agent's cap (an error naming the envs went instead: the status says ERROR)."""
         mailbox = self.mailbox
-        if (extras or more) and not self.link.send({"cmd": P.EXTRA, "blobs": extras, **(more or {})}, "step"):
+        if (extras or more) and not self.link.send({"cmd": protocol.EXTRA, "blobs": extras, **(more or {})}, "step"):
             mailbox[STATUS] = STATUS_ERROR
             mailbox[EXTRA] = 0
             return False
@@ -177,7 +177,7 @@ class Stepper:
         k, prev = int(message["slot"]), int(message["prev_slot"])
         writer.last_slot = k
         seeds, options, mask = message.get("seeds"), message.get("options"), message.get("mask")
-        states = dict(zip(message["envs"], message["states"])) if message.get("cmd") == P.SET_STATE else None
+        states = dict(zip(message["envs"], message["states"])) if message.get("cmd") == protocol.SET_STATE else None
         # A recycled server's states: slot k already holds what they show (its predecessor wrote it).
         in_ring = message.get("in_ring") is True
         extras: dict = {}
@@ -203,7 +203,7 @@ class Stepper:
                         writer.write(k, j, i, obs, payload)
                         writer.publish(k, i, [info], payload, extras)
                 except Exception as exc:
-                    errors.append(error_message(exc, i, P.SET_STATE))
+                    errors.append(error_message(exc, i, protocol.SET_STATE))
             elif states is None and (mask is None or mask[j]):
                 try:
                     counters.resets[j] += 1
@@ -214,7 +214,7 @@ class Stepper:
                     writer.write(k, j, i, obs, payload)
                     writer.publish(k, i, [info], payload, extras)
                 except Exception as exc:
-                    errors.append(error_message(exc, i, P.RESET))
+                    errors.append(error_message(exc, i, protocol.RESET))
             else:
                 writer.keep(k, prev, j, i, extras)
         return errors, extras

@@ -32,8 +32,8 @@ import threading
 import traceback
 from typing import Any, Callable, Optional, Union
 
-from ..wire import protocol as P
 from ..wire.launch import decode_config
+from ..wire.protocol import ProtocolError
 from ..wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
 from .state import warm
 
@@ -153,7 +153,7 @@ class Zygote:
             request, log_path = message.get("id"), message.get("log_path")
             config = message.get("config_file", message.get("config"))  # (a map inline: older agents)
             if not isinstance(config, (str, dict)) or not isinstance(log_path, str):
-                raise P.ProtocolError("a fork request needs a config (file or map) and a log path")
+                raise ProtocolError("a fork request needs a config (file or map) and a log path")
             pid = os.fork()
             if pid == 0:
                 self._become_server(config, log_path)
@@ -171,7 +171,7 @@ class Zygote:
                 except ProcessLookupError:
                     pass
         else:
-            raise P.ProtocolError(f"the zygote takes fork and signal requests, got {cmd!r:.40}")
+            raise ProtocolError(f"the zygote takes fork and signal requests, got {cmd!r:.40}")
 
     def _reap(self) -> None:
         while self.children:

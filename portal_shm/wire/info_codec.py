@@ -29,8 +29,8 @@ from typing import Any, Callable, Optional
 import msgpack
 import numpy as np
 
-from . import protocol as P
 from .dtypes import MESSAGE_KINDS, allowed
+from .protocol import EXT_PICKLE, KIND_INFO_ENCODING, new_packer, numpy_ext, packb, tuple_ext, unpackb
 
 PICKLE, REFUSE, LOSSY = "pickle", "refuse", "lossy"
 MODES = (PICKLE, REFUSE, LOSSY)
@@ -50,7 +50,7 @@ class InfoRefused(TypeError):
     def __init__(self, env_index: Optional[int], key: str, what: str, hint: str, cause: str, reason: str = "") -> None:
         self.env_index = env_index
         self.detail = {
-            "kind": P.KIND_INFO_ENCODING,
+            "kind": KIND_INFO_ENCODING,
             "key": key,
             "what": what,
             "hint": hint,
@@ -89,17 +89,17 @@ class _Packing:
         self.mode = mode
 
     def pack(self, value: Any) -> bytes:
-        return P.new_packer(self.default).pack(value)  # type: ignore[no-any-return]
+        return new_packer(self.default).pack(value)  # type: ignore[no-any-return]
 
     def default(self, obj: Any) -> Any:
         kind = type(obj)
         if kind is tuple:
-            return P.tuple_ext(self.pack(list(obj)))
+            return tuple_ext(self.pack(list(obj)))
         if _exact_numpy(obj):
-            return P.numpy_ext(obj)
+            return numpy_ext(obj)
         if self.mode == PICKLE:
             try:
-                return msgpack.ExtType(P.EXT_PICKLE, pickle.dumps(obj, PICKLE_PROTOCOL))
+                return msgpack.ExtType(EXT_PICKLE, pickle.dumps(obj, PICKLE_PROTOCOL))
             except Exception as exc:
                 raise _Inexact(obj, f"{type(exc).__name__}: {exc}") from None
         if self.mode == LOSSY:
@@ -143,9 +143,9 @@ class InfoCodec:
                 return self.packing.pack([infos, None])
             except (_Inexact, OverflowError, ValueError):
                 return b"\x92" + self.infos(env_index, infos) + b"\xc0"
-        parts = [b"\x92" if columns is None else b"\x93", self.infos(env_index, infos), P.packb(obs)]
+        parts = [b"\x92" if columns is None else b"\x93", self.infos(env_index, infos), packb(obs)]
         if columns is not None:
-            parts.append(P.packb(columns))
+            parts.append(packb(columns))
         return b"".join(parts)
 
     def infos(self, env_index: Optional[int], infos: list[Any]) -> bytes:
@@ -162,7 +162,7 @@ class InfoCodec:
                 path, value = _find(infos, lambda value, batched: value is target) or ("infos", target)
                 raise _refusal(env_index, path, value, NOT_PICKLABLE, failed.reason)
             try:  # what msgpack cannot take at all (a huge int) goes as one pickle of the whole list
-                return P.packb(msgpack.ExtType(P.EXT_PICKLE, pickle.dumps(infos, PICKLE_PROTOCOL)))
+                return packb(msgpack.ExtType(EXT_PICKLE, pickle.dumps(infos, PICKLE_PROTOCOL)))
             except Exception as exc:
                 raise InfoRefused(env_index, "infos", "a value", _PLAIN_HINT, NOT_PICKLABLE, str(exc)) from None
         if self.mode == LOSSY:
@@ -190,7 +190,7 @@ def check_crossing(env_index: Optional[int], info: dict[Any, Any], lossy_infos: 
     except (_Inexact, OverflowError, ValueError):
         pass
     if lossy_infos:
-        converted: dict[Any, Any] = P.unpackb(_PACKINGS[LOSSY].pack(info))
+        converted: dict[Any, Any] = unpackb(_PACKINGS[LOSSY].pack(info))
         return converted
     InfoCodec(REFUSE).infos(env_index, [info])
     return info  # (batching's subclasses alone: they cross as their base)

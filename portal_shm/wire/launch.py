@@ -18,7 +18,7 @@ import os
 import secrets
 from typing import Any, Optional
 
-from . import protocol as P
+from .protocol import packb, unpackb
 
 CONFIG_ENV_VAR = "PORTAL_SHM_SERVER_CONFIG"
 CONFIG_FILE_PREFIX = "file:"  # the variable's value: "file:PATH"; "b64:..." and JSON inline still read
@@ -74,14 +74,14 @@ def read_config_file(path: str) -> dict[str, Any]:
         os.unlink(path)
     except FileNotFoundError:
         pass
-    config: dict[str, Any] = P.unpackb(b"".join(chunks))
+    config: dict[str, Any] = unpackb(b"".join(chunks))
     return config
 
 
 def encode_config(config: dict[str, Any]) -> str:
     """The config inline, as one environment-variable-safe string (msgpack keeps tuples and arrays):
     what runtimes of older versions passed; kept for servers started by hand. Small configs only."""
-    return "b64:" + base64.b64encode(P.packb(config)).decode("ascii")
+    return "b64:" + base64.b64encode(packb(config)).decode("ascii")
 
 
 def decode_config(raw: str) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def decode_config(raw: str) -> dict[str, Any]:
     if raw.startswith(CONFIG_FILE_PREFIX):
         config = read_config_file(raw[len(CONFIG_FILE_PREFIX) :])
     elif raw.startswith("b64:"):
-        config = P.unpackb(base64.b64decode(raw[4:]))
+        config = unpackb(base64.b64decode(raw[4:]))
     else:
         config = json.loads(raw)
     return config

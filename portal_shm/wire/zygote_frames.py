@@ -12,7 +12,7 @@ import socket
 import struct
 from typing import Any
 
-from . import protocol as P
+from .protocol import ProtocolError, packb, unpackb
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 16 << 20
@@ -20,7 +20,7 @@ READY, FORK, FORKED, SIGNAL, EXITED = "ready", "fork", "forked", "signal", "exit
 
 
 def send_frame(sock: socket.socket, message: dict[str, Any]) -> None:
-    data = P.packb(message)
+    data = packb(message)
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
@@ -30,12 +30,12 @@ def take_frames(buffer: bytearray) -> list[dict[str, Any]]:
     while len(buffer) >= _HEADER.size:
         (size,) = _HEADER.unpack_from(buffer)
         if size > MAX_FRAME:
-            raise P.ProtocolError(f"a zygote frame of {size} bytes is over the {MAX_FRAME} limit")
+            raise ProtocolError(f"a zygote frame of {size} bytes is over the {MAX_FRAME} limit")
         if len(buffer) < _HEADER.size + size:
             break
-        message = P.unpackb(bytes(buffer[_HEADER.size : _HEADER.size + size]))
+        message = unpackb(bytes(buffer[_HEADER.size : _HEADER.size + size]))
         del buffer[: _HEADER.size + size]
         if not isinstance(message, dict):
-            raise P.ProtocolError("a zygote frame is not a map")
+            raise ProtocolError("a zygote frame is not a map")
         out.append(message)
     return out

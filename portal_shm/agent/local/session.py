@@ -24,12 +24,23 @@ from ...errors import (
 )
 from ...runtimes.backend import Backend, ServerHandle, ServerLaunch
 from ...runtimes.resources import PortalResources
-from ...wire import protocol as P
 from ...wire.doorbell import Bell, Waiter, bell_pipe, close_all
 from ...wire.handoff import SegmentOffer
 from ...wire.info_codec import LOSSY, PICKLE, REFUSE
 from ...wire.layout import CMD, SEQ, SLOT, STATUS, STATUS_PENDING
-from ...wire.protocol import CMD_CONTROL
+from ...wire.protocol import (
+    ATTACH,
+    CLOSE,
+    CMD_CONTROL,
+    CMD_RING_EARLY,
+    ERROR,
+    HELLO,
+    KIND_INFO_ENCODING,
+    KIND_MESSAGE_TOO_BIG,
+    PROTOCOL_VERSION,
+    READY,
+    packb,
+)
 from ...wire.ring import Ring
 from ..contract.validate import check_error, check_hello, info_refusal
 from .control import ControlChannel
@@ -108,7 +119,7 @@ class ServerLink:
         if self.owed is not None:
             self.settle()
         box = self.mailbox
-        box[CMD] = cmd | P.CMD_RING_EARLY if early and self.hello.get("ring_early") is True else cmd
+        box[CMD] = cmd | CMD_RING_EARLY if early and self.hello.get("ring_early") is True else cmd
         box[SLOT] = slot
         if pending:
             box[STATUS] = STATUS_PENDING
@@ -165,9 +176,9 @@ class ServerLink:
     def error(self, message: dict[str, Any]) -> EnvError:
         """The agent-side exception for an ERROR message this server sent (fields validated)."""
         env_index, phase, error_type, text, remote_traceback = check_error(message, self.env_indices)
-        if message.get("kind") == P.KIND_MESSAGE_TOO_BIG:  # the server's own refusal: no env raised
+        if message.get("kind") == KIND_MESSAGE_TOO_BIG:  # the server's own refusal: no env raised
             return MessageTooBigError(env_index, phase, error_type, text, remote_traceback, self.runtime())
-        if message.get("kind") == P.KIND_INFO_ENCODING:  # an info value it may not send as it is: neither
+        if message.get("kind") == KIND_INFO_ENCODING:  # an info value it may not send as it is: neither
             return info_refusal(message, env_index, phase, self.spec.backend.trust_boundary() or "", self.runtime())
         cls = EnvNotFoundError if error_type.endswith("EnvNotFound") else env_error_class(error_type)
         return cls(env_index, phase, error_type, text, remote_traceback, self.runtime())
@@ -185,7 +196,7 @@ class ServerLink:
 
     def expect(self, cmd: str, timeout: Optional[float], what: str) -> dict[str, Any]:
         message = self.recv(timeout, what)
-        if message["cmd"] == P.ERROR:
+        if message["cmd"] == ERROR:
             raise self.error(message)
         if message["cmd"] != cmd:
             raise ServerProtocolError(
@@ -270,7 +281,7 @@ class PortalSession:
             else:
                 env_config = server.spec.to_config()
             config = {
-                "protocol": P.PROTOCOL_VERSION,
+                "protocol": PROTOCOL_VERSION,
                 "server_index": server.index,
                 "num_servers": self.num_servers,  # (which share this machine: a native batch's threads)
                 "env_indices": server.env_indices,
@@ -297,13 +308,13 @@ class PortalSession:
             raise
 
     def _handshake(self, server: ServerLink, timeout: float) -> None:
-        server.hello = self.checked_hello(server, server.expect(P.HELLO, timeout, "start-up"))
+        server.hello = self.checked_hello(server, server.expect(HELLO, timeout, "start-up"))
 
     def checked_hello(self, server: ServerLink, hello: dict[str, Any], spaces: bool = True) -> dict[str, Any]:
-        if hello.get("protocol") != P.PROTOCOL_VERSION:
+        if hello.get("protocol") != PROTOCOL_VERSION:
             raise ProtocolMismatchError(
                 f"env server {server.index} speaks portal-shm protocol {hello.get('protocol')!r:.40}, "
-                f"the agent speaks {P.PROTOCOL_VERSION}: install the same portal-shm version in the "
+                f"the agent speaks {PROTOCOL_VERSION}: install the same portal-shm version in the "
                 f"env runtime ({server.runtime()})"
             )
         return check_hello(hello, len(server.env_indices), server.describe(), spaces)
@@ -333,7 +344,7 @@ class PortalSession:
     @staticmethod
     def check_spaces(server: ServerLink, before: dict[str, Any], after: dict[str, Any], what: str) -> None:
         spaces = ("observation_spaces", "action_spaces")
-        if P.packb([after.get(key) for key in spaces]) != P.packb([before.get(key) for key in spaces]):
+        if packb([after.get(key) for key in spaces]) != packb([before.get(key) for key in spaces]):
             raise ServerProtocolError(f"the {what} {server.describe()} describes other spaces than before")
 
     def attach_fresh(self, server: ServerLink, timeout: float) -> None:
@@ -342,7 +353,7 @@ class PortalSession:
         ring.views["mailbox"][server.index][:] = 0
         self._arm(server)
         server.channel.send(self.attach_message(), server.check_alive)
-        server.expect(P.READY, timeout, "restart")
+        server.expect(READY, timeout, "restart")
 
     def release_spare(self, spare: Spare) -> None:
         """Close what a spare holds of the agent's (its channel, doorbells, an unfetched offer)."""
@@ -362,7 +373,7 @@ class PortalSession:
             self._arm(server)
             server.channel.send(self.attach_message(), server.check_alive)
         for server in self.servers:
-            server.expect(P.READY, timeout, "start-up")
+            server.expect(READY, timeout, "start-up")
         return self.ring
 
     def offer(self) -> SegmentOffer:
@@ -401,7 +412,7 @@ class PortalSession:
 
     def attach_message(self) -> dict[str, Any]:
         _, offer = self.attached()
-        return {"cmd": P.ATTACH, "segment": offer.path, "layout": self._layout, **self._settings}
+        return {"cmd": ATTACH, "segment": offer.path, "layout": self._layout, **self._settings}
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Ask servers to close their envs (unless the portal broke), then make sure they are gone."""
@@ -415,7 +426,7 @@ class PortalSession:
                         continue
                     server.owed = None  # (it answers, then reads the CLOSE: nobody reads that answer)
                     try:
-                        server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
+                        server.channel.send({"cmd": CLOSE}, server.check_alive, timeout=1.0)
                         server.post_control()
                     except Exception:
                         pass

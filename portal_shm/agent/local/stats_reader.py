@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ...wire import stats as counters
+from ...wire import stats as ring_stats
 from ..stats.bound import verdict
 from ..stats.clock import SNAPSHOT_EVERY_S, WINDOW_S, AgentClock, check_window, clock_now
 from .session import ServerLink
@@ -94,9 +94,9 @@ class StatsReader:
         self.recycles = recycles or (lambda: [0] * len(restarts()))
         self.bytes_per_env_step = bytes_per_env_step
         num_envs = views["env_stats"].shape[0]
-        self.env_totals = Monotone((num_envs, len(counters.ENV_FIELDS)))
-        self.hist_totals = Monotone((num_envs, counters.BUCKETS))
-        self.server_totals = Monotone((len(servers), len(counters.SERVER_FIELDS)))
+        self.env_totals = Monotone((num_envs, len(ring_stats.ENV_FIELDS)))
+        self.hist_totals = Monotone((num_envs, ring_stats.BUCKETS))
+        self.server_totals = Monotone((len(servers), len(ring_stats.SERVER_FIELDS)))
         self._pids: dict[tuple[int, int], Optional[int]] = {}
         self.start = self.snapshot()
         self.history: deque[Snapshot] = deque(maxlen=int(WINDOW_S * 4 / SNAPSHOT_EVERY_S) + 4)
@@ -118,8 +118,8 @@ class StatsReader:
         env, server_stats = self.views["env_stats"].copy(), self.views["server_stats"].copy()
         for server in self.servers:  # steps are the agent's own count: the step commands it posted
             steps = server.seq - server.controls
-            env[server.rows, counters.STEPS] = steps
-            server_stats[server.index, counters.SERVER_STEPS] = steps
+            env[server.rows, ring_stats.STEPS] = steps
+            server_stats[server.index, ring_stats.SERVER_STEPS] = steps
         return Snapshot(
             now,
             self.env_totals.update(env),
@@ -150,7 +150,7 @@ class StatsReader:
     def _between(self, a: Snapshot, b: Snapshot, brief: bool = False) -> dict[str, Any]:
         span = max(b.wall - a.wall, 1e-9)
         env = b.env - a.env
-        steps = env[:, counters.STEPS]
+        steps = env[:, ring_stats.STEPS]
         inside = b.clock[0] - a.clock[0]
         away = b.clock[1] - a.clock[1]
         total = max(inside + away, 1e-9)
@@ -158,7 +158,7 @@ class StatsReader:
             "window_s": span,
             "steps": int(steps.sum()),
             "steps_per_s": float(steps.sum()) / span,
-            "episodes": int(env[:, counters.EPISODES].sum()),
+            "episodes": int(env[:, ring_stats.EPISODES].sum()),
             "agent": {
                 "inside": inside / total,
                 "away": away / total,
@@ -184,8 +184,8 @@ class StatsReader:
                     "server": j,
                     "envs": list(server.env_indices),
                     "pid": self._pid(server),
-                    "steps_per_s": float(busy[j, counters.SERVER_STEPS]) / span,
-                    "busy": min(1.0, float(busy[j, counters.BUSY_NS]) / 1e9 / span),
+                    "steps_per_s": float(busy[j, ring_stats.SERVER_STEPS]) / span,
+                    "busy": min(1.0, float(busy[j, ring_stats.BUSY_NS]) / 1e9 / span),
                     "cpu": cpu,
                     "rss_mb": None if rss is None else rss / 2**20,
                     "hosting": (getattr(server, "hello", None) or {}).get("hosting"),
@@ -197,13 +197,13 @@ class StatsReader:
                 {
                     "env": i,
                     "server": server_of.get(i),
-                    "steps": int(b.env[i, counters.STEPS]),
-                    "episodes": int(b.env[i, counters.EPISODES]),
-                    "resets": int(b.env[i, counters.RESETS]),
+                    "steps": int(b.env[i, ring_stats.STEPS]),
+                    "episodes": int(b.env[i, ring_stats.EPISODES]),
+                    "resets": int(b.env[i, ring_stats.RESETS]),
                     "restarts": int(b.restarts[i]) if i < len(b.restarts) else 0,
                     "recycles": int(b.recycles[i]) if i < len(b.recycles) else 0,
                     "steps_per_s": float(steps[i]) / span,
-                    "latency_us": latency(hist[i], int(env[i, counters.SAMPLED]), int(env[i, counters.SAMPLED_NS])),
+                    "latency_us": latency(hist[i], int(env[i, ring_stats.SAMPLED]), int(env[i, ring_stats.SAMPLED_NS])),
                 }
             )
         report["envs"] = envs
@@ -220,8 +220,8 @@ def latency(hist: np.ndarray, samples: int, total_ns: int) -> Optional[dict[str,
     out: dict[str, float] = {"samples": count, "mean": total_ns / samples / 1e3}
     for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
         index = int(np.searchsorted(cumulative, q * count))
-        index = min(index, counters.BUCKETS - 1)
-        low, high = counters.bucket_bounds(index)
+        index = min(index, ring_stats.BUCKETS - 1)
+        low, high = ring_stats.bucket_bounds(index)
         before = int(cumulative[index - 1]) if index else 0
         inside = max(int(hist[index]), 1)
         fraction = min(max((q * count - before) / inside, 0.0), 1.0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...errors import PortalError, ServerProtocolError
-from ...wire import protocol as P
+from ...wire import protocol
 from ..local.recovery import Recovery
 from ..local.session import ServerLink
 from .spares import Spares
@@ -32,15 +32,15 @@ class Handover:
     def take_states(self, server: ServerLink) -> tuple[list[bytes], bool]:
         """The states of the old server's envs, and whether it closed after sending them (its
         answer says so; a server that does not know ``then_close`` is closed by the swap)."""
-        message = {"cmd": P.GET_STATE, "envs": server.env_indices, "allow_pickle": False, "then_close": True}
+        message = {"cmd": protocol.GET_STATE, "envs": server.env_indices, "allow_pickle": False, "then_close": True}
         server.channel.send(message, server.check_alive)
         server.post_control()
         message = server.recv(self._step_timeout, "get_state for recycling")
-        if message["cmd"] == P.ERROR:
+        if message["cmd"] == protocol.ERROR:
             raise server.error(message)
         results = message.get("results")
         if (
-            message["cmd"] != P.REPLY
+            message["cmd"] != protocol.REPLY
             or not isinstance(results, list)
             or len(results) != len(server.env_indices)
             or not all(isinstance(state, bytes) for state in results)
@@ -78,7 +78,7 @@ class Handover:
 
     def _send_states(self, server: ServerLink, k: int, prev: int, states: list[bytes], in_ring: bool) -> None:
         message = {
-            "cmd": P.SET_STATE,
+            "cmd": protocol.SET_STATE,
             "slot": k,
             "prev_slot": prev,
             "envs": server.env_indices,
@@ -91,9 +91,9 @@ class Handover:
 
     def _check_restored(self, server: ServerLink) -> None:
         reply = server.recv(self._step_timeout, "set_state of a recycled server")
-        if reply["cmd"] == P.ERROR:
+        if reply["cmd"] == protocol.ERROR:
             raise server.error(reply)
-        if reply["cmd"] != P.REPLY:
+        if reply["cmd"] != protocol.REPLY:
             raise ServerProtocolError(f"{server.describe()} answered set_state with {reply['cmd']!r:.40}")
 
     def _states_restored(self, server: ServerLink, k: int, prev: int, states: list[bytes]) -> None:

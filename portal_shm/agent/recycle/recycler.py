@@ -56,8 +56,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ...errors import EnvError, PortalError, ServerProtocolError
-from ...wire import protocol as P
-from ...wire import stats as S
+from ...wire import protocol
+from ...wire.stats import SAMPLED, SAMPLED_NS
 from ..contract.options import RecyclePolicy
 from ..local.lockstep import SwapPlan
 from ..local.recovery import RESTARTABLE, Recovery
@@ -164,7 +164,7 @@ class Recycler:
                     self._swap(server, k, k, True, handed[j])
                     swapped += 1
                 else:  # more retired in this step than may be swapped in one: this one goes on
-                    server.channel.send({"cmd": P.RESUME}, server.check_alive)
+                    server.channel.send({"cmd": protocol.RESUME}, server.check_alive)
         now = time.monotonic()
         if now >= self.observe_at:
             self.observe_at = now + OBSERVE_EVERY_S
@@ -224,7 +224,7 @@ class Recycler:
                 continue
             rss = process_cpu(self._pid(server))[1] if policy.rss_mb is not None else None
             rows = env_stats[server.rows]
-            samples, total_ns = int(rows[:, S.SAMPLED].sum()), int(rows[:, S.SAMPLED_NS].sum())
+            samples, total_ns = int(rows[:, SAMPLED].sum()), int(rows[:, SAMPLED_NS].sum())
             self.wear[j].observe(None if rss is None else rss / 2**20, max(samples, 0), max(total_ns, 0))
 
     def _pid(self, server: ServerLink) -> Optional[int]:
@@ -292,7 +292,7 @@ class Recycler:
         swapped only when it retires (all its envs end an episode in one step), never past the
         bound (mid-episode) nor before the step after an end (a reset may come between)."""
         hello = self.servers[j].hello or {}
-        return hello.get("states") == P.STATES_AT_EPISODE_END and j not in self.stateless
+        return hello.get("states") == protocol.STATES_AT_EPISODE_END and j not in self.stateless
 
     def _pick(self, ended: set[int], most: int, unhanded: set[int]) -> None:
         """The due servers to swap before the next step (at most ``most``: the others swapped since

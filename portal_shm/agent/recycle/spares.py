@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ...errors import ServerProtocolError
-from ...wire import protocol as P
+from ...wire import protocol
 from ..local.session import PortalSession, ServerLink, Spare
 
 
@@ -49,9 +49,9 @@ class Spares:
             spare.check_alive()
             return False
         message = spare.channel.recv(lambda: None, 1.0, f"start-up of the spare of {server.describe()}")
-        if message["cmd"] == P.ERROR:
+        if message["cmd"] == protocol.ERROR:
             raise server.error(message)
-        expected = P.HELLO if spare.hello is None else P.READY
+        expected = protocol.HELLO if spare.hello is None else protocol.READY
         if message["cmd"] != expected:
             raise ServerProtocolError(f"the spare of {server.describe()} sent {message['cmd']!r:.40} at start-up")
         if spare.hello is None:
@@ -88,9 +88,9 @@ class Spares:
         old = server.handle
         try:
             if held:
-                server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
+                server.channel.send({"cmd": protocol.CLOSE}, server.check_alive, timeout=1.0)
             elif not closed:
-                server.channel.send({"cmd": P.CLOSE}, server.check_alive, timeout=1.0)
+                server.channel.send({"cmd": protocol.CLOSE}, server.check_alive, timeout=1.0)
                 server.post_control()
                 server.recv(min(timeout, 5.0), "close")  # a REPLY, or the error of an env's close()
         except Exception:

@@ -24,8 +24,8 @@ from ...agent.local.lockstep import NotFinished
 from ...agent.vector import VectorPortal
 from ...errors import HostPolicyError, InfoEncodingError, PortalError, PortalTimeoutError
 from .. import codecs, frames
-from .. import messages as M
 from ..error_data import to_data
+from ..messages import CLOSE, FINISH, RESULT, SEND
 from ..reliable import Sequencer
 from .policy import HostPolicy
 from .quotas import Limits
@@ -91,7 +91,7 @@ class HostSession(threading.Thread):
     MAX_QUEUED = 1024  # requests waiting for the thread: more is a flood, not an agent waiting for replies
 
     def deliver(self, header: dict[str, Any], arrays: list[Any]) -> None:
-        if header["cmd"] == M.CLOSE and self.busy:
+        if header["cmd"] == CLOSE and self.busy:
             self._abort()  # the agent is done with a request still running (one that timed out on its side)
         if self.inbox.qsize() >= self.MAX_QUEUED:
             raise PortalError(f"the agent sent more than {self.MAX_QUEUED} requests without waiting for replies")
@@ -174,7 +174,7 @@ class HostSession(threading.Thread):
     def hand_over(self) -> None:
         """The step is taking long: this thread waits for it instead of the router."""
         self.busy = True
-        self.inbox.put(({"cmd": M.FINISH, "seq": self._inline_seq()}, []))
+        self.inbox.put(({"cmd": FINISH, "seq": self._inline_seq()}, []))
         self.inline = None
 
     def close_pipes(self) -> None:
@@ -286,13 +286,13 @@ class HostSession(threading.Thread):
             header, arrays = item
             cmd = header["cmd"]
             try:
-                if cmd == M.CLOSE:  # answered once the envs are freed: the agent's close() means it
+                if cmd == CLOSE:  # answered once the envs are freed: the agent's close() means it
                     self._free()
-                    self._emit({"cmd": M.RESULT, "re": header["seq"]})
+                    self._emit({"cmd": RESULT, "re": header["seq"]})
                     return
                 requests.handle(cmd, header, arrays)
             except PortalTimeoutError as exc:  # (not restarted: the agent asked for no restarts, or none is left)
-                self._end_wedged(exc, None if cmd == M.SEND else header.get("seq"))
+                self._end_wedged(exc, None if cmd == SEND else header.get("seq"))
                 return
             except Exception as exc:
                 if isinstance(exc, (frames.FrameError, KeyError, TypeError, ValueError)) and not isinstance(
@@ -300,7 +300,7 @@ class HostSession(threading.Thread):
                 ):
                     log.warning("session %s: bad %s request: %s", self.client, cmd, exc)
                 # A send is answered by batches, not by a reply: its error is one of them (no "re").
-                re = None if cmd == M.SEND else header.get("seq")
+                re = None if cmd == SEND else header.get("seq")
                 self._emit({**self.error_data(exc), **({} if re is None else {"re": re})})
             finally:
                 self.busy = False

@@ -20,8 +20,8 @@ from ...wire import trees
 from ...wire.protocol import packb
 from ...wire.schema import is_fixed, space_to_schema
 from .. import frames
-from .. import messages as M
 from ..infos import crossing, unbatch
+from ..messages import RESULT, WELCOME
 from .policy import HostPolicy
 
 
@@ -75,7 +75,7 @@ class SessionEnvs:
         """The welcome's header: what the agent got (its servers named by runtime kind only)."""
         portal = self.portal
         return {
-            "cmd": M.WELCOME,
+            "cmd": WELCOME,
             "re": 1,
             "obs_schema": self.obs_schema,
             "act_schema": self.act_schema,
@@ -106,7 +106,7 @@ class SessionEnvs:
         ``InfoEncodingError`` where an info cannot reach the agent as it is."""
         phase = "step" if flags is not None else "reset"
         sparse = crossing(unbatch(infos, count), self.lossy_infos, phase, env_ids)
-        header: dict[str, Any] = {"cmd": M.RESULT if env_ids is None else "batch", "infos": sparse}
+        header: dict[str, Any] = {"cmd": RESULT if env_ids is None else "batch", "infos": sparse}
         if seq is not None:
             header["re"] = seq
         if env_ids is not None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...agent.vector import VectorPortal
 from ...errors import HostPolicyError
-from .. import messages as M
+from .. import messages
 from ..error_data import to_data
 from .policy import HostPolicy
 from .request_values import check_name
@@ -60,7 +60,7 @@ class SessionRequests:
         return self._envs.batched and self._in_flight >= self._portal.batch_size
 
     def handle(self, cmd: str, header: dict[str, Any], arrays: list[Any]) -> None:
-        if self._envs.whole and cmd in (M.RESET, M.SEND):  # the agent's batch is all of this host's envs
+        if self._envs.whole and cmd in (messages.RESET, messages.SEND):  # the agent's batch is all of this host's envs
             self._whole_batch(cmd, header, arrays)
             return
         handler = self._handlers.get(cmd)
@@ -87,25 +87,25 @@ class SessionRequests:
     def _handler_table(self) -> dict[str, Any]:
         """The agent's requests (and the router's hand-over, ``FINISH``), by kind."""
         return {
-            M.RESET: self._reset,
-            M.STEP: self._step,
-            M.FINISH: self._finish,
-            M.SEND: self._send_actions,
-            M.CALL: self._call,
-            M.GET_ATTR: self._get_attr,
-            M.SET_ATTR: self._set_attr,
-            M.GET_STATE: self._get_state,
-            M.SET_STATE: self._set_state,
-            M.RECORD: self._record,
-            M.STATS: self._stats,
-            M.RENDER: self._render,
+            messages.RESET: self._reset,
+            messages.STEP: self._step,
+            messages.FINISH: self._finish,
+            messages.SEND: self._send_actions,
+            messages.CALL: self._call,
+            messages.GET_ATTR: self._get_attr,
+            messages.SET_ATTR: self._set_attr,
+            messages.GET_STATE: self._get_state,
+            messages.SET_STATE: self._set_state,
+            messages.RECORD: self._record,
+            messages.STATS: self._stats,
+            messages.RENDER: self._render,
         }
 
     def _whole_batch(self, cmd: str, header: dict[str, Any], arrays: list[Any]) -> None:
         portal = self._portal
-        if cmd == M.RESET:
+        if cmd == messages.RESET:
             obs, infos = portal.reset(seed=header.get("seed"), options=header.get("options"))
-            self._emit({"cmd": M.RESULT, "re": header["seq"]})
+            self._emit({"cmd": messages.RESULT, "re": header["seq"]})
             flags: Any = (np.zeros(self._num_envs), np.zeros(self._num_envs, bool), np.zeros(self._num_envs, bool))
         else:
             ids = np.asarray(header["env_ids"], dtype=np.int64)
@@ -119,7 +119,7 @@ class SessionRequests:
         if self._envs.batched:
             self._portal.async_reset(seed=seeds, options=options)
             self._in_flight = self._num_envs
-            self._emit({"cmd": M.RESULT, "re": header["seq"]})
+            self._emit({"cmd": messages.RESULT, "re": header["seq"]})
             return
         obs, infos = self._portal.reset(seed=seeds, options=options)
         self._emit_result(header["seq"], obs, None, infos, self._num_envs)
@@ -146,12 +146,12 @@ class SessionRequests:
         kwargs = {check_name(k, "call kwarg"): v for k, v in kwargs.items()}
         ids, portal = self._env_ids(header), self._portal
         values = portal.call(name, *args, **kwargs) if ids is None else portal.call_envs(ids, name, *args, **kwargs)
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
+        self._emit({"cmd": messages.RESULT, "re": header["seq"], "values": list(values)})
 
     def _get_attr(self, header: dict[str, Any], arrays: list[Any]) -> None:
         name, ids = self._call_name(header), self._env_ids(header)
         values = self._portal.get_attr(name) if ids is None else self._portal.get_attr_envs(ids, name)
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": list(values)})
+        self._emit({"cmd": messages.RESULT, "re": header["seq"], "values": list(values)})
 
     def _set_attr(self, header: dict[str, Any], arrays: list[Any]) -> None:
         name, ids = self._call_name(header), self._env_ids(header)
@@ -159,14 +159,16 @@ class SessionRequests:
             self._portal.set_attr(name, header["values"])
         else:
             self._portal.set_attr_envs(ids, name, header["values"])
-        self._emit({"cmd": M.RESULT, "re": header["seq"]})
+        self._emit({"cmd": messages.RESULT, "re": header["seq"]})
 
     def _get_state(self, header: dict[str, Any], arrays: list[Any]) -> None:
         ids = self._env_ids(header)
         if ids is None:
             raise ValueError("get_state: env_ids must name the envs")
         allow = header.get("allow_pickle") is True and self._policy.pickled_states
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": self._portal.get_state(ids, allow_pickle=allow)})
+        self._emit(
+            {"cmd": messages.RESULT, "re": header["seq"], "values": self._portal.get_state(ids, allow_pickle=allow)}
+        )
 
     def _set_state(self, header: dict[str, Any], arrays: list[Any]) -> None:
         ids, states = self._env_ids(header), header.get("states")
@@ -182,7 +184,7 @@ class SessionRequests:
         if ids is None:
             raise ValueError("record: env_ids must name the envs")
         self._portal.record_frames(ids, header.get("on") is True)
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": [None] * len(ids)})
+        self._emit({"cmd": messages.RESULT, "re": header["seq"], "values": [None] * len(ids)})
 
     def _stats(self, header: dict[str, Any], arrays: list[Any]) -> None:
         window = header.get("window")
@@ -194,11 +196,11 @@ class SessionRequests:
             if "runtime" in server:
                 server["runtime"] = self._runtime
         report["quota"] = self._quota()
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "stats": report})
+        self._emit({"cmd": messages.RESULT, "re": header["seq"], "stats": report})
 
     def _render(self, header: dict[str, Any], arrays: list[Any]) -> None:
         values = self._portal.render()
-        self._emit({"cmd": M.RESULT, "re": header["seq"], "values": None if values is None else list(values)})
+        self._emit({"cmd": messages.RESULT, "re": header["seq"], "values": None if values is None else list(values)})
 
     def _env_ids(self, header: dict[str, Any]) -> Optional[list[Any]]:
         """The envs a per-env call names (this session's own indices), checked; None: all of them."""
@@ -216,7 +218,7 @@ class SessionRequests:
     def _call_name(self, header: dict[str, Any]) -> str:
         try:
             return self._policy.check_call(
-                header.get("name"), header.get("args", ()) if header["cmd"] == M.CALL else ()
+                header.get("name"), header.get("args", ()) if header["cmd"] == messages.CALL else ()
             )
         except HostPolicyError as exc:
             log.warning("refused %s: %s", self._client, exc)
