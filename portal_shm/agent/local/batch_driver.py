@@ -331,9 +331,8 @@ class RingBatches:
             )
         )
         if self.copy:
-            obs, reward, terminated, truncated = (
-                trees.copy_tree(value) for value in (obs, reward, terminated, truncated)
-            )
+            obs = self.ring.copies.tree(obs, "batch")
+            reward, terminated, truncated = (trees.copy_tree(value) for value in (reward, terminated, truncated))
         return obs, reward, terminated, truncated, infos
 
     def _span_views(self, k: int, span: slice) -> dict[Any, np.ndarray]:

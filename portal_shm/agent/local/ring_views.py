@@ -21,6 +21,7 @@ from ..contract.actions import ActionLeaves
 from ..contract.infos import add_info
 from ..contract.kept_views import KeptViews, anchored, holders
 from ..contract.validate import decode_infos
+from .reused_copies import ReusedCopies
 
 #: ``pick(leaf index, ring array of that leaf)``: the part of a fixed leaf a batch returns.
 Pick = Callable[[int, np.ndarray], Any]
@@ -72,6 +73,8 @@ class RingViews:
         #: Infos ``gather`` could not unpickle (``InfoEncodingError``s): the portal raises them once
         #: its drivers took every server's results (``VectorPortal._run``); those envs' infos are left out.
         self.refused: list[InfoEncodingError] = []
+        #: ``copy=True``'s arrays, reused once the caller dropped them (``reused_copies.py``).
+        self.copies = ReusedCopies()
         # Actions of spaces without a fixed layout are sent as a message (one per server and step):
         # then ``actions`` is None and the ring has no action leaves.
         fixed_actions = is_fixed(act_schema)
@@ -141,7 +144,7 @@ class RingViews:
             obs = self._obs_slots[k]
         else:
             obs = self.build(lambda index, array: self._leaf_slots[index][k], self.var_obs)
-        return trees.copy_tree(obs) if copy else obs
+        return self.copies.tree(obs) if copy else obs
 
     def results(self, k: int, copy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(reward, terminated, truncated) of slot ``k``: views of the ring unless ``copy``."""
