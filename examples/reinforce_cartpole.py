@@ -1,6 +1,6 @@
 """REINFORCE on CartPole with a linear softmax policy in numpy: a training script with no framework.
 
-What ``portal-shm agent`` runs in ``images/agent`` as it stands (the image leaves torch out to stay
+What ``portal-shm agent`` runs in ``portal_shm/images/agent`` as it stands (the image leaves torch out to stay
 small): N CartPole envs in env servers of any backend, whole episodes collected per env, the
 policy gradient with a per-step baseline, plain gradient ascent. It learns: on this project's
 2-core VM the mean return of the last 20 episodes went from ~20 to 296 in 150 updates (300 k steps,

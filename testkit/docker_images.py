@@ -28,16 +28,16 @@ def docker_or_skip() -> Any:
 
 
 def ensure_image(client: Any, name: str, tag: str) -> str:
-    """``tag``, built from ``images/<name>`` unless it exists with this checkout's env-server code."""
-    from portal_shm.runtimes.cache import server_digest
+    """``tag``, built from ``portal_shm/images/<name>`` unless it exists with this checkout's env-side wheel."""
     from portal_shm.runtimes.docker import LABEL_SERVER_DIGEST
+    from portal_shm.runtimes.env_wheel import env_wheel_digest
     from portal_shm.runtimes.image_build import build_image
 
     try:
-        current = client.images.get(tag).labels.get(LABEL_SERVER_DIGEST) == server_digest()
+        current = client.images.get(tag).labels.get(LABEL_SERVER_DIGEST) == env_wheel_digest()
     except Exception:
         current = False
-    if not current:  # missing, or built from other env-server code (a machine that kept older images)
+    if not current:  # missing, or built from other env-side code (a machine that kept older images)
         build_image(name, tag)
     return tag
 

@@ -11,6 +11,7 @@ import numpy as np
 from rich.table import Table
 
 from ..version import __version__
+from ..wire.protocol import PROTOCOL_VERSION
 from .args import parse_kwargs
 from .backend_args import BACKEND_NAMES, with_image
 from .console import make_console
@@ -101,7 +102,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``portal-shm`` parser with every verb; ``Parser`` makes each verb report its own errors."""
     parser = Parser(prog="portal-shm", description="Step RL envs in isolated runtimes through shared memory.")
-    parser.add_argument("--version", action="version", version=f"portal-shm {__version__}")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"portal-shm {__version__} (env-side protocol {PROTOCOL_VERSION})",
+        help="show portal-shm's version and the protocol its env side speaks, then exit",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(

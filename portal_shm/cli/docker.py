@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,7 @@ from rich.table import Table
 from .console import make_console
 
 console = make_console()
+SUMMARY_CHARS = 90  # of an image's description in ``build --list``
 
 
 class BuildProgress:
@@ -36,9 +39,51 @@ class BuildProgress:
         self.status.update(f"building {escape(self.target)} ({elapsed:.0f} s): {escape(self.step)}{latest}")
 
 
+def image_summary(dockerfile: Path) -> tuple:
+    """``(default env, what it holds)`` of a built-in image: its ``portal-shm.default-env`` label and
+    the first sentence of the Dockerfile's opening comment, cut to ``SUMMARY_CHARS``."""
+    text = dockerfile.read_text()
+    label = re.search(r'portal-shm\.default-env="([^"]*)"', text)
+    comment = []
+    for line in text.splitlines():
+        if not line.startswith("#") or line.startswith("# Build:"):
+            break
+        comment.append(line.lstrip("#").strip())
+    summary = re.split(r"(?<=[^.]\.)\s+(?=[A-Z])", " ".join(comment))[0]
+    if len(summary) > SUMMARY_CHARS:
+        summary = summary[: SUMMARY_CHARS - 3].rsplit(" ", 1)[0] + "..."
+    return (label.group(1) if label else "-"), summary
+
+
+def list_images() -> int:
+    """One line per built-in image (package data of the installed portal-shm): name, default env, summary."""
+    from ..runtimes.image_build import builtin_images, builtin_images_dir
+
+    root = builtin_images_dir()
+    names = builtin_images()
+    if root is None or not names:
+        console.print(
+            "[red]error:[/] no built-in images: the package's images/ folder is missing (reinstall portal-shm)"
+        )
+        return 1
+    rows = [(name, *image_summary(root / name / "Dockerfile")) for name in names]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    for name, env, summary in rows:
+        line = f"{name:<{widths[0]}}  {env:<{widths[1]}}  {summary}"
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    return 0
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from ..runtimes.image_build import DEFAULT_BASE, build_base, build_image
 
+    if args.list:
+        return list_images()
+    if args.target is None:
+        console.print(
+            "[red]error:[/] portal-shm build: name what to build (NAME|DIR|base), or --list the built-in images"
+        )
+        return 2
     with console.status(f"building {args.target}") as status:
         show = BuildProgress(args.target, status)
         if args.target == "base":
@@ -193,9 +238,11 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
         help="build an env image: a built-in NAME, a DIR, or 'base'",
         description="Build an env image from a built-in NAME (images/NAME) or a DIR with a Dockerfile, or "
         "'base': a minimal Debian with Python made by debootstrap, without a registry (needs root).",
-        epilog="examples: portal-shm build base; portal-shm build ale; portal-shm build ./my-env -t my/env",
+        epilog="examples: portal-shm build --list; portal-shm build base; portal-shm build ale; "
+        "portal-shm build ./my-env -t my/env",
     )
-    build.add_argument("target", metavar="NAME|DIR|base", help="what to build")
+    build.add_argument("target", nargs="?", metavar="NAME|DIR|base", help="what to build")
+    build.add_argument("--list", action="store_true", help="list the built-in images (NAME), one a line, and exit")
     _add_build_arguments(build)
     build.set_defaults(func=cmd_build)
 

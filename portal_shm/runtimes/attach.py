@@ -14,7 +14,7 @@ from typing import Optional, Union
 import zmq
 
 from ..errors import PortalError
-from ..wire import protocol as P
+from ..wire.protocol import packb, unpackb
 from .backend import Backend, ServerHandle, ServerLaunch
 from .config_file import packed_config
 
@@ -34,12 +34,12 @@ class ListenerClient:
             self.socket = self.context.socket(zmq.REQ)
             self.socket.setsockopt(zmq.LINGER, 0)
             self.socket.connect(self.address)
-        self.socket.send(P.packb(message))
+        self.socket.send(packb(message))
         if not self.socket.poll(timeout_ms):
             self.socket.close(0)
             self.socket = None
             raise PortalError(f"no env-server listener answers at {self.address} (is `portal-shm start` running?)")
-        reply = P.unpackb(self.socket.recv())
+        reply = unpackb(self.socket.recv())
         if not isinstance(reply, dict) or not reply.get("ok"):
             raise PortalError(f"listener {self.address} refused {message.get('cmd')!r}: {reply.get('error')}")
         return reply

@@ -35,8 +35,9 @@ MARKER = "portal-shm-runtime.json"
 BUILD_LOG = "portal-shm-build.log"
 ALL = "all"
 FOLDERS = {"venv": "venvs", "micromamba": "micromamba"}  # kind -> folder of the cache root
-# What the env server imports besides the standard library (see server.py); no version pins, so
-# that the runtime's own requirements (``numpy<2``) decide.
+# What the env server imports besides the standard library, installed with the env side's wheel
+# (``env_wheel``) and named here without version pins, so that the runtime's own requirements
+# (``numpy<2``) decide.
 SERVER_DEPS = ("numpy", "pyzmq", "msgpack")
 
 
@@ -48,44 +49,6 @@ def cache_root(cache_dir: Optional[str] = None) -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     root = cache_dir or os.environ.get("PORTAL_SHM_CACHE") or os.path.join(base, "portal-shm")
     return os.path.abspath(os.path.expanduser(root))
-
-
-# The env side as it is copied into runtimes: the package root (lazy: it loads only its version), the
-# entry-point name of the presets, the two folders the import contract confines the env side to, and
-# the example envs (``portal_shm.server.example_envs:*`` re-exports them; the server never imports them).
-ENV_SIDE = ("__init__.py", "version.py", "presets.py", "wire", "server", "example_envs")
-
-
-def server_modules() -> dict[str, str]:
-    """Relative path -> path of the files an env runtime needs: ``portal_shm.wire``, ``.server`` and
-    ``.example_envs``.
-
-    Whole folders, subfolders included (``server/multi_agent``), rather than a list of modules:
-    import-linter (pyproject.toml) keeps the env side from importing anything outside them, so what
-    is here is all it can need.
-    """
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found: dict[str, str] = {}
-    for entry in ENV_SIDE:
-        path = os.path.join(package, entry)
-        if os.path.isfile(path):
-            found[entry] = path
-            continue
-        for folder, subfolders, names in os.walk(path):
-            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-            relative = os.path.relpath(folder, package).replace(os.sep, "/")
-            for name in names:
-                if name.endswith(".py"):
-                    found[f"{relative}/{name}"] = os.path.join(folder, name)
-    return dict(sorted(found.items()))
-
-
-def server_digest() -> str:
-    digest = hashlib.sha256(__version__.encode())
-    for name, path in server_modules().items():
-        with open(path, "rb") as handle:
-            digest.update(name.encode() + b"\0" + handle.read() + b"\0")
-    return digest.hexdigest()
 
 
 def file_digest(path: str, what: str) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..errors import ConfigTooLargeError
-from ..wire import protocol as P
 from ..wire.launch import CONFIG_ENV_VAR, MAX_CONFIG_BYTES, remove_config, write_config
+from ..wire.protocol import packb
 from .backend import ServerLaunch
 
 __all__ = ["CONFIG_ENV_VAR", "packed_config", "remove_config", "write_launch_config"]
@@ -24,11 +24,11 @@ def _mib(size: int) -> str:
 def packed_config(config: dict[str, Any], server_index: int) -> bytes:
     """``config`` packed; raises ConfigTooLargeError naming the server, the size and the largest
     env kwarg when it is over the limit."""
-    data = P.packb(config)
+    data = packb(config)
     if len(data) <= MAX_CONFIG_BYTES:
         return data
     kwargs = (config.get("env") or {}).get("kwargs") or {}
-    sizes = {name: len(P.packb(value)) for name, value in kwargs.items()}
+    sizes = {name: len(packb(value)) for name, value in kwargs.items()}
     largest = max(sizes, key=sizes.__getitem__) if sizes else None
     culprit = f" (env_kwargs[{largest!r}] alone is {_mib(sizes[largest])})" if largest is not None else ""
     raise ConfigTooLargeError(

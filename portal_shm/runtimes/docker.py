@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 from ..errors import PortalError
 from .agent_container import LABEL_AGENT_CONTAINER, host_path, own_container_id, socket_problem
 from .backend import Backend, ServerHandle, ServerLaunch
-from .cache import server_digest
 from .config_file import CONFIG_ENV_VAR, remove_config, write_launch_config
+from .env_wheel import env_wheel_digest
 
 if TYPE_CHECKING:
     from .hosting import HostOffer
@@ -34,7 +34,8 @@ LABEL_SERVER = f"{LABEL_PREFIX}.server"
 LABEL_ROLE = f"{LABEL_PREFIX}.role"
 LABEL_MAX_ENVS = f"{LABEL_PREFIX}.max-envs-per-server"
 LABEL_ENV_IMAGE = f"{LABEL_PREFIX}.env-image"  # set by portal-shm build: what hosts serve by default
-LABEL_SERVER_DIGEST = f"{LABEL_PREFIX}.server-digest"  # set by portal-shm build: the env-server code inside
+# set by portal-shm build: the env side installed inside (``env_wheel_digest`` of its portal-shm-env wheel)
+LABEL_SERVER_DIGEST = f"{LABEL_PREFIX}.server-digest"
 NOBODY = 65534
 
 
@@ -69,11 +70,11 @@ def warn_default_image() -> None:
 
 
 def warn_if_stale(image: str, labels: dict) -> None:
-    """Say once per image when ``portal-shm build`` made it from other env-server code than this
-    agent's: within one protocol version such a server starts, and then misreads what changed
-    (a new option, a nested argument) in ways no handshake can name."""
+    """Say once per image when ``portal-shm build`` installed another env-side wheel in it than this
+    agent's (``env_wheel_digest``): within one protocol version such a server starts, and then
+    misreads what changed (a new option, a nested argument) in ways no handshake can name."""
     built_from = labels.get(LABEL_SERVER_DIGEST)
-    if not built_from or built_from == server_digest() or image in _warned_stale_images:
+    if not built_from or built_from == env_wheel_digest() or image in _warned_stale_images:
         return
     _warned_stale_images.add(image)
     warnings.warn(

@@ -1,11 +1,15 @@
 """Building env images: the local base image (no registry needed) and image directories.
 
 An image directory holds a Dockerfile whose base is the build arg ``BASE_IMAGE``. The build
-context is assembled in a temporary directory: the image directory, the env-server part of
-portal-shm (``_portal_shm/``) and the building host's pip settings (``_pip/``: index URLs and
-CA bundle, for networks behind a TLS-intercepting proxy). Dockerfiles use ``_pip/`` only in a
-build stage, so the CA bundle never reaches the final image. A Dockerfile that names ``_docker/``
-(the agent image) gets the host's docker CLI there: Debian's docker CLI comes only with the whole
+context is assembled in a temporary directory: the image directory, the wheel of portal-shm's
+env side (``_wheels/portal_shm_env-VERSION-py3-none-any.whl``, see ``env_wheel``; Dockerfiles
+install it in their build stage with ``pip install --no-index --find-links /tmp/wheels
+portal-shm-env``) and the building host's pip settings (``_pip/``: index URLs and CA bundle, for
+networks behind a TLS-intercepting proxy). Dockerfiles use ``_pip/`` and ``_wheels/`` only in a
+build stage, so the CA bundle never reaches the final image. A Dockerfile that names
+``_portal_shm/`` gets the whole package there as source (the agent image, which needs the agent
+side too, and Dockerfiles written before the wheel). A Dockerfile that names ``_docker/`` (the
+agent image) gets the host's docker CLI there: Debian's docker CLI comes only with the whole
 engine, and no registry here has Docker's own image.
 """
 
@@ -21,8 +25,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import PortalError
-from .cache import server_digest
 from .docker import LABEL_ENV_IMAGE, LABEL_PREFIX, LABEL_SERVER_DIGEST, docker_client
+from .env_wheel import env_wheel, env_wheel_digest
 
 DEFAULT_BASE = "portal-shm/base:bookworm"
 BASE_ENV_VAR = "PORTAL_SHM_BASE_IMAGE"
@@ -30,6 +34,8 @@ IMAGE_PREFIX = "portal-shm/"
 LOCAL_BASE_REPOSITORY = IMAGE_PREFIX + "base"  # what ``portal-shm build base`` makes: portal-shm/base:SUITE
 DEBIAN_SUITES = ("buster", "bullseye", "bookworm", "trixie", "sid")
 TAIL_LINES = 20  # lines of build output a failed build's error quotes
+WHEELS = "_wheels"  # the context's folder of the env side's wheel
+SOURCE = "_portal_shm"  # the context's folder of the whole package as source, for Dockerfiles that name it
 
 
 class ImageBuildError(PortalError):
@@ -37,8 +43,8 @@ class ImageBuildError(PortalError):
 
 
 def builtin_images_dir() -> Optional[Path]:
-    """``images/`` beside the package in a source checkout (built-in images ship with the source)."""
-    path = Path(__file__).resolve().parents[2] / "images"
+    """``portal_shm/images/``: the built-in images are package data (a wheel carries them)."""
+    path = Path(__file__).resolve().parents[1] / "images"
     return path if path.is_dir() else None
 
 
@@ -57,7 +63,7 @@ def resolve_image_dir(name_or_dir: str) -> tuple[Path, str]:
     root = builtin_images_dir()
     if root is not None and (root / name_or_dir / "Dockerfile").is_file():
         return root / name_or_dir, IMAGE_PREFIX + name_or_dir
-    known = ", ".join(builtin_images()) or "none found (built-in images ship with the source checkout)"
+    known = ", ".join(builtin_images()) or "none found (the package's images/ folder is missing: reinstall portal-shm)"
     raise PortalError(f"no image directory {name_or_dir!r}: pass a directory with a Dockerfile or one of: {known}")
 
 
@@ -96,12 +102,13 @@ def write_pip_context(target: Path) -> None:
 
 def assemble_context(image_dir: Path, target: Path) -> None:
     shutil.copytree(image_dir, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    package = Path(__file__).resolve().parents[1]
-    shutil.copytree(
-        package, target / "_portal_shm" / "portal_shm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
+    dockerfile = (image_dir / "Dockerfile").read_text()
+    env_wheel(target / WHEELS)
+    if f"{SOURCE}/" in dockerfile:
+        package = Path(__file__).resolve().parents[1]
+        shutil.copytree(package, target / SOURCE / "portal_shm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     write_pip_context(target / "_pip")
-    if "_docker/" in (image_dir / "Dockerfile").read_text():
+    if "_docker/" in dockerfile:
         (target / "_docker").mkdir()
         cli = shutil.which("docker")
         if cli:
@@ -112,8 +119,9 @@ def build_labels(image_dir: Path) -> dict:
     """The env-image label (what hosts serve by default) on every image but an agent's: an image
     whose Dockerfile labels itself ``portal-shm.agent-image`` holds the docker CLI and runs training
     commands, so no host should offer it to agents as an env runtime. Every image carries the
-    digest of the env-server code copied in, so an agent can tell an image built from other code."""
-    labels = {LABEL_SERVER_DIGEST: server_digest()}
+    digest of the env-side wheel in its context (``env_wheel_digest``), so an agent can tell an
+    image built from other env-side code."""
+    labels = {LABEL_SERVER_DIGEST: env_wheel_digest()}
     if f"{LABEL_PREFIX}.agent-image" not in (image_dir / "Dockerfile").read_text():
         labels[LABEL_ENV_IMAGE] = "1"
     return labels

@@ -1,5 +1,5 @@
 """Getting packages into a runtime: uv when the agent has it (seconds), pip otherwise (everywhere);
-and the env server itself, copied in.
+the env side among them, from its wheel (``env_wheel``).
 
 uv reads no ``pip.conf``, yet a machine's pip configuration is often what makes installs work at
 all there (a private index, a CA bundle, local wheels, constraints). So uv runs with pip's
@@ -16,9 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Optional
 
-from .cache import Build, RuntimeBuildError, server_modules
+from .cache import SERVER_DEPS, Build, RuntimeBuildError
+from .env_wheel import env_wheel
 
 INSTALLER_ENV_VAR = "PORTAL_SHM_INSTALLER"
 
@@ -138,33 +140,23 @@ def install(build: Build, python: str, args: list, summary: str) -> str:
     return "pip"
 
 
-def install_server(build: Build, python: str) -> None:
-    """Copy portal-shm's env-server modules into the runtime's site-packages and check they import.
+def install_env_side(build: Build, python: str, requirements: list, summary: str) -> dict:
+    """``requirements``, the env server's dependencies and the env side's wheel (``env_wheel``) in
+    one install, then a check that ``portal_shm.server`` imports; returns the facts for the marker.
 
-    A copy of exactly the hashed modules rather than ``pip install <source>``: it needs no build
-    step, never writes into the agent's source tree, and works the same for wheels and editable
-    installs. The check runs in the runtime's own directory so that no ``portal_shm`` in the
-    caller's working directory can stand in for the copy.
+    The env side comes from its distribution, ``portal-shm-env``, as a release installs it, made
+    from the agent's own files into a temporary folder: no build step, nothing written into the
+    agent's source tree, the same from a checkout and from an installed portal-shm. One resolve
+    with the requirements, so theirs decide the versions of numpy, pyzmq and msgpack within the
+    wheel's floors. The check runs in the runtime's own directory so that no ``portal_shm`` in the
+    caller's working directory can stand in for the installed one.
     """
-    build.step("adding the portal-shm env server")
-    try:
-        purelib = subprocess.run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=build.path,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise RuntimeBuildError(f"cannot ask the runtime's python {python!r} for its site-packages: {exc}") from None
-    target = os.path.join(purelib, "portal_shm")
-    shutil.rmtree(target, ignore_errors=True)
-    os.makedirs(target)
-    for name, path in server_modules().items():
-        os.makedirs(os.path.dirname(os.path.join(target, name)), exist_ok=True)
-        shutil.copyfile(path, os.path.join(target, name))
+    with tempfile.TemporaryDirectory(prefix="psm-env-wheel-") as folder:
+        wheel = env_wheel(folder)
+        installer = install(build, python, [*requirements, *SERVER_DEPS, str(wheel)], summary)
     build.run(
         [python, "-c", "import portal_shm.server"],
         "checking that the env server imports in the runtime",
         cwd=build.path,
     )
+    return {"installer": installer, "env_wheel": wheel.name}

@@ -3,10 +3,10 @@
 For envs whose dependencies pip cannot provide (system libraries, old CUDA, a Python the machine
 lacks): ``micromamba create -p <cache>/micromamba/<hash> -f spec.yml``, then an optional setup
 script run inside the env (``micromamba run -p <prefix> bash setup.sh``, e.g. to pip-install a
-package that needs the conda libraries), then the env server's dependencies and a copy of its
-modules, as for venvs. The spec must list ``python`` (3.8 or later). Servers run under the env's
-python directly, without activation scripts; use the setup script or ``PYTHONPATH``/env vars for
-what activation would set. Caching and locking are ``runtime_cache``'s, shared with venvs.
+package that needs the conda libraries), then the env side from its wheel (``portal-shm-env``)
+with its dependencies, as for venvs. The spec must list ``python`` (3.9 or later, the wheel's
+``Requires-Python``). Servers run under the env's python directly, without activation scripts;
+use the setup script or ``PYTHONPATH``/env vars for what activation would set. Caching and locking are ``runtime_cache``'s, shared with venvs.
 """
 
 from __future__ import annotations
@@ -18,16 +18,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from .backend import Backend, ServerHandle, ServerLaunch
 from .cache import (
-    SERVER_DEPS,
     Build,
     RuntimeBuildError,
     RuntimeHandle,
     content_hash,
     ensure_runtime,
     file_digest,
-    server_digest,
 )
-from .installers import install, install_server
+from .env_wheel import env_wheel_digest
+from .installers import install_env_side
 from .process import ProcessBackend
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ def micromamba_hash(backend: MicromambaBackend) -> str:
             "kind": KIND,
             "spec": file_digest(backend.spec, "micromamba env spec"),
             "setup_script": file_digest(script, "setup script") if script else None,
-            "server": server_digest(),
+            "env_side": env_wheel_digest(),
         }
     )
 
@@ -118,7 +117,7 @@ def ensure_micromamba_env(backend: MicromambaBackend) -> str:
         if not os.path.exists(python):
             raise RuntimeBuildError(
                 f"the env made from {backend.spec} has no {python}: "
-                "list python (3.8 or later) among the spec's dependencies"
+                "list python (3.9 or later) among the spec's dependencies"
             )
         if backend.setup_script:
             b.step(f"running {os.path.basename(backend.setup_script)} inside the env")
@@ -127,9 +126,7 @@ def ensure_micromamba_env(backend: MicromambaBackend) -> str:
                 "the setup script",
                 cwd=os.path.dirname(backend.setup_script),
             )
-        installer = install(b, python, list(SERVER_DEPS), "the env server's dependencies")
-        install_server(b, python)
-        return {"installer": installer, "micromamba": micromamba}
+        return {**install_env_side(b, python, [], "the env side"), "micromamba": micromamba}
 
     facts = {"spec": backend.spec, "setup_script": backend.setup_script}
     return ensure_runtime(KIND, digest, facts, build, backend.cache_dir)

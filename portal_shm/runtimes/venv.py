@@ -2,19 +2,20 @@
 
 The point is dependency isolation without Docker: an agent on numpy 2 and gymnasium 1 can step
 an env that needs ``numpy<2`` and legacy ``gym``, because the env's server runs under the venv's
-interpreter, which sees only the venv's packages. The venv gets the requirements, the env server's
-own dependencies (numpy, pyzmq, msgpack; unpinned, so the requirements decide their
-versions) and a copy of portal-shm's env-server modules, never the agent's site-packages.
+interpreter, which sees only the venv's packages. The venv gets the requirements and the env side
+from its wheel (``portal-shm-env``, made from the agent's own files by ``env_wheel``) with its
+dependencies (numpy, pyzmq, msgpack; the requirements decide their versions), never the agent's
+site-packages.
 
 The venv is built on first use (uv when available, else ``python -m venv`` and pip) into
 ``~/.cache/portal-shm/venvs/<hash>`` and reused by every later portal with the same requirements,
-base interpreter and portal-shm server code; see ``runtime_cache`` for the locking. The hash
-covers the requirement strings (and the requirements file's text), not what they point to: an
-unpinned name, a local path or a file included with ``-r`` is installed as it was when the venv was
-built (``portal-shm env rm HASH`` makes the next portal rebuild it). Servers then
-start exactly as on the process backend: they inherit the agent's environment variables and
-working directory, and look up named envs and factories' modules in the agent's own folders
-first (its script's, the working directory, ``PYTHONPATH``), never in its site-packages
+base interpreter and env-side wheel (``env_wheel_digest``); see ``runtime_cache`` for the locking.
+The hash covers the requirement strings (and the requirements file's text), not what they point
+to: an unpinned name, a local path or a file included with ``-r`` is installed as it was when the
+venv was built (``portal-shm env rm HASH`` makes the next portal rebuild it). Servers then start
+exactly as on the process backend: they inherit the agent's environment variables and working
+directory, and look up named envs and factories' modules in the agent's own folders first (its
+script's, the working directory, ``PYTHONPATH``), never in its site-packages
 (``runtimes/import_path.py``).
 """
 
@@ -30,7 +31,6 @@ from ..errors import HostPolicyError, PortalError
 from .backend import Backend, ServerHandle, ServerLaunch
 from .cache import (
     ALL,
-    SERVER_DEPS,
     Build,
     RuntimeBuildError,
     RuntimeHandle,
@@ -40,9 +40,9 @@ from .cache import (
     list_runtimes,
     python_version,
     remove_runtimes,
-    server_digest,
 )
-from .installers import create_venv, install, install_server
+from .env_wheel import env_wheel_digest
+from .installers import create_venv, install_env_side
 from .process import ProcessBackend
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def venv_hash(backend: VenvBackend) -> str:
     facts = _facts(backend)
     requirements_file = backend.requirements_file
     contents = file_digest(requirements_file, "requirements file") if requirements_file else None
-    return content_hash({**facts, "kind": KIND, "requirements_file": contents, "server": server_digest()})
+    return content_hash({**facts, "kind": KIND, "requirements_file": contents, "env_side": env_wheel_digest()})
 
 
 def venv_python(path: str) -> str:
@@ -140,11 +140,9 @@ def ensure_venv(backend: VenvBackend) -> str:
             args += ["-r", backend.requirements_file]
         summary = (
             " ".join(backend.requirements + ((f"-r {backend.requirements_file}",) if backend.requirements_file else ()))
-            or "the env server's dependencies"
+            or "the env side"
         )
-        installer = install(b, python, args + list(SERVER_DEPS), summary)
-        install_server(b, python)
-        return {"installer": installer}
+        return install_env_side(b, python, args, summary)
 
     return ensure_runtime(KIND, venv_hash(backend), facts, build, backend.cache_dir)
 

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..version import __version__
 from ..wire.doorbell import Bell, Waiter, close_all, spin_until
 from ..wire.handoff import fetch_descriptors
 from ..wire.info_codec import REFUSE, InfoCodec
@@ -106,6 +107,7 @@ class EnvServer:
             {
                 "cmd": HELLO,
                 "protocol": PROTOCOL_VERSION,
+                "version": __version__,
                 "server_index": self.config["server_index"],
                 "pid": os.getpid(),
                 "python": sys.version.split()[0],

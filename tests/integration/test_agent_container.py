@@ -2,7 +2,7 @@
 and the ring reaches them zero-copy through a run directory on a mount both see.
 
 Runs ``examples/compose/step_pong.py`` (seeded Pong, a digest of everything that came back) on the
-host and in agent containers of ``images/agent`` built from this checkout; checks that a killed
+host and in agent containers of ``portal_shm/images/agent`` built from this checkout; checks that a killed
 agent container leaves nothing behind, that ``portal-shm gc`` works from the host and from a
 container, and the errors that say what an agent container lacks. Skipped without Docker, like
 the other Docker tests.
@@ -250,6 +250,7 @@ def test_the_agent_image_is_not_an_env_image_hosts_serve(images, docker_client):
 
     agent_image, env_image = images
     assert LABEL_ENV_IMAGE not in (docker_client.images.get(agent_image).labels or {})
-    HostPolicy().check_image(env_image)
+    offers = HostPolicy().offers()  # (the images a host runs for agents: RuntimeOffers.image)
+    assert offers.image(env_image) == env_image
     with pytest.raises(HostPolicyError, match="not a portal-shm env image"):
-        HostPolicy().check_image(agent_image)
+        offers.image(agent_image)

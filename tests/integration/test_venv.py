@@ -39,7 +39,7 @@ from testkit.named_env_script import run_from_elsewhere
 pytestmark = pytest.mark.build  # builds venvs and micromamba envs from the package index
 
 LEGACY_DIR = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "images", "legacy"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "portal_shm", "images", "legacy"
 )
 REQUIREMENTS = ("numpy<2", "gym==0.26.2")
 STEPS = 60

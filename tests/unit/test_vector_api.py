@@ -141,7 +141,10 @@ def test_protocol_mismatch_names_both_versions(tmp_path):
         "from portal_shm.server import main; main()'\n" % sys.executable
     )
     fake.chmod(0o755)
-    with pytest.raises(portal_shm.errors.ProtocolMismatchError, match="protocol 99, the agent speaks 1"):
+    with pytest.raises(
+        portal_shm.errors.ProtocolMismatchError,
+        match=r"runs portal-shm-env [\d.]+, protocol 99; this agent runs portal-shm [\d.]+, protocol 1: install portal-shm-env==",
+    ):
         portal_shm.make_vec("CartPole-v1", 1, python=str(fake))
 
 

@@ -24,6 +24,7 @@ from ...errors import (
 )
 from ...runtimes.backend import Backend, ServerHandle, ServerLaunch
 from ...runtimes.resources import PortalResources
+from ...version import __version__
 from ...wire.doorbell import Bell, Waiter, bell_pipe, close_all
 from ...wire.handoff import SegmentOffer
 from ...wire.info_codec import LOSSY, PICKLE, REFUSE
@@ -312,10 +313,13 @@ class PortalSession:
 
     def checked_hello(self, server: ServerLink, hello: dict[str, Any], spaces: bool = True) -> dict[str, Any]:
         if hello.get("protocol") != PROTOCOL_VERSION:
+            theirs = hello.get("version")
+            theirs = f"portal-shm-env {theirs:.40}" if isinstance(theirs, str) else "an older portal-shm"
             raise ProtocolMismatchError(
-                f"env server {server.index} speaks portal-shm protocol {hello.get('protocol')!r:.40}, "
-                f"the agent speaks {PROTOCOL_VERSION}: install the same portal-shm version in the "
-                f"env runtime ({server.runtime()})"
+                f"env server {server.index} ({server.runtime()}) runs {theirs}, protocol "
+                f"{hello.get('protocol')!r:.40}; this agent runs portal-shm {__version__}, protocol "
+                f"{PROTOCOL_VERSION}: install portal-shm-env=={__version__} in that runtime (an image: "
+                "portal-shm build NAME)"
             )
         return check_hello(hello, len(server.env_indices), server.describe(), spaces)
 

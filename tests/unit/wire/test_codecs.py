@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 import portal_shm
 from portal_shm.agent.contract.spaces import schema_to_space
-from portal_shm.runtimes.cache import server_modules
+from portal_shm.runtimes.env_wheel import server_modules
 from portal_shm.wire import protocol as P
 from portal_shm.wire.layout import ALIGN, field_views, ring_layout
 from portal_shm.wire.schema import space_to_schema
