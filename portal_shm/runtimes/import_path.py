@@ -33,6 +33,8 @@ def agent_import_path(same_interpreter: bool) -> list[str]:
     paths: list[str] = []
     installation = set() if same_interpreter else _installation()
     for entry in sys.path:
+        if entry.endswith(".__path_hook__"):  # setuptools' editable-install finder: the installation's, no folder
+            continue
         path = os.path.abspath(entry or os.getcwd())
         if path in paths or _inside(os.path.realpath(path), installation):
             continue

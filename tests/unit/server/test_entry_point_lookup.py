@@ -77,3 +77,13 @@ def test_another_interpreter_gets_the_agents_own_folders_and_not_its_installatio
     installation = [sysconfig.get_paths()[key] for key in ("stdlib", "purelib")]
     assert [p for p in paths["same"] if p in own] == own
     assert all(p in paths["same"] for p in installation)
+
+
+def test_an_editable_installs_finder_marker_is_no_folder_a_server_gets(monkeypatch):
+    """setuptools' editable installs put a path-hook marker on sys.path: the installation's, not a folder."""
+    from portal_shm.runtimes.import_path import agent_import_path
+
+    marker = "__editable__.portal_shm-0.1.0.finder.__path_hook__"
+    monkeypatch.setattr(sys, "path", [marker, *sys.path])
+    for same in (True, False):
+        assert not any(p.endswith(marker) for p in agent_import_path(same))
