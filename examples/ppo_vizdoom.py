@@ -152,6 +152,10 @@ class Curve:
     def mean(self) -> float:
         return float(np.mean(self.recent)) if self.recent else float("nan")
 
+    def recent_return(self) -> str:
+        """The log's return: the mean of the last episodes, or "-" until the first one has ended."""
+        return f"(last {len(self.recent)}) {self.mean():.1f}" if self.recent else "- (no episode ended yet)"
+
     def save(self, prefix: str, title: str) -> None:
         os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
         with open(prefix + ".csv", "w", newline="") as file:
@@ -354,7 +358,7 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
         curve.scalar("losses/entropy", entropy.mean().item(), global_step)
         print(
             f"update {update}/{updates}  step {global_step}  SPS {sps:.0f}  "
-            f"return (last {len(curve.recent)}) {curve.mean():.1f}  episodes {len(curve.rows)}  "
+            f"return {curve.recent_return()}  episodes {len(curve.rows)}  "
             f"entropy {entropy.mean().item():.2f}",
             flush=True,
         )
@@ -362,7 +366,7 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
     elapsed = time.perf_counter() - started
     print(
         f"done: {global_step} env steps in {elapsed:.0f} s, SPS {global_step / elapsed:.0f} (including learning), "
-        f"mean return of the last {len(curve.recent)} episodes {curve.mean():.1f}"
+        f"mean return {curve.recent_return()}"
     )
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import difflib
 import multiprocessing
-from typing import Optional
+from typing import Iterable, Optional
 
 __all__ = [
     "PortalError",
@@ -242,6 +243,21 @@ class HostLostError(PortalError):
         self.host = host
         self.env_indices = list(env_indices)
         super().__init__(f"lost env host {host} (envs {_span(self.env_indices)}): {detail}")
+
+
+def close_match(name: object, choices: Iterable[str], cutoff: float = 0.6) -> Optional[str]:
+    """The one of ``choices`` closest to ``name`` (difflib's ratio at least ``cutoff``), else None."""
+    if not isinstance(name, str):
+        return None
+    found = difflib.get_close_matches(name, sorted(set(choices)), n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def did_you_mean(name: object, choices: Iterable[str]) -> str:
+    """``"; did you mean 'docker'?"`` for the choice close to ``name``, or "": the suffix of a
+    message that refuses ``name``."""
+    match = close_match(name, choices)
+    return f"; did you mean {match!r}?" if match is not None else ""
 
 
 def _naming_runtime(text: str, runtime: str) -> str:

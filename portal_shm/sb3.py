@@ -20,8 +20,8 @@ it is and resets the ended envs of a NEXT_STEP or DISABLED one itself, in the st
 ``reset_infos``.
 
 Observations: ``SB3VecEnv(portal)``'s observations are whatever the portal returns: fresh arrays
-from a default portal (``copy=True``), or, from a portal made with ``copy=False``, read-only views
-of its shared-memory ring, valid until ``ring_depth - 1`` further steps (4 by default: 3 steps).
+from a default portal (``copy=True``), or, from a portal made with ``copy=False``, views of its
+shared-memory ring, valid until ``ring_depth - 1`` further steps (4 by default: 3 steps).
 SB3's algorithms hold an observation for one step (``_last_obs``) and copy it into their rollout or
 replay buffer, so views are enough for them; a callback or wrapper that keeps observations longer
 needs the default (or ``SB3VecEnv(portal, copy=True)``). ``SubprocVecEnv`` returns fresh arrays, as

@@ -106,12 +106,15 @@ def check_batch(result, expected_by_env):
             assert_same((row(reward, j), row(terminated, j), row(truncated, j)), expected[1:4])
 
 
-def follow_each_env(envs, expected_envs, seed: int, steps: int) -> set:
+def follow_each_env(envs, expected_envs, seed: int, steps: int, after=None) -> set:
     """Async batches (``send``/``recv``) checked env by env against each env's own one-env
-    SyncVectorEnv in ``expected_envs``, random actions; returns the env ids that came back."""
+    SyncVectorEnv in ``expected_envs``, random actions; returns the env ids that came back.
+    ``after(result)``: called with each batch once it was checked (a client writing into it)."""
     expected = {i: env.reset(seed=seed + i) for i, env in enumerate(expected_envs)}
     obs, infos = envs.reset(seed=seed)
     check_batch((obs, None, None, None, infos), expected)
+    if after is not None:
+        after((obs, infos))
     envs.action_space.seed(seed)
     ids = infos["env_id"]
     seen = set(ids.tolist())
@@ -122,6 +125,8 @@ def follow_each_env(envs, expected_envs, seed: int, steps: int) -> set:
             expected[env_id] = expected_envs[env_id].step(actions[j : j + 1])
         result = envs.recv()
         check_batch(result, expected)
+        if after is not None:
+            after(result)
         ids = result[4]["env_id"]
         seen.update(ids.tolist())
     return seen

@@ -1,8 +1,9 @@
 """mkdocs hook: the CLI reference page from the ``portal-shm`` argparse parsers themselves.
 
-``docs/reference/cli.md`` holds prose and a ``<!-- cli-reference -->`` marker; at build time the
-marker becomes one section per command (nested commands included) with its usage, description and
-options, read from the parser objects, so the page cannot drift from the CLI.
+``docs/reference/cli.md`` holds prose and two markers; at build time ``<!-- cli-commands -->``
+becomes the table of every command in the groups of ``portal-shm --help`` (``COMMAND_GROUPS``),
+and ``<!-- cli-reference -->`` one section per command (nested commands included) with its usage,
+description and options, read from the parser objects, so the page cannot drift from the CLI.
 """
 
 # ruff: noqa: SLF001  (argparse offers no public way to walk a parser's actions)
@@ -13,6 +14,7 @@ import re
 from typing import Any, Iterator
 
 MARKER = "<!-- cli-reference -->"
+COMMANDS_MARKER = "<!-- cli-commands -->"
 
 
 def commands(parser: argparse.ArgumentParser, path: tuple = ()) -> Iterator[tuple]:
@@ -26,7 +28,14 @@ def commands(parser: argparse.ArgumentParser, path: tuple = ()) -> Iterator[tupl
 
 
 def _cell(text: Any) -> str:
+    """Text of a table cell: its pipes escaped (the table's own), on one line."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code_cell(text: Any) -> str:
+    """A table cell's code span: pipes stay as they are (a table does not split inside a code span,
+    and would print the backslash of ``\\|`` there)."""
+    return "`" + str(text).replace("\n", " ") + "`"
 
 
 def _option_rows(parser: argparse.ArgumentParser) -> list:
@@ -50,10 +59,11 @@ def _option_rows(parser: argparse.ArgumentParser) -> list:
             or action.default == argparse.SUPPRESS
         )
         if not unset and action.nargs != 0:
-            default = f"`{action.default}`"
+            default = _code_cell(action.default)
         choices = f" (one of: {', '.join(map(str, action.choices))})" if action.choices else ""
         rows.append(
-            f"| `{_cell(name)}` | {_cell((action.help or '') % vars(action) if action.help else '')}{_cell(choices)} | {default} |"
+            f"| {_code_cell(name)} | {_cell((action.help or '') % vars(action) if action.help else '')}"
+            f"{_cell(choices)} | {default} |"
         )
     return rows
 
@@ -75,9 +85,36 @@ def render(parser: argparse.ArgumentParser) -> str:
     return "\n".join(parts)
 
 
-def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    if MARKER not in markdown:
-        return markdown
-    from portal_shm.cli.app import build_parser
+def _anchor(path: tuple) -> str:
+    """The id the toc extension gives the heading ``## `portal-shm PATH` ``."""
+    return "portal-shm-" + "-".join(path)
 
-    return markdown.replace(MARKER, render(build_parser()))
+
+def render_commands(parser: argparse.ArgumentParser, groups: tuple) -> str:
+    """Markdown: per group of ``portal-shm --help`` a table of its commands (and their verbs), each
+    linked to its section, with the one-line help ``--help`` shows."""
+    found = {path: help for path, _, help in commands(parser)}
+    listed = {path for path in found if path[0] in {name for _, names in groups for name in names}}
+    missing = sorted(" ".join(path) for path in set(found) - listed)
+    if missing:
+        raise ValueError(f"commands in no group of COMMAND_GROUPS: {missing}")
+    parts = []
+    for title, names in groups:
+        rows = [
+            f"| [`portal-shm {' '.join(path)}`](#{_anchor(path)}) | {_cell(help or '')} |"
+            for name in names
+            for path, help in found.items()
+            if path[0] == name
+        ]
+        parts.append(f"**{title.capitalize()}**\n\n| command | what it does |\n|---|---|\n" + "\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    if MARKER not in markdown and COMMANDS_MARKER not in markdown:
+        return markdown
+    from portal_shm.cli.app import COMMAND_GROUPS, build_parser
+
+    parser = build_parser()
+    markdown = markdown.replace(COMMANDS_MARKER, render_commands(parser, COMMAND_GROUPS))
+    return markdown.replace(MARKER, render(parser))

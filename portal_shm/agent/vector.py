@@ -6,11 +6,13 @@ rewards, flags and an infos blob into row ``i`` of slot ``k``, then rings back. 
 handed to the client are fresh arrays copied out of slot ``k`` (``copy=True``, the default): the
 one copy of the whole path, and what the client keeps never changes under it.
 
-``copy=False`` hands out read-only views of one ring slot instead, valid until ``ring_depth - 1``
-further calls of ``step``/``reset`` have returned; the next call after that writes the same slot
-again. That is for code that copies each batch into storage of its own at once (a rollout
-buffer); a view still referenced when its slot is about to be written again is reported once
-(``KeptViewWarning``, ``agent/contract/kept_views.py``).
+``copy=False`` hands out views of one ring slot instead, valid until ``ring_depth - 1`` further
+calls of ``step``/``reset`` have returned; the next call after that writes the same slot again.
+That is for code that copies each batch into storage of its own at once (a rollout buffer); a
+view still referenced when its slot is about to be written again is reported once
+(``KeptViewWarning``, ``agent/contract/kept_views.py``). The views are writable, as
+AsyncVectorEnv's ``copy=False`` arrays are: a write changes only the slot, which the servers
+write again later.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence, Union
 
 from gymnasium import logger
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ..errors import PortalError
@@ -53,7 +55,9 @@ from .stats.clock import WINDOW_S, AgentClock
 from .stats.publish import Publisher
 
 
-class VectorPortal(PortalVectorEnv):
+# ``VectorEnv`` named again among the direct bases (it is PortalVectorEnv's already): libraries
+# that tell a gymnasium vector env by ``type(env).__bases__`` (skrl's ``wrap_env``) then see one.
+class VectorPortal(PortalVectorEnv, VectorEnv):
     """Steps envs that live in other runtimes as one batched gymnasium ``VectorEnv``.
 
     A drop-in for ``gymnasium.vector.AsyncVectorEnv``: ``VectorPortal(env_fns, ...)`` takes the same
@@ -69,7 +73,7 @@ class VectorPortal(PortalVectorEnv):
             serves them, their values travelling beside the ring. ``EnvSpec`` lists always serve
             them. Fixed-layout values live in the ring either way.
         copy: True (default, as AsyncVectorEnv) returns fresh arrays every call; False returns
-            read-only ring views, valid for ``ring_depth - 1`` further calls (see the module
+            (writable) ring views, valid for ``ring_depth - 1`` further calls (see the module
             docstring), for code that copies each batch into its own storage at once.
         context: accepted for AsyncVectorEnv code and ignored: env servers are always fresh
             processes (like the "spawn" start method) that exit when the agent does.

@@ -7,10 +7,12 @@ runs the same verb on its own.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from rich.console import Console
+from rich.markup import escape
 
 from .options import AGAINST, BACKENDS, BenchOptions
 from .scenarios import ScenarioError, parse_scenarios
@@ -36,12 +38,30 @@ def _csv(text: str) -> list:
     return [s.strip() for s in text.split(",") if s.strip() and s.strip() != "none"]
 
 
+def _number(kind: type, low: float, above: bool = False) -> Callable[[str], Any]:
+    """``type=`` of a numeric flag: ``kind`` of at least ``low`` (greater, with ``above``), so that
+    argparse names the flag and exits 2 (``portal_shm.cli.args.bounded``, which bench sits below)."""
+    bound = f"{'an integer' if kind is int else 'a number'} {'greater than' if above else 'of at least'} {low:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {bound}, got {text!r}") from None
+        if not math.isfinite(value) or value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"expected {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int, _non_negative_int = _number(int, 1), _number(int, 0)
+_positive_float, _non_negative_float = _number(float, 0, above=True), _number(float, 0)
+
+
 def _ints(text: str) -> list:
-    try:
-        values = [int(v) for v in _csv(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
-    return sorted(set(values))
+    """``4,8``: positive integers (numbers of envs), sorted, each once."""
+    return sorted({_positive_int(v) for v in _csv(text)})
 
 
 def _choices(allowed: tuple):
@@ -85,29 +105,38 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help=f"alternatives, of {','.join(AGAINST)}, or none (default sync,async)",
     )
     p.add_argument("--baseline", help="system the ratios are taken to (default async if run, else the first system)")
-    p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per run (default 2)")
-    p.add_argument("--repeat", type=int, default=3, help="interleaved rounds per cell (default 3)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed batched steps before each run (default 10)")
-    p.add_argument("--alloc-steps", type=int, default=200, help="portal steps under tracemalloc (default 200, 0 skips)")
+    p.add_argument("--seconds", type=_positive_float, default=2.0, help="timed seconds per run (default 2)")
+    p.add_argument("--repeat", type=_positive_int, default=3, help="interleaved rounds per cell (default 3)")
+    p.add_argument(
+        "--warmup", type=_non_negative_int, default=10, help="untimed batched steps before each run (default 10)"
+    )
+    p.add_argument(
+        "--alloc-steps",
+        type=_non_negative_int,
+        default=200,
+        help="portal steps under tracemalloc (default 200, 0 skips)",
+    )
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=_positive_int,
         default=None,
         help="async batches (envpool style: recv the first B envs done, send them back) for the systems that "
         "have them (portal-process, portal-docker, envpool); the others step in lockstep; "
         "portal-lockstep and envpool-lockstep in --against set lockstep beside them",
     )
-    p.add_argument("--envs-per-server", type=int, default=None, help="portal's envs_per_server (default: its own)")
+    p.add_argument(
+        "--envs-per-server", type=_positive_int, default=None, help="portal's envs_per_server (default: its own)"
+    )
     p.add_argument("--image", default=None, help="docker image for scenarios with no known image")
     p.add_argument(
         "--rtt-ms",
-        type=float,
+        type=_non_negative_float,
         default=0.0,
         help="remote systems: emulate a link of this round trip in front of the host (default none)",
     )
     p.add_argument(
         "--rate-mbit",
-        type=float,
+        type=_positive_float,
         default=None,
         help="remote systems: the emulated link's bandwidth each way, Mbit/s (default unlimited)",
     )
@@ -126,7 +155,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="run scenario or system NAME only at these N, e.g. --limit portal-docker=8 (repeatable)",
     )
     p.add_argument("--no-references", action="store_true", help="skip the raw and ceiling loops")
-    p.add_argument("--seed", type=int, default=0, help="seed of resets and action samples (default 0)")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of resets and action samples (default 0)")
     p.add_argument("--json", metavar="FILE", help="write the report (schema: benchmarks/SCHEMA.md)")
     p.add_argument("--plot", metavar="FILE.png", help="write steps/s against N, one line per system (matplotlib)")
     p.add_argument("--table", metavar="FILE", help="write the final table as plain text")
@@ -221,5 +250,5 @@ def main(argv: Optional[list] = None) -> int:
     try:
         return args.func(args)
     except PortalError as exc:
-        Console(stderr=True).print("[bold red]error:[/]", str(exc), highlight=False)
+        Console(stderr=True).print("[bold red]error:[/]", escape(str(exc)), highlight=False)
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,7 +24,7 @@ class LiveProgress(ProgressSink):
         self.console, self.quiet = console, quiet
         self.progress = Progress(
             SpinnerColumn(),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # scenario and env names, errors: text
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -69,5 +70,5 @@ class LiveProgress(ProgressSink):
             return
         (scenario, n), rates = self.cell["key"], self.cell["rates"]
         parts = [f"{system} {sorted(r)[len(r) // 2]:,.0f}" for system, r in rates.items()]
-        self.progress.console.print(f"[bold]{scenario}[/] N={n}: " + ", ".join(parts), highlight=False)
+        self.progress.console.print(f"[bold]{escape(scenario)}[/] N={n}: " + escape(", ".join(parts)), highlight=False)
         self.cell = {}

@@ -7,6 +7,7 @@ import io
 from typing import Optional
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .options import is_portal
@@ -65,7 +66,7 @@ def rich_table(report: dict) -> Table:
         f"of {report['options']['seconds']:g} s"
     )
     for i, column in enumerate(COLUMNS):
-        table.add_column(column.format(baseline=baseline), justify="left" if i in (0, 2) else "right")
+        table.add_column(escape(column.format(baseline=baseline)), justify="left" if i in (0, 2) else "right")
     previous = None
     for row in report["summary"]:
         key = (row["scenario"], row["num_envs"])
@@ -73,7 +74,7 @@ def rich_table(report: dict) -> Table:
             table.add_section()
         previous = key
         style = "bold" if is_portal(row["system"]) else ("dim" if row["system"] in ("raw", "ceiling") else None)
-        table.add_row(*_cells(row), style=style)
+        table.add_row(*(escape(cell) for cell in _cells(row)), style=style)  # "[min-max]", names: text
     return table
 
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from .parser import UsageError
+
 
 def cmd_agent(args: argparse.Namespace) -> int:
     from ..runtimes.agent_run import run_agent
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        raise ValueError("portal-shm agent IMAGE -- COMMAND...: name the command to run, e.g. -- python train.py")
+        raise UsageError("name the command to run after --, e.g. portal-shm agent IMAGE -- python train.py")
     return run_agent(
         args.image,
         command,

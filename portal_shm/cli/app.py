@@ -7,24 +7,35 @@ import sys
 import time
 from typing import Optional
 
-import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
 from ..version import __version__
 from ..wire.protocol import PROTOCOL_VERSION
-from .args import parse_kwargs
+from .args import add_kwarg_argument, non_negative_int, parse_kwargs, positive_int, positive_seconds
 from .backend_args import BACKEND_NAMES, with_image
-from .console import make_console
-from .parser import Parser
+from .console import error_text, make_console
+from .parser import Parser, UsageError
 
 console = make_console()
 err_console = make_console(stderr=True)
+
+# The verbs as ``portal-shm --help`` (and the CLI reference page) group them; a unit test checks
+# that every verb is in one group.
+COMMAND_GROUPS = (
+    ("step and measure envs", ("run", "bench", "tune", "top", "record")),
+    ("runtimes (cached venvs and micromamba envs, leftovers)", ("env", "gc")),
+    ("docker images and containers", ("build", "test", "build-run-test", "start", "ps", "logs", "stop", "agent")),
+    ("envs on other machines", ("host", "keys")),
+)
 
 
 # What ``run --backend`` takes: the runtimes' backends (portal_shm.runtimes.registry.BACKENDS) and
 # the env hosts' (``remote``, ``ray``); a unit test keeps this list equal to the registry's.
 def cmd_run(args: argparse.Namespace) -> int:
     """Step ``num_envs`` envs with random actions and report throughput: the main job."""
+    import numpy as np
+
     import portal_shm
 
     kwargs = with_image(args, parse_kwargs(args.kwarg))
@@ -32,14 +43,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.batch_size:
         vector_kwargs["batch_size"] = args.batch_size
     started = time.perf_counter()
-    with console.status(f"starting {args.num_envs} x {args.id} on the {args.backend} backend"):
+    with console.status(escape(f"starting {args.num_envs} x {args.id} on the {args.backend} backend")):
         envs = portal_shm.make_vec(args.id, args.num_envs, backend=args.backend, vector_kwargs=vector_kwargs, **kwargs)
     try:
         startup = time.perf_counter() - started
         console.print(
-            f"[bold]{args.num_envs} x {args.id}[/] ready in {startup:.2f} s: "
-            f"{len(envs.servers)} env servers, observation {envs.single_observation_space}, "
-            f"action {envs.single_action_space}"
+            f"[bold]{args.num_envs} x {escape(args.id)}[/] ready in {startup:.2f} s: "
+            + escape(
+                f"{len(envs.servers)} env servers, observation {envs.single_observation_space}, "
+                f"action {envs.single_action_space}"
+            )
         )
         envs.action_space.seed(args.seed)
         envs.reset(seed=args.seed)
@@ -67,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - begin
     finally:
         envs.close()
-    table = Table(title=f"portal-shm run {args.id}")
+    table = Table(title=escape(f"portal-shm run {args.id}"))
     for column in ("envs", "servers", "batched steps", "env-steps/s", "episodes", "mean return"):
         table.add_column(column, justify="right")
     table.add_row(
@@ -94,21 +107,27 @@ def cmd_gc(args: argparse.Namespace) -> int:
     for column in ("kind", "name", "owner pid", "bytes"):
         table.add_column(column)
     for item in leftovers:
-        table.add_row(item.kind, item.name, str(item.owner_pid), f"{item.size:,}")
+        table.add_row(item.kind, escape(item.name), str(item.owner_pid), f"{item.size:,}")
     console.print(table)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``portal-shm`` parser with every verb; ``Parser`` makes each verb report its own errors."""
-    parser = Parser(prog="portal-shm", description="Step RL envs in isolated runtimes through shared memory.")
+    parser = Parser(
+        prog="portal-shm",
+        description="Step RL envs in isolated runtimes through shared memory.",
+        epilog="portal-shm COMMAND --help shows a command's arguments. Exit status: 0 success, 1 a portal-shm "
+        "error (its message on stderr), 2 a usage error, 130 interrupted.",
+        command_groups=COMMAND_GROUPS,
+    )
     parser.add_argument(
         "--version",
         action="version",
         version=f"portal-shm {__version__} (env-side protocol {PROTOCOL_VERSION})",
         help="show portal-shm's version and the protocol its env side speaks, then exit",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
     run = commands.add_parser(
         "run",
@@ -117,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: portal-shm run ALE/Pong-v5 --num-envs 8 --backend docker --image portal-shm/ale",
     )
     run.add_argument("id", nargs="?", default="ALE/Pong-v5", help="env id or package.module:callable")
-    run.add_argument("-n", "--num-envs", type=int, default=8, help="number of envs stepped together")
-    run.add_argument("--seconds", type=float, default=10.0, help="how long to step, after start-up")
+    run.add_argument("-n", "--num-envs", type=positive_int, default=8, help="number of envs stepped together")
+    run.add_argument("--seconds", type=positive_seconds, default=10.0, help="how long to step, after start-up")
     run.add_argument("--backend", default="process", choices=BACKEND_NAMES, help="where the envs run: their runtime")
     run.add_argument(
         "--image",
@@ -127,25 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--envs-per-server",
-        type=int,
+        type=positive_int,
         default=None,
         help="envs per env-server process (default: the envs spread over one server per CPU core)",
     )
     run.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="async batches: step the first B envs to finish (envpool style) instead of all in lockstep "
         "(default: lockstep)",
     )
-    run.add_argument("--seed", type=int, default=0, help="seed of the envs' reset and of the random actions")
     run.add_argument(
-        "--kwarg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env kwarg (or backend option), typed: int, float, bool, None or str; repeatable",
+        "--seed", type=non_negative_int, default=0, help="seed of the envs' reset and of the random actions"
     )
+    add_kwarg_argument(run, "env kwarg (or backend option), typed: int, float, bool, None or str; repeatable")
     run.set_defaults(func=cmd_run)
 
     from ..bench.cli import add_bench_command
@@ -157,15 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .top import add_top_command
     from .tune import add_tune_command
 
-    add_docker_commands(commands)
-    add_env_commands(commands)
-    add_remote_commands(commands)
+    # In the order of COMMAND_GROUPS, which is also the CLI reference's order.
     add_bench_command(commands)
     add_tune_command(commands)
     add_top_command(commands)
     add_record_command(commands)
-    add_agent_command(commands)
-
+    add_env_commands(commands)
     gc = commands.add_parser(
         "gc",
         help="reclaim /dev/shm segments and run dirs whose agent is dead",
@@ -173,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     gc.set_defaults(func=cmd_gc)
+    add_docker_commands(commands)
+    add_agent_command(commands)
+    add_remote_commands(commands)
     return parser
 
 
@@ -182,8 +197,10 @@ def main(argv: Optional[list] = None) -> None:
 
     try:
         code = args.func(args)
+    except UsageError as exc:  # two flags that disagree: argparse's way, with the verb's usage, exit 2
+        args.verb_parser.error(str(exc))
     except (PortalError, ValueError) as exc:
-        err_console.print("[bold red]error:[/]", str(exc), highlight=False)
+        err_console.print(error_text(str(exc)))
         code = 1
     except KeyboardInterrupt:
         err_console.print("interrupted")

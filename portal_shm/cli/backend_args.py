@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .console import make_console
+from .parser import UsageError
 
 err_console = make_console(stderr=True)
 
@@ -19,7 +20,7 @@ def with_image(args: argparse.Namespace, kwargs: dict) -> dict:
     image, named on stderr (an Atari image quietly running someone's ViZDoom id fails confusingly)."""
     if args.image:
         if args.backend not in IMAGE_BACKENDS:
-            raise ValueError(
+            raise UsageError(
                 f"--image {args.image} names the container image of the docker backend; --backend {args.backend} "
                 "runs no image: add --backend docker (or drop --image)"
             )
@@ -27,6 +28,8 @@ def with_image(args: argparse.Namespace, kwargs: dict) -> dict:
     if args.backend == "docker" and "image" not in kwargs:
         from ..runtimes.docker import DEFAULT_IMAGE
 
-        err_console.print(f"note: the envs run in {DEFAULT_IMAGE}: choose the image with --image", highlight=False)
+        err_console.print(
+            f"note: the envs run in {DEFAULT_IMAGE}: choose the image with --image", highlight=False, markup=False
+        )
         return {**kwargs, "image": str(DEFAULT_IMAGE)}
     return kwargs

@@ -8,13 +8,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.markup import escape
 from rich.table import Table
 
-from .console import make_console
+from .args import add_kwarg_argument, parse_kwargs, positive_int
+from .console import error_text, make_console
+from .parser import UsageError
 
 console = make_console()
+err_console = make_console(stderr=True)
 SUMMARY_CHARS = 90  # of an image's description in ``build --list``
 
 
@@ -62,8 +64,8 @@ def list_images() -> int:
     root = builtin_images_dir()
     names = builtin_images()
     if root is None or not names:
-        console.print(
-            "[red]error:[/] no built-in images: the package's images/ folder is missing (reinstall portal-shm)"
+        err_console.print(
+            error_text("no built-in images: the package's images/ folder is missing (reinstall portal-shm)")
         )
         return 1
     rows = [(name, *image_summary(root / name / "Dockerfile")) for name in names]
@@ -80,11 +82,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.list:
         return list_images()
     if args.target is None:
-        console.print(
-            "[red]error:[/] portal-shm build: name what to build (NAME|DIR|base), or --list the built-in images"
-        )
-        return 2
-    with console.status(f"building {args.target}") as status:
+        raise UsageError("name what to build (NAME|DIR|base), or --list the built-in images")
+    with console.status(escape(f"building {args.target}")) as status:
         show = BuildProgress(args.target, status)
         if args.target == "base":
             tag = build_base(
@@ -94,7 +93,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             )
         else:
             tag = build_image(args.target, args.tag, args.base, on_line=show)
-    console.print(f"[green]built[/] {tag} in {time.perf_counter() - show.started:.0f} s")
+    console.print(f"[green]built[/] {escape(tag)} in {time.perf_counter() - show.started:.0f} s")
     args.built_tag = tag
     return 0
 
@@ -109,7 +108,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
         owner = (
             info.address if info.role == "listener" else f"{info.owner_pid}" + ("" if info.owner_alive else " (gone)")
         )
-        table.add_row(info.role, info.name, info.short_id, info.image, info.status, owner, info.portal, info.server)
+        cells = (info.role, info.name, info.short_id, info.image, info.status, owner, info.portal, info.server)
+        table.add_row(*(escape(str(cell)) for cell in cells))
     console.print(table if table.row_count else "no portal-shm containers")
     return 0
 
@@ -121,15 +121,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
         if args.name in (info.name, info.short_id):
             console.print(info.container.logs(tail=args.tail).decode("utf-8", "replace"), highlight=False, markup=False)
             return 0
-    console.print(f"[red]error:[/] no portal-shm container named {args.name!r} (see portal-shm ps)")
-    return 2
+    raise ValueError(f"no portal-shm container named {args.name!r} (see portal-shm ps)")
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from ..runtimes.containers import stop_containers
 
     stopped = stop_containers(image=args.image, name=args.name, everything=args.all)
-    console.print(f"stopped {len(stopped)} container(s)" + (f": {', '.join(stopped)}" if stopped else ""))
+    console.print(
+        f"stopped {len(stopped)} container(s)" + (f": {', '.join(stopped)}" if stopped else ""),
+        highlight=False,
+        markup=False,
+    )
     return 0
 
 
@@ -139,26 +142,23 @@ def cmd_start(args: argparse.Namespace) -> int:
     from ..runtimes.image_build import IMAGE_PREFIX, builtin_images
 
     image = IMAGE_PREFIX + args.target if args.target in builtin_images() else args.target
-    with console.status(f"starting {args.count} listener(s) of {image}"):
+    with console.status(escape(f"starting {args.count} listener(s) of {image}")):
         addresses = start_listeners(image, args.count)
-    table = Table(title=f"{len(addresses)} listener(s) of {image}")
+    table = Table(title=escape(f"{len(addresses)} listener(s) of {image}"))
     table.add_column("address")
     for address in addresses:
-        table.add_row(address)
+        table.add_row(escape(address))
     console.print(table)
     quoted = ", ".join(repr(a) for a in addresses)
-    console.print(f'attach: portal_shm.make_vec(ENV_ID, N, backend="attach", address=({quoted},))', highlight=False)
+    attach = f'attach: portal_shm.make_vec(ENV_ID, N, backend="attach", address=({quoted},))'
+    console.print(attach, highlight=False, markup=False)
     return 0
-
-
-def parse_init_args(items: list) -> dict:
-    from .args import parse_kwargs
-
-    return parse_kwargs(items)
 
 
 def cmd_test(args: argparse.Namespace) -> int:
     """Smoke test: start the image's envs, show the spaces, step random actions, report steps/s."""
+    import numpy as np
+
     import portal_shm
 
     from ..runtimes.containers import default_env
@@ -170,20 +170,17 @@ def cmd_test(args: argparse.Namespace) -> int:
     label_env, label_kwargs = default_env(image)
     env_id = args.env or label_env
     if env_id is None:
-        console.print(
-            f"[red]error:[/] image {image!r} names no default env (label portal-shm.default-env); pass --env ID"
-        )
-        return 2
-    kwargs = {**(label_kwargs if not args.env else {}), **parse_init_args(args.init_arg)}
-    with console.status(f"starting {args.num_envs} x {env_id} in {image}"):
+        raise UsageError(f"image {image!r} names no default env (label portal-shm.default-env): pass --env ID")
+    kwargs = {**(label_kwargs if not args.env else {}), **parse_kwargs(args.kwarg)}
+    with console.status(escape(f"starting {args.num_envs} x {env_id} in {image}")):
         started = time.perf_counter()
         envs = portal_shm.make_vec(env_id, args.num_envs, backend="docker", image=image, env_kwargs=kwargs)
     try:
-        table = Table(title=f"portal-shm test {image}", show_header=False)
-        table.add_row("env", f"{env_id} {kwargs or ''}")
+        table = Table(title=escape(f"portal-shm test {image}"), show_header=False)
+        table.add_row("env", escape(f"{env_id} {kwargs or ''}"))
         table.add_row("start-up", f"{time.perf_counter() - started:.2f} s, {len(envs.servers)} container(s)")
-        table.add_row("observation space", str(envs.single_observation_space))
-        table.add_row("action space", str(envs.single_action_space))
+        table.add_row("observation space", escape(str(envs.single_observation_space)))
+        table.add_row("action space", escape(str(envs.single_action_space)))
         envs.action_space.seed(0)
         envs.reset(seed=0)
         begin = time.perf_counter()
@@ -211,15 +208,9 @@ def cmd_build_run_test(args: argparse.Namespace) -> int:
 
 def _add_test_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", help="env id or module:callable (default: the image's portal-shm.default-env label)")
-    parser.add_argument(
-        "--init-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env kwarg, typed: int, float, bool, None or str (repeatable)",
-    )
-    parser.add_argument("--steps", type=int, default=200, help="random-action steps of every env")
-    parser.add_argument("-n", "--num-envs", type=int, default=2, help="number of envs stepped together")
+    add_kwarg_argument(parser, "env kwarg, typed: int, float, bool, None or str; repeatable (old name: --init-arg)")
+    parser.add_argument("--steps", type=positive_int, default=200, help="random-action steps of every env")
+    parser.add_argument("-n", "--num-envs", type=positive_int, default=2, help="number of envs stepped together")
 
 
 def _add_build_arguments(parser: argparse.ArgumentParser) -> None:
@@ -246,32 +237,62 @@ def add_docker_commands(commands: argparse._SubParsersAction) -> None:
     _add_build_arguments(build)
     build.set_defaults(func=cmd_build)
 
-    start = commands.add_parser("start", help="start long-running env servers that agents attach to by address")
+    start = commands.add_parser(
+        "start",
+        help="start long-running env servers that agents attach to by address",
+        description="Start --count listener containers of an image: long-running env servers, each at an address "
+        'that agents attach to with make_vec(ENV, N, backend="attach", address=...). They run until portal-shm stop.',
+        epilog="example: portal-shm start ale --count 2",
+    )
     start.add_argument("target", metavar="NAME|IMAGE", help="a built-in image NAME (portal-shm/NAME) or an image")
-    start.add_argument("--count", type=int, default=1, help="number of listener containers")
+    start.add_argument("--count", type=positive_int, default=1, help="number of listener containers")
     start.set_defaults(func=cmd_start)
 
-    ps = commands.add_parser("ps", help="list env-server and listener containers")
+    ps = commands.add_parser(
+        "ps",
+        help="list env-server and listener containers",
+        description="List portal-shm's containers: env servers with the agent that owns them (gone: a leftover "
+        "that portal-shm gc removes) and listeners with their address.",
+    )
     ps.set_defaults(func=cmd_ps)
 
-    logs = commands.add_parser("logs", help="show a container's output")
+    logs = commands.add_parser(
+        "logs",
+        help="show a container's output",
+        description="Print the last lines of a portal-shm container's output (an env server's or a listener's).",
+    )
     logs.add_argument("name", help="container name or id (see portal-shm ps)")
-    logs.add_argument("--tail", type=int, default=100, help="number of last lines shown")
+    logs.add_argument("--tail", type=positive_int, default=100, help="number of last lines shown")
     logs.set_defaults(func=cmd_logs)
 
-    stop = commands.add_parser("stop", help="stop and remove env-server containers")
+    stop = commands.add_parser(
+        "stop",
+        help="stop and remove env-server containers",
+        description="Stop and remove portal-shm containers: those of an image, one by name, or all of them.",
+    )
     which = stop.add_mutually_exclusive_group(required=True)
     which.add_argument("--image", help="those of this image")
     which.add_argument("--name", help="the one of this name (see portal-shm ps)")
     which.add_argument("--all", action="store_true", help="every portal-shm container")
     stop.set_defaults(func=cmd_stop)
 
-    test = commands.add_parser("test", help="smoke-test an image with random actions")
+    test = commands.add_parser(
+        "test",
+        help="smoke-test an image with random actions",
+        description="Start N envs of an image on the docker backend (its default env, or --env), show their "
+        "spaces, step them with random actions and print the env-steps/s.",
+        epilog="example: portal-shm test ale --env ALE/Breakout-v5 --kwarg frameskip=4 --steps 500",
+    )
     test.add_argument("target", metavar="NAME|IMAGE", help="a built-in image NAME (portal-shm/NAME) or an image")
     _add_test_arguments(test)
     test.set_defaults(func=cmd_test)
 
-    brt = commands.add_parser("build-run-test", help="build an image, then smoke-test it")
+    brt = commands.add_parser(
+        "build-run-test",
+        help="build an image, then smoke-test it",
+        description="Build an env image (as portal-shm build), then smoke-test what was built (as portal-shm test).",
+        epilog="example: portal-shm build-run-test ./my-env -t my/env --steps 100",
+    )
     brt.add_argument("target", metavar="NAME|DIR", help="a built-in image NAME or a DIR with a Dockerfile")
     _add_build_arguments(brt)
     _add_test_arguments(brt)

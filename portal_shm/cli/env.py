@@ -10,6 +10,7 @@ import argparse
 import os
 import time
 
+from rich.markup import escape
 from rich.table import Table
 
 from .console import make_console
@@ -37,8 +38,8 @@ def cmd_env_create(args: argparse.Namespace) -> int:
     )
     digest = venv_hash(backend)
     path = ensure_venv(backend)
-    console.print(f"venv [bold]{digest}[/] ready: {path}", highlight=False)
-    console.print(f"its python: {venv_python(path)}", highlight=False)
+    console.print(f"venv [bold]{escape(digest)}[/] ready: {escape(str(path))}", highlight=False)
+    console.print(f"its python: {venv_python(path)}", highlight=False, markup=False)
     return 0
 
 
@@ -58,22 +59,23 @@ def cmd_env_ls(args: argparse.Namespace) -> int:
 
     runtimes = list_runtimes(cache_dir=args.cache_dir)
     if not runtimes:
-        console.print(f"no cached runtimes in {cache_root(args.cache_dir)}", highlight=False)
+        console.print(f"no cached runtimes in {cache_root(args.cache_dir)}", highlight=False, markup=False)
         return 0
-    table = Table(title=f"cached runtimes in {cache_root(args.cache_dir)}")
+    table = Table(title=escape(f"cached runtimes in {cache_root(args.cache_dir)}"))
     for column in ("hash", "kind", "built from", "python", "size", "created"):
         table.add_column(column, justify="right" if column == "size" else "left", no_wrap=column != "built from")
     for info in runtimes:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(info["created"]))
         python = (info.get("python_version") or "").split(" ")[0] or "-"
-        table.add_row(
+        cells = (
             info["hash"],
             info["kind"] + ("" if info["complete"] else " (unfinished)"),
-            _what(info),
+            _what(info),  # requirements such as gymnasium[atari]: text, never markup
             python,
             human_size(info["size"]),
             created,
         )
+        table.add_row(*(escape(str(cell)) for cell in cells))
     console.print(table)
     return 0
 
@@ -87,7 +89,9 @@ def cmd_env_rm(args: argparse.Namespace) -> int:
         console.print("nothing to remove")
     for info in removed:
         console.print(
-            f"removed {info['kind']} {info['hash']} ({human_size(info['size'])}): {info['path']}", highlight=False
+            f"removed {info['kind']} {info['hash']} ({human_size(info['size'])}): {info['path']}",
+            highlight=False,
+            markup=False,
         )
     return 0
 
@@ -101,16 +105,30 @@ def add_env_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     verbs = env.add_subparsers(dest="env_command", required=True)
 
-    create = verbs.add_parser("create", help="build the venv for these requirements now (a no-op when cached)")
+    create = verbs.add_parser(
+        "create",
+        help="build the venv for these requirements now (a no-op when cached)",
+        description='Build the venv that make_vec(..., backend="venv", requirements=...) would use, now, so '
+        "that the first portal does not wait for it; a no-op when it is cached.",
+        epilog="example: portal-shm env create 'gym==0.26.2' 'numpy<2'",
+    )
     create.add_argument("requirements", nargs="*", help="requirement specifiers, e.g. 'numpy<2' gym==0.26.2")
     create.add_argument("-r", "--requirements-file", metavar="FILE", help="a pip requirements file")
     create.add_argument("--python", help="base interpreter of the venv (default: this one)")
     create.set_defaults(func=cmd_env_create)
 
-    ls = verbs.add_parser("ls", help="list cached venvs and micromamba envs")
+    ls = verbs.add_parser(
+        "ls",
+        help="list cached venvs and micromamba envs",
+        description="List the cached runtimes: hash, kind, what they were built from, python, size and age.",
+    )
     ls.set_defaults(func=cmd_env_ls)
 
-    rm = verbs.add_parser("rm", help="remove a cached runtime, or all of them")
+    rm = verbs.add_parser(
+        "rm",
+        help="remove a cached runtime, or all of them",
+        description="Remove one cached runtime (by its hash, or a unique prefix of it) or, with --all, every one.",
+    )
     which = rm.add_mutually_exclusive_group(required=True)
     which.add_argument("hash", nargs="?", help="its hash (as `env ls` shows), or a unique prefix of it")
     which.add_argument("--all", action="store_true", help="remove every cached runtime")

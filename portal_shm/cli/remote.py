@@ -8,9 +8,13 @@ import os
 import sys
 from typing import Any, Optional
 
-from .console import make_console
+from rich.markup import escape
+
+from .args import positive_float, positive_int, positive_seconds
+from .console import error_text, make_console
 
 console = make_console()
+err_console = make_console(stderr=True)
 
 
 def cmd_host(args: argparse.Namespace) -> int:
@@ -22,7 +26,7 @@ def cmd_host(args: argparse.Namespace) -> int:
     try:
         policy = host_policy(args)
     except PortalError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(error_text(str(exc)))
         return 2
     options = HostOptions(
         bind=args.bind,
@@ -44,12 +48,12 @@ def cmd_host(args: argparse.Namespace) -> int:
     if args.insecure:
         console.print(
             "[bold red]warning:[/] --insecure: env traffic is plain text and anyone who reaches "
-            f"{args.bind} can start the envs this host allows"
+            f"{escape(args.bind)} can start the envs this host allows"
         )
     try:
         run_host(options)
     except PortalError as exc:  # a flag the host cannot apply (an interpreter that is not there, a port in use)
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(error_text(str(exc)))
         return 2
     return 0
 
@@ -74,23 +78,29 @@ def _add_limits(host: argparse.ArgumentParser) -> None:
     )
     d = Limits()
     limits.add_argument(
-        "--max-envs", type=int, default=d.max_envs, help="envs of all agents together (default %(default)s)"
+        "--max-envs", type=positive_int, default=d.max_envs, help="envs of all agents together (default %(default)s)"
     )
     limits.add_argument(
-        "--max-envs-per-agent", type=int, default=d.max_envs_per_agent, help="envs per agent key (default %(default)s)"
+        "--max-envs-per-agent",
+        type=positive_int,
+        default=d.max_envs_per_agent,
+        help="envs per agent key (default %(default)s)",
     )
     limits.add_argument(
-        "--max-sessions", type=int, default=d.max_sessions, help="sessions of all agents together (default %(default)s)"
+        "--max-sessions",
+        type=positive_int,
+        default=d.max_sessions,
+        help="sessions of all agents together (default %(default)s)",
     )
     limits.add_argument(
         "--max-sessions-per-agent",
-        type=int,
+        type=positive_int,
         default=d.max_sessions_per_agent,
         help="sessions per agent key (default %(default)s)",
     )
     limits.add_argument(
         "--max-fds",
-        type=int,
+        type=positive_int,
         default=None,
         help="file descriptors the host may hold (default: 3/4 of its ulimit -n)",
     )
@@ -182,11 +192,13 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
     directory = args.dir or default_keys_dir()
     public_path, secret_path = create_key_pair(directory, args.name or default_key_name())
-    console.print(f"public key {public_key(public_path, 'keys').decode()} in {public_path}", highlight=False)
-    console.print(f"secret key in {secret_path} (mode 600: keep it on this machine)", highlight=False)
-    console.print(
-        f"give each host {public_path} (into its clients directory, ~/.config/portal-shm/host/clients)", highlight=False
+    lines = (
+        f"public key {public_key(public_path, 'keys').decode()} in {public_path}",
+        f"secret key in {secret_path} (mode 600: keep it on this machine)",
+        f"give each host {public_path} (into its clients directory, ~/.config/portal-shm/host/clients)",
     )
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
     return 0
 
 
@@ -198,14 +210,21 @@ def cmd_keys_show(args: argparse.Namespace) -> int:
         path = default_client_key()
     else:
         path = args.key if os.path.exists(args.key) else os.path.join(default_keys_dir(), args.key + ".key")
-    console.print(public_key(path, "keys").decode(), highlight=False)
+    console.print(public_key(path, "keys").decode(), highlight=False, markup=False)
     return 0
 
 
 def add_remote_commands(commands: argparse._SubParsersAction) -> None:
     from ..remote.host.options import DEFAULT_STEP_TIMEOUT
 
-    host = commands.add_parser("host", help="serve envs to agents on other machines (one port, CURVE by default)")
+    host = commands.add_parser(
+        "host",
+        help="serve envs to agents on other machines (one port, CURVE by default)",
+        description='Serve envs to agents on other machines (make_vec(..., backend="remote", address=...)) on one '
+        "port, encrypted and authenticated with CURVE keys by default. Agents run only what the flags below allow, "
+        "within the limits below; a request past them is refused, naming the flag. Runs until Ctrl-C or SIGTERM.",
+        epilog="example: portal-shm host --bind tcp://0.0.0.0:5555 --envs 'ALE/*' --max-envs-per-agent 64",
+    )
     host.add_argument(
         "--bind", default="tcp://0.0.0.0:5555", help="tcp://ADDRESS:PORT to listen on (default %(default)s)"
     )
@@ -258,10 +277,13 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
     )
     policy.add_argument("--max-mem", default="4g", help="cap of a container's mem_limit, and its default (%(default)s)")
     policy.add_argument(
-        "--max-cpus", type=float, default=None, help="cap of a container's cpus, and its default (default: the cores)"
+        "--max-cpus",
+        type=positive_float,
+        default=None,
+        help="cap of a container's cpus, and its default (default: the cores)",
     )
     policy.add_argument(
-        "--max-pids", type=int, default=1024, help="cap of a container's pids_limit (default %(default)s)"
+        "--max-pids", type=positive_int, default=1024, help="cap of a container's pids_limit (default %(default)s)"
     )
     policy.add_argument(
         "--python",
@@ -317,13 +339,13 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
     )
     host.add_argument(
         "--heartbeat-timeout",
-        type=float,
+        type=positive_seconds,
         default=10.0,
         help="seconds of silence before an agent's envs are freed (default %(default)s)",
     )
     host.add_argument(
         "--step-timeout",
-        type=float,
+        type=positive_seconds,
         default=DEFAULT_STEP_TIMEOUT,
         metavar="SECONDS",
         help="the longest a step, reset or call of an agent's envs may take: past it the env is wedged and its "
@@ -331,9 +353,19 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
     )
     host.set_defaults(func=cmd_host)
 
-    keys = commands.add_parser("keys", help="CURVE key pairs of agents and hosts")
+    keys = commands.add_parser(
+        "keys",
+        help="CURVE key pairs of agents and hosts",
+        description="Make and show the CURVE key pairs with which agents and env hosts know each other: an agent "
+        "gives its public key to each host (into the host's clients directory) and pins the host's.",
+    )
     verbs = keys.add_subparsers(dest="keys_command", required=True)
-    create = verbs.add_parser("create", help="make NAME.key and NAME.key_secret (0600)")
+    create = verbs.add_parser(
+        "create",
+        help="make NAME.key and NAME.key_secret (0600)",
+        description="Make a key pair: NAME.key, the public key to give the other side, and NAME.key_secret "
+        "(mode 600), which stays on this machine.",
+    )
     create.add_argument(
         "name",
         nargs="?",
@@ -342,7 +374,11 @@ def add_remote_commands(commands: argparse._SubParsersAction) -> None:
     )
     create.add_argument("--dir", default=None, help="where (default ~/.config/portal-shm/keys)")
     create.set_defaults(func=cmd_keys_create)
-    show = verbs.add_parser("show", help="print a key file's public key")
+    show = verbs.add_parser(
+        "show",
+        help="print a key file's public key",
+        description="Print the public key of a key file (.key or .key_secret), e.g. to pin a host's key.",
+    )
     show.add_argument(
         "key",
         nargs="?",

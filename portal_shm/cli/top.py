@@ -21,9 +21,11 @@ from typing import Any, Iterator, Optional
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .args import bounded, non_negative_int
 from .console import make_console
 from .top_model import ONCE_WAIT_S, PortalView, Rates, TopModel, number, sparkline
 
@@ -117,7 +119,7 @@ def _host(view: PortalView) -> RenderableType:
         if not isinstance(entry, dict):
             continue
         by_key.add_row(
-            str(name)[:40],
+            escape(str(name)[:40]),
             f"{number(entry.get('sessions')) or 0:.0f}/{number(per.get('sessions')) or 0:.0f}",
             f"{number(entry.get('envs')) or 0:.0f}/{number(per.get('envs')) or 0:.0f}",
             f"{(number(entry.get('unacked_bytes')) or 0) / 2**20:.1f}",
@@ -264,13 +266,6 @@ def run_live(console: Console, model: TopModel, interval: float, max_envs: int) 
 
 def cmd_top(args: argparse.Namespace) -> int:
     """Watch every portal on this machine: live on a terminal, one snapshot otherwise."""
-    if not MIN_INTERVAL_S <= args.interval <= MAX_INTERVAL_S:
-        raise ValueError(
-            f"--interval {args.interval} is out of range: give seconds between {MIN_INTERVAL_S} and {MAX_INTERVAL_S} "
-            "(portals report once a second, and the view refreshes at least as often)"
-        )
-    if args.max_envs < 0:
-        raise ValueError(f"--max-envs {args.max_envs} is negative: give 0 (servers only) or more")
     console = make_console()
     model = TopModel()
     if args.once or args.json or not console.is_terminal:
@@ -298,15 +293,16 @@ def add_top_command(commands: Any) -> None:
     )
     top.add_argument(
         "--interval",
-        type=float,
+        type=bounded(float, MIN_INTERVAL_S, MAX_INTERVAL_S, what="seconds"),
         default=1.0,
-        help=f"seconds between refreshes of the live view, {MIN_INTERVAL_S} to {MAX_INTERVAL_S}",
+        help=f"seconds between refreshes of the live view, {MIN_INTERVAL_S} to {MAX_INTERVAL_S} (portals report "
+        "once a second, and the view refreshes at least as often)",
     )
     top.add_argument("--once", action="store_true", help="print one snapshot and exit (default off a terminal)")
     top.add_argument("--json", action="store_true", help="print one snapshot as JSON and exit")
     top.add_argument(
         "--max-envs",
-        type=int,
+        type=non_negative_int,
         default=16,
         help="env rows shown per portal; stragglers always show, 0 shows servers only",
     )

@@ -7,12 +7,20 @@ import argparse
 import json
 import sys
 
+from rich.markup import escape
 from rich.table import Table
 
-from .args import parse_kwargs
+from .args import (
+    add_kwarg_argument,
+    non_negative_float,
+    non_negative_int,
+    parse_kwargs,
+    positive_int,
+    positive_seconds,
+)
 from .backend_args import BACKEND_NAMES, with_image
 from .console import make_console
-from .parser import HelpFormatter
+from .parser import HelpFormatter, UsageError
 
 console = make_console()
 err_console = make_console(stderr=True)
@@ -28,10 +36,8 @@ apply:   portal_shm.make_vec("ALE/Pong-v5", 16, tune="pong16.json")
 
 
 def _ints(text: str) -> list:
-    try:
-        return sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
+    """``2,4``: positive integers, sorted, each once."""
+    return sorted({positive_int(v.strip()) for v in text.split(",") if v.strip()})
 
 
 def _spins(text: str) -> list:
@@ -63,19 +69,13 @@ def add_tune_command(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=_EpilogFormatter,
     )
     p.add_argument("id", metavar="ENV", help="env id or package.module:callable")
-    p.add_argument("-n", "--num-envs", type=int, required=True, help="number of envs the portal will step")
+    p.add_argument("-n", "--num-envs", type=positive_int, required=True, help="number of envs the portal will step")
     p.add_argument("--backend", default="process", choices=BACKEND_NAMES, help="where the envs run: their runtime")
     p.add_argument("--image", default=None, help="docker backend: the image the envs run in (default: portal-shm/ale)")
-    p.add_argument(
-        "--kwarg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="env kwarg (or backend option), typed: int, float, bool, None or str; repeatable",
-    )
+    add_kwarg_argument(p, "env kwarg (or backend option), typed: int, float, bool, None or str; repeatable")
     p.add_argument(
         "--policy-ms",
-        type=float,
+        type=non_negative_float,
         default=TuneOptions.policy_ms,
         help="the agent's compute per step()/recv(), busy-waited (it holds a core, as a policy forward does)",
     )
@@ -85,7 +85,10 @@ def add_tune_command(subparsers: argparse._SubParsersAction) -> None:
         help="search async batch sizes too (only if your loop uses send/recv; default: lockstep layouts only)",
     )
     p.add_argument(
-        "--budget-s", type=float, default=TuneOptions.budget_s, help="wall-clock seconds the whole search may take"
+        "--budget-s",
+        type=positive_seconds,
+        default=TuneOptions.budget_s,
+        help="wall-clock seconds the whole search may take",
     )
     p.add_argument("--write", metavar="FILE", default=None, help="write the tuning (JSON) for make_vec(tune=FILE)")
     p.add_argument(
@@ -112,14 +115,16 @@ def add_tune_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ring-depth", type=_ints, default=None, metavar="D,D", help="ring depths to try (default: 4,2)")
     p.add_argument(
         "--refine",
-        type=int,
+        type=positive_int,
         default=TuneOptions.refine,
         help="how many of the best screened points are refined (and make_vec's own layout beside them)",
     )
-    p.add_argument("--rounds", type=int, default=TuneOptions.rounds, help="interleaved rounds of the refine pass")
-    p.add_argument("--seed", type=int, default=0, help="seed of the resets and the random actions")
+    p.add_argument(
+        "--rounds", type=positive_int, default=TuneOptions.rounds, help="interleaved rounds of the refine pass"
+    )
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the resets and the random actions")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress display")
-    p.set_defaults(func=cmd_tune, tune_parser=p)
+    p.set_defaults(func=cmd_tune)
 
 
 class _EpilogFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -151,14 +156,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         options.validate()
     except TuneError as exc:
-        args.tune_parser.error(str(exc))
+        raise UsageError(str(exc)) from None
     with LiveProgress(err_console, quiet=args.quiet) as progress:
         report = tune(options, progress)  # a search in which nothing could run: TuneError, exit status 1
     report["command"] = ["portal-shm", *sys.argv[1:]]
     print_tuning(report)
     if args.write:
         write_json(report, args.write)
-        err_console.print(f"wrote {args.write}", highlight=False)
+        err_console.print(f"wrote {args.write}", highlight=False, markup=False)
         console.print(
             f"apply: portal_shm.make_vec({args.id!r}, {args.num_envs}, tune={args.write!r})",
             highlight=False,
@@ -169,7 +174,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def print_tuning(report: dict) -> None:
     """Every point measured, best first, then the winner's ``vector_kwargs`` and how to apply them."""
-    table = Table(title=f"portal-shm tune {report['env_id']} -n {report['num_envs']} ({report['wall_s']:.0f} s)")
+    table = Table(
+        title=escape(f"portal-shm tune {report['env_id']} -n {report['num_envs']} ({report['wall_s']:.0f} s)")
+    )
     for column in ("layout", "phase", "screen steps/s", "refined steps/s", "rounds", "startup s"):
         table.add_column(column, justify="left" if column in ("layout", "phase") else "right")
 
@@ -177,11 +184,11 @@ def print_tuning(report: dict) -> None:
         return (entry["refine_steps_per_s"] is not None, entry["steps_per_s"] or 0.0)
 
     for entry in sorted(report["measured"], key=key, reverse=True):
-        name = entry["label"] + (" (default)" if entry["default"] else "")
+        name = escape(entry["label"] + (" (default)" if entry["default"] else ""))
         refined = entry["refine_steps_per_s"]
         table.add_row(
             f"[bold green]{name}[/]" if entry["winner"] else name,
-            entry["phase"] if not entry["error"] else f"failed: {entry['error'][:60]}",
+            escape(entry["phase"] if not entry["error"] else f"failed: {entry['error'][:60]}"),
             f"{entry['screen_steps_per_s']:,.0f}" if entry["screen_steps_per_s"] else "-",
             f"{refined:,.0f}" if refined else "-",
             " ".join(f"{r / 1e3:.1f}k" for r in entry["refine_rounds"]) or "-",
@@ -191,6 +198,6 @@ def print_tuning(report: dict) -> None:
     default = report["default"]
     versus = f", {default['x_default']:.2f}x the default layout" if default.get("x_default") else ""
     console.print(
-        f"winner: [bold]{report['label']}[/], {report['steps_per_s']:,.0f} env-steps/s{versus}", highlight=False
+        f"winner: [bold]{escape(report['label'])}[/], {report['steps_per_s']:,.0f} env-steps/s{versus}", highlight=False
     )
     console.print("vector_kwargs = " + json.dumps(report["vector_kwargs"]), highlight=False, markup=False)

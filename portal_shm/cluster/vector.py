@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from gymnasium.vector import VectorEnv
+
 from ..remote.client.vector import RemoteVectorPortal
 from .backend import RayBackend
 from .placement import RayHosts
 
 
-class RayVectorPortal(RemoteVectorPortal):
+# ``VectorEnv`` among the direct bases, as ``VectorPortal``'s (skrl's ``wrap_env`` looks there).
+class RayVectorPortal(RemoteVectorPortal, VectorEnv):
     """``num_envs`` copies of ``env_id`` on env hosts that Ray placed over its cluster's nodes."""
 
     def __init__(

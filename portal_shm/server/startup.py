@@ -29,9 +29,15 @@ def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
     spec = config.get("env") or {}
     kwargs = dict(spec.get("kwargs") or {})
     factories = _load_factories(spec) if spec.get("factories") else None
+    wrappers = _load_code(spec["wrappers"], "wrappers") if spec.get("wrappers") else []
     if factories is None:
         batched_factory = factory if factory is not None else _batched_entry_point(spec.get("id"))
         if batched_factory is not None and is_batched(batched_factory):
+            if wrappers:
+                raise TypeError(
+                    f"{spec.get('id')} is a native vector env (it steps all its envs at once): the per-env "
+                    "wrappers cannot wrap it; wrap the envs inside its entry point instead"
+                )
             return make_batched(batched_factory, len(config["env_indices"]), kwargs, config.get("num_servers"))
     envs = []
     for j, _ in enumerate(config["env_indices"]):
@@ -39,6 +45,8 @@ def _create_envs(config: dict, factory: Optional[Callable[..., Any]]) -> list:
             env = factories[j]()
         else:
             env = factory(**kwargs) if factory is not None else make_env(spec["id"], kwargs)
+        for wrapper in wrappers:  # as gymnasium.make_vec(wrappers=...) applies them, in turn
+            env = wrapper(env)
         legacy = spec.get("legacy")
         if legacy or (legacy is None and is_legacy(env)):
             env = LegacyEnv(env)
@@ -52,28 +60,38 @@ def _batched_entry_point(env_id: Optional[str]) -> Optional[Callable[..., Any]]:
 
 
 def _load_factories(spec: dict) -> list:
-    """The env factories (callables) the agent shipped for this server's envs, one per env.
+    """The env factories (callables) the agent shipped for this server's envs, one per env."""
+    _need_cloudpickle("env factories")
+    if spec.get("registry"):
+        _add_registrations(spec["registry"])
+    return _load_code(spec["factories"], "env factories")
+
+
+def _need_cloudpickle(what: str) -> None:
+    try:
+        import cloudpickle  # noqa: F401  (unpickling its output needs it importable)
+    except ImportError:
+        raise RuntimeError(
+            f"this runtime cannot load {what} (callables): cloudpickle is not installed in it; "
+            "add 'cloudpickle' to its requirements, or pass an env id or 'module:callable' entry point"
+        ) from None
+
+
+def _load_code(path: str, what: str) -> list:
+    """The callables the agent shipped (env factories, one per env; or wrappers, applied in turn).
 
     They come pickled with cloudpickle in a file of the agent's private run directory: code the
     agent sends to the runtime it started, never the other way round. The modules they name import
     on the agent's import path, which ``_create_envs`` put first on ``sys.path`` (``import_path.py``).
     """
-    try:
-        import cloudpickle  # noqa: F401  (unpickling its output needs it importable)
-    except ImportError:
-        raise RuntimeError(
-            "this runtime cannot load env factories (callables): cloudpickle is not installed in it; "
-            "add 'cloudpickle' to its requirements, or pass an env id or 'module:callable' entry point"
-        ) from None
+    _need_cloudpickle(what)
     import pickle
 
-    if spec.get("registry"):
-        _add_registrations(spec["registry"])
-    with open(spec["factories"], "rb") as handle:
-        factories = pickle.load(handle)
-    if not isinstance(factories, list) or not all(callable(f) for f in factories):
-        raise TypeError("the shipped env factories are not a list of callables")
-    return factories
+    with open(path, "rb") as handle:
+        code = pickle.load(handle)
+    if not isinstance(code, list) or not all(callable(f) for f in code):
+        raise TypeError(f"the shipped {what} are not a list of callables")
+    return code
 
 
 def _add_registrations(path: str) -> None:

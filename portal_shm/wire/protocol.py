@@ -72,6 +72,7 @@ _EXT_NDARRAY = 1
 _EXT_NUMPY_SCALAR = 2
 _EXT_TUPLE = 3
 EXT_PICKLE = 4  # one value pickled: only infos, only from runtimes that are no trust boundary
+_EXT_ENV_SPEC = 5  # a gymnasium EnvSpec as its fields (``env_spec_fields``): data, not code
 
 
 def _buffer_option() -> dict[str, int]:
@@ -144,10 +145,106 @@ def _default(obj: Any) -> Any:
         return list(obj)
     if isinstance(obj, (bool, int, float, str, bytes)):
         return _plain(obj)
+    if _is_env_spec(obj):
+        return msgpack.ExtType(_EXT_ENV_SPEC, _packer_bytes(env_spec_fields(obj)))
     raise TypeError(
         f"values of type {type(obj).__module__}.{type(obj).__qualname__} cannot cross the isolation "
         "boundary; send numbers, strings, bytes, lists, tuples, dicts or numpy arrays"
     )
+
+
+# -- gymnasium's EnvSpec (what ``env.spec`` holds): sent as its fields, rebuilt where gymnasium is --------
+_SPEC_FIELDS = {  # field -> the types its value may have (None: may be None)
+    "id": (str,),
+    "entry_point": (str, None),
+    "reward_threshold": (int, float, None),
+    "nondeterministic": (bool,),
+    "max_episode_steps": (int, None),
+    "order_enforce": (bool,),
+    "disable_env_checker": (bool,),
+    "kwargs": (dict,),
+    "additional_wrappers": (list,),
+    "vector_entry_point": (str, None),
+}
+
+
+def _is_env_spec(obj: Any) -> bool:
+    """Whether ``obj`` is gymnasium's ``EnvSpec``, told by its class's name (the env side may have
+    no gymnasium to import)."""
+    kind = type(obj)
+    return kind.__qualname__ == "EnvSpec" and kind.__module__ == "gymnasium.envs.registration"
+
+
+def _entry_point_text(value: Any) -> Any:
+    """An entry point as gymnasium's registry writes it, ``"module:name"``: a callable (an env class
+    registered by itself) is sent as the path it is found at, never as code."""
+    if value is None or isinstance(value, str):
+        return value
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(name, str):
+        raise TypeError(f"an EnvSpec's entry point {value!r} is neither a 'module:name' path nor named by one")
+    return f"{module}:{name}"
+
+
+def env_spec_fields(spec: Any) -> dict[str, Any]:
+    """The fields gymnasium's ``EnvSpec(...)`` takes (``to_json``'s), entry points as paths;
+    its wrappers as ``[name, entry_point, kwargs]`` lists. Its kwargs must be sendable themselves."""
+    return {
+        "id": spec.id,
+        "entry_point": _entry_point_text(spec.entry_point),
+        "reward_threshold": spec.reward_threshold,
+        "nondeterministic": spec.nondeterministic,
+        "max_episode_steps": spec.max_episode_steps,
+        "order_enforce": spec.order_enforce,
+        "disable_env_checker": spec.disable_env_checker,
+        "kwargs": dict(spec.kwargs),
+        "additional_wrappers": [
+            [wrapper.name, _entry_point_text(wrapper.entry_point), wrapper.kwargs]
+            for wrapper in spec.additional_wrappers
+        ],
+        "vector_entry_point": _entry_point_text(spec.vector_entry_point),
+    }
+
+
+def _env_spec(data: bytes, unpickle: bool) -> Any:
+    """A gymnasium ``EnvSpec`` from its fields (checked: untrusted input); the fields as a dict
+    where gymnasium is not installed (an env runtime of old gym). Nothing is imported or made
+    from its entry points: ``gymnasium.make(spec)`` would, when the caller chooses to."""
+    depth = getattr(_nesting, "depth", 0)
+    if depth >= MAX_TUPLE_NESTING:
+        raise ProtocolError(f"values nested deeper than {MAX_TUPLE_NESTING}")
+    _nesting.depth = depth + 1
+    try:
+        fields = unpackb(data, unpickle)
+    finally:
+        _nesting.depth = depth
+    if not isinstance(fields, dict) or set(fields) != set(_SPEC_FIELDS):
+        raise ProtocolError("corrupt EnvSpec")
+    for key, kinds in _SPEC_FIELDS.items():
+        value = fields[key]
+        if not (value is None and None in kinds) and not isinstance(value, tuple(k for k in kinds if k is not None)):
+            raise ProtocolError(f"an EnvSpec whose {key} is a {type(value).__name__}")
+    wrappers = fields["additional_wrappers"]
+    if not all(
+        isinstance(w, list)
+        and len(w) == 3
+        and isinstance(w[0], str)
+        and isinstance(w[1], str)
+        and (w[2] is None or isinstance(w[2], dict))
+        for w in wrappers
+    ):
+        raise ProtocolError("an EnvSpec with corrupt additional_wrappers")
+    try:
+        from gymnasium.envs.registration import EnvSpec, WrapperSpec
+    except ImportError:
+        return fields
+    try:
+        return EnvSpec(
+            **{key: value for key, value in fields.items() if key != "additional_wrappers"},
+            additional_wrappers=tuple(WrapperSpec(*w) for w in wrappers),
+        )
+    except Exception as exc:  # gymnasium's checks of the id
+        raise ProtocolError(f"an EnvSpec gymnasium refuses: {type(exc).__name__}: {exc}") from None
 
 
 def _plain(obj: Any) -> Any:
@@ -211,6 +308,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
         return np.frombuffer(payload, dtype=dtype)[0]
     if code == _EXT_TUPLE:
         return _tuple(data, False)
+    if code == _EXT_ENV_SPEC:
+        return _env_spec(data, False)
     if code == EXT_PICKLE:
         raise ProtocolError(
             "a pickled value: the agent unpickles infos only from servers whose runtime is no trust "
@@ -227,6 +326,8 @@ def _unpickling_hook(code: int, data: bytes) -> Any:
             raise UnpickleError(f"{type(exc).__name__}: {exc}") from None
     if code == _EXT_TUPLE:
         return _tuple(data, True)
+    if code == _EXT_ENV_SPEC:
+        return _env_spec(data, True)
     return _ext_hook(code, data)
 
 

@@ -69,6 +69,7 @@ def test_is_a_portal_vector_env_and_a_gymnasium_vector_env(make):
     envs = make("CartPole-v1", 3, **CARTPOLE)
     assert isinstance(envs, portal_shm.PortalVectorEnv)
     assert isinstance(envs, gym.vector.VectorEnv)
+    assert gym.vector.VectorEnv in type(envs).__bases__  # (where skrl's wrap_env looks for it)
     assert envs.num_envs == 3
     assert envs.observation_space.shape == (3, 4)
     assert envs.action_space == gym.spaces.MultiDiscrete([2, 2, 2])
@@ -113,6 +114,51 @@ def test_async_batches_a_client_keeps_never_change_under_it(make):
         held.append((obs, reward, terminated, truncated))
         copies.append(tuple(a.copy() for a in held[-1]))
     assert_same(held, copies)
+
+
+def _scribble(batch) -> None:
+    """Write into every array of a batch, as a client normalising in place would: each must be writable."""
+    for array in (a for a in batch if isinstance(a, np.ndarray)):
+        assert array.flags.writeable
+        array[0] = 128 if array.dtype != np.bool_ else True
+
+
+def test_views_take_writes_as_async_vector_envs_arrays_do_and_change_no_later_result(make):
+    """``copy=False`` hands out writable arrays, as AsyncVectorEnv's shared memory (gymnasium's own
+    ``test_no_copy_async_vector_env`` writes ``observations[0] = 0``): a write changes that batch
+    alone, never a later one (one host: its replies' arrays handed out as they are)."""
+    views = make("CartPole-v1", 4, vector_kwargs={"copy": False, "ring_depth": 2}, **CARTPOLE)
+    expected = sync(4)
+    try:
+        batch, want = views.reset(seed=5), expected.reset(seed=5)
+        for step in range(12):
+            assert_same(tuple(batch), tuple(want))
+            _scribble(batch)
+            actions = np.array([step % 2, 0, 1, step % 2])
+            batch, want = views.step(actions), expected.step(actions)
+    finally:
+        expected.close()
+
+
+def test_views_of_async_batches_take_writes_and_change_no_later_batch(make):
+    n, seed = 4, 5
+    envs = make("CartPole-v1", n, vector_kwargs={"batch_size": 2, "copy": False, "ring_depth": 2}, **CARTPOLE)
+    expected = [gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", **CARTPOLE)]) for _ in range(n)]
+    try:
+        assert follow_each_env(envs, expected, seed, 20, after=lambda result: _scribble(result[:4])) == set(range(n))
+    finally:
+        for env in expected:
+            env.close()
+
+
+def test_get_attr_spec_gives_gymnasiums_env_spec_as_sync_vector_env_does(make):
+    envs = make("CartPole-v1", 2, **CARTPOLE)
+    expected = sync(2)
+    try:
+        specs = envs.get_attr("spec")
+        assert specs == expected.get_attr("spec") and isinstance(specs[0], gym.envs.registration.EnvSpec)
+    finally:
+        expected.close()
 
 
 def test_async_pairs_give_what_the_blocking_calls_give(make):

@@ -101,7 +101,7 @@ def test_observations_are_fresh_by_default_and_ring_views_only_when_asked(cartpo
     viewing = SB3VecEnv(portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={**SAME_STEP, "copy": False}))
     try:
         obs = viewing.reset()
-        assert not obs.flags.owndata and not obs.flags.writeable  # a read-only view of the ring
+        assert not obs.flags.owndata and obs.flags.writeable  # a view of the ring (writable, as AsyncVectorEnv's)
     finally:
         viewing.close()
     copying = SB3VecEnv(portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={**SAME_STEP, "copy": False}), copy=True)

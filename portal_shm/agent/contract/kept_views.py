@@ -4,11 +4,18 @@ With ``copy=False`` a batch is a view of memory the portal writes again ``ring_d
 (a ring slot, or an array a remote reply decompresses into). A client that keeps such a view (a
 replay buffer holding references, ``torch.from_numpy``, a list of batches) would see it change
 under it. Every view handed out is one object the portal made once and keeps (so handing it out
-costs nothing), read-only, and the base of whatever is derived from it (slices, tensors): its
-reference count says whether anyone besides the portal still holds it. Just before the memory is
-written again the count is compared with the portal's own references; the first time a client's
-reference is found, a ``KeptViewWarning`` says what to do. The default, ``copy=True``, hands out
-fresh arrays and needs none of this.
+costs nothing), and the base of whatever is derived from it (slices, tensors): its reference count
+says whether anyone besides the portal still holds it. Just before the memory is written again the
+count is compared with the portal's own references; the first time a client's reference is found, a
+``KeptViewWarning`` says what to do. The default, ``copy=True``, hands out fresh arrays and needs
+none of this.
+
+The views are writable, as ``AsyncVectorEnv(copy=False)``'s arrays of its shared memory are (code
+and gymnasium's own tests write into them: ``obs[0] = 0``, a normalisation in place): the memory is
+the agent's own mapping of the ring, and a write changes only that slot's rows until the servers
+write the slot again. Nothing the portal decides is read from a slot after it was handed out, with
+one exception: an env whose server is restarted ends its episode on its last observation, read
+from the slot handed out last (``RingViews.truncate``), with what the client wrote into it.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ class KeptViewWarning(RuntimeWarning):
 
 
 def anchored(view: np.ndarray) -> np.ndarray:
-    """A read-only array over ``view``'s (C-contiguous) memory, whose base is an array of its own.
+    """An array over ``view``'s (C-contiguous) memory, whose base is an array of its own.
 
     numpy names the outermost array as the base of a slice of a slice, so whatever a client takes
     from a plain ``ring[k]`` would point at the whole ring and no count would show it. Here the
@@ -45,9 +52,7 @@ def anchored(view: np.ndarray) -> np.ndarray:
     slices of the view hold the base, tensors and the client's names hold the view itself, and
     ``holders`` watches both."""
     base = np.frombuffer(view.data.cast("B"), view.dtype)
-    base.flags.writeable = False
-    out = base.reshape(view.shape)
-    return out
+    return base.reshape(view.shape)
 
 
 def holders(arrays: list[np.ndarray]) -> list[Any]:

@@ -16,6 +16,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from ...errors import did_you_mean
+
 DEFAULT_RING_DEPTH = 4  # batches the ring holds (remote lockstep replies reuse as many arrays)
 DEFAULT_INFO_CAPACITY = 4096
 POLICIES = ("raise", "restart")
@@ -245,8 +247,10 @@ class VectorOptions:
         for key, value in values.items():
             if not isinstance(key, str) or key not in allowed:
                 where = "an env host takes" if allowed == HOSTED else "a portal takes"
+                hint = did_you_mean(key, allowed)
                 raise TypeError(
-                    f"vector_kwargs key {str(key)[:100]!r} is not one {where}; it takes {', '.join(allowed)}"
+                    f"vector_kwargs key {str(key)[:100]!r} is not one {where}{hint + ' It' if hint else '; it'} "
+                    f"takes {', '.join(allowed)}"
                     + (" (and copy, which the agent applies itself)" if allowed == HOSTED else "")
                 )
             wanted = CHECKS[key](value, num_envs, bounds)

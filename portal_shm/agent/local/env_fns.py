@@ -54,6 +54,9 @@ def to_specs(env_fns: Sequence[Union[EnvSpec, EnvFactory]], backend: Union[str, 
     resolved: Optional[Backend] = None
     for index, item in enumerate(items):
         if isinstance(item, EnvSpec):
+            if item.wrappers:
+                check_wrappers(item.wrappers)
+                check_backend(item.backend, WRAPPERS)
             specs.append(item)
         elif callable(item):
             if resolved is None:
@@ -70,18 +73,31 @@ def to_specs(env_fns: Sequence[Union[EnvSpec, EnvFactory]], backend: Union[str, 
     return specs, resolved is not None
 
 
-def check_backend(backend: Backend) -> None:
-    """Factories need a runtime the agent starts with its own Python version (cloudpickle ships bytecode)."""
+#: What ``check_backend`` says of the code it checks, and what to do instead.
+FACTORIES = (
+    "env factories (callables)",
+    "Name the env instead: an env id or a 'package.module:callable' entry point (portal_shm.make_vec or EnvSpec)",
+)
+WRAPPERS = (
+    "wrappers (callables)",
+    "Wrap the env where it is made instead: a 'package.module:callable' entry point, installed in the "
+    "env's runtime, that makes the env and applies the wrappers",
+)
+
+
+def check_backend(backend: Backend, code: tuple[str, str] = FACTORIES) -> None:
+    """Factories and wrappers need a runtime the agent starts with its own Python version
+    (cloudpickle ships bytecode). ``code``: what is shipped, and the advice where it cannot be."""
+    what, instead = code
     if isinstance(backend, ProcessBackend):
         python = backend.python or sys.executable
     elif isinstance(backend, VenvBackend):
         python = backend.base_python()
     else:
         raise PortalError(
-            f"env factories (callables) cannot be shipped to the {backend.name!r} backend: they travel as "
-            "cloudpickled code, which only runtimes the agent starts with its own Python can load (the 'process' "
-            "and 'venv' backends). Name the env instead: an env id or a 'package.module:callable' entry point "
-            "(portal_shm.make_vec or EnvSpec)"
+            f"{what} cannot be shipped to the {backend.name!r} backend: they travel as cloudpickled code, which "
+            f"only runtimes the agent starts with its own Python can load (the 'process' and 'venv' backends). "
+            f"{instead}"
         )
     if python == sys.executable:
         return
@@ -91,10 +107,46 @@ def check_backend(backend: Backend) -> None:
     ours = sys.version.split()[0].split(".")[:2]
     if theirs != ours:
         raise PortalError(
-            f"env factories (callables) need the agent's Python version in the env runtime (cloudpickle ships "
-            f"bytecode): the agent runs Python {'.'.join(ours)}, {python} is Python {'.'.join(theirs)}. Use an "
-            "interpreter of the same version, or name the env (an env id or 'package.module:callable')"
+            f"{what} need the agent's Python version in the env runtime (cloudpickle ships bytecode): the agent "
+            f"runs Python {'.'.join(ours)}, {python} is Python {'.'.join(theirs)}. Use an interpreter of the same "
+            f"version. {instead}"
         )
+
+
+def check_wrappers(wrappers: Any) -> tuple[Callable[[Any], Any], ...]:
+    """``wrappers`` as ``gymnasium.make_vec`` takes them: a sequence of callables (``wrapper(env)``)."""
+    items: Optional[list[Any]] = None
+    if not isinstance(wrappers, (str, bytes)) and not callable(wrappers):
+        try:
+            items = list(wrappers)
+        except TypeError:
+            items = None
+    if items is None or not all(callable(wrapper) for wrapper in items):
+        raise TypeError(
+            "wrappers must be a sequence of callables that each take an env and return it wrapped "
+            f"(as gymnasium.make_vec's), got {wrappers!r}"[:300]
+        )
+    return tuple(items)
+
+
+def ship_wrappers(wrappers: Sequence[Callable[[Any], Any]], run_dir: str) -> str:
+    """Pickle ``wrappers`` into the run directory (a file named by its content, shared by every
+    server of the same wrappers); returns its path, which the env servers load (``server/startup.py``)."""
+    import hashlib
+
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(list(wrappers))
+    except Exception as exc:
+        raise PortalError(
+            f"the wrappers {list(wrappers)!r} cannot be pickled to ship them to the envs' runtime: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    path = os.path.join(run_dir, f"wrappers-{hashlib.sha256(data).hexdigest()[:16]}.pkl")
+    if not os.path.exists(path):
+        _write_private(path, data)
+    return path
 
 
 def check_options(context: Optional[str], worker: Optional[Callable[..., Any]], max_concurrency: Optional[int]) -> None:

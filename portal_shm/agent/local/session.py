@@ -281,6 +281,10 @@ class PortalSession:
                 )
             else:
                 env_config = server.spec.to_config()
+            if server.spec.wrappers:
+                from .env_fns import ship_wrappers
+
+                env_config["wrappers"] = ship_wrappers(server.spec.wrappers, resources.run_dir)
             config = {
                 "protocol": PROTOCOL_VERSION,
                 "server_index": server.index,

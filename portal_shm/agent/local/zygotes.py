@@ -307,8 +307,8 @@ class Zygotes:
     def fork(self, spec: EnvSpec, launch: ServerLaunch) -> Optional[ServerHandle]:
         """A forked server for ``launch`` (a spare of a server of ``spec``), or None: then the
         caller starts a fresh runtime (no zygote for this kind of server, or it is warming up)."""
-        if spec.factory is not None or not spec.backend.forks_servers():
-            return None
+        if spec.factory is not None or spec.wrappers or not spec.backend.forks_servers():
+            return None  # (shipped code, factories or wrappers, is loaded by fresh runtimes only)
         env = hashlib.sha256(packb(launch.config["env"])).hexdigest()  # (kwargs may be megabytes)
         key = repr((spec.backend.key(), env, len(launch.env_indices)))
         if key in self.failed:

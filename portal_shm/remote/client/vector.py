@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gymnasium import logger
+from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ...agent.contract.base import PortalVectorEnv
@@ -40,7 +41,8 @@ from .placement import FixedHosts, Placement
 from .stats import host_part, merge
 
 
-class RemoteVectorPortal(PortalVectorEnv):
+# ``VectorEnv`` among the direct bases, as ``VectorPortal``'s (skrl's ``wrap_env`` looks there).
+class RemoteVectorPortal(PortalVectorEnv, VectorEnv):
     """``num_envs`` copies of env ``env_id`` spread over the hosts of ``backend``.
 
     ``vector_kwargs`` are VectorPortal's (``autoreset_mode``, ``batch_size``, ``step_timeout``,

@@ -1,9 +1,10 @@
 """What a client keeps of a batch: fresh arrays by default, and views it must not keep with copy=False.
 
 The default (``copy=True``) hands out arrays that never change: ``tests/contract`` checks that on
-every portal kind by keeping every result of a rollout. Here: the opt-in views are read-only, a
-view still referenced when its ring slot is written again is reported once (``KeptViewWarning``,
-at the client's line), and a loop that only rebinds its names is never reported.
+every portal kind by keeping every result of a rollout. Here: the opt-in views are writable, as
+AsyncVectorEnv's ``copy=False`` arrays are (a write lands in that slot only), a view still referenced
+when its ring slot is written again is reported once (``KeptViewWarning``, at the client's line), and
+a loop that only rebinds (or writes into) what it was handed is never reported.
 """
 
 import warnings
@@ -66,8 +67,10 @@ def test_copies_and_dropped_views_are_not_reported():
             obs = slots[step % 2]
             copies.append((np.array(obs), torch.tensor(obs), obs.copy(), obs[0].copy()))
             view = obs[1:]
+            view[0] = step  # a write in place holds nothing past the line
             del view
-    assert not slots[0].flags.writeable and not slots[0][1:].flags.writeable
+    assert slots[0].flags.writeable and slots[0][1:].flags.writeable
+    assert ring[1, 1] == 9.0  # the last write (step 9, slot 1), in the ring's own memory
 
 
 @pytest.mark.parametrize("vector_kwargs", [{}, {"batch_size": 2}], ids=["lockstep", "batches"])
@@ -98,8 +101,9 @@ def test_vector_portal_of_env_fns_copies_as_async_vector_env_does():
         envs.close()
 
 
-def _loop(envs, steps, keep_every=None):
-    """A client loop: rebinds its names each step; with ``keep_every`` keeps a sub-view now and then."""
+def _loop(envs, steps, keep_every=None, write=False):
+    """A client loop: rebinds its names each step (``write``: after writing into the batch); with
+    ``keep_every`` keeps a sub-view now and then."""
     held = []
     obs, infos = envs.reset(seed=0)
     for step in range(steps):
@@ -108,24 +112,51 @@ def _loop(envs, steps, keep_every=None):
             obs, reward, terminated, truncated, infos = envs.recv()
         else:
             obs, reward, terminated, truncated, infos = envs.step(np.zeros(envs.num_envs, np.int64))
+        if write:
+            obs[:, 0] = 0.0
+            reward *= 2.0
         if keep_every and step % keep_every == 0:
             held.append(obs[0])
     return held
 
 
 @pytest.mark.parametrize("vector_kwargs", [VIEWS, {**VIEWS, "batch_size": 2}], ids=["lockstep", "batches"])
-def test_views_are_read_only_and_a_loop_that_rebinds_its_names_is_never_reported(vector_kwargs):
+def test_views_are_writable_and_a_loop_that_rebinds_its_names_is_never_reported(vector_kwargs):
     envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs=vector_kwargs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", KeptViewWarning)
-            _loop(envs, 40)
-        obs, *_ = envs.step(np.zeros(4, np.int64)) if envs.batch_size == 4 else envs.recv()
-        assert not obs.flags.writeable
-        with pytest.raises(ValueError, match="read-only"):
-            obs[0] = 1
+            _loop(envs, 40, write=True)
+        obs, reward, terminated, truncated, _ = (
+            envs.step(np.zeros(4, np.int64)) if envs.batch_size == 4 else envs.recv()
+        )
+        for array in (obs, reward, terminated, truncated):
+            assert array.flags.writeable and not array.flags.owndata
+        obs[0] = 128  # as gymnasium's test_no_copy_async_vector_env does
+        assert (obs[0] == 128).all()
     finally:
         envs.close()
+
+
+def test_a_client_writing_into_views_changes_no_later_result():
+    """Writes into views land in the slot the servers write again: the next results are the envs'
+    own, equal to a copying portal's."""
+    views = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={**VIEWS, "ring_depth": 2})
+    copies = portal_shm.make_vec("CartPole-v1", 2)
+    try:
+        obs, _ = views.reset(seed=1)
+        expected, _ = copies.reset(seed=1)
+        for step in range(30):
+            np.testing.assert_array_equal(obs, expected)
+            obs -= 1.0  # a normalisation in place, into the ring slot
+            actions = np.array([step % 2, 1 - step % 2])
+            obs, reward, terminated, truncated, _ = views.step(actions)
+            expected, expected_reward, expected_terminated, expected_truncated, _ = copies.step(actions)
+            reward[:] = -1.0
+            terminated[:] = truncated[:] = True
+    finally:
+        views.close()
+        copies.close()
 
 
 @pytest.mark.parametrize("vector_kwargs", [VIEWS, {**VIEWS, "batch_size": 2}], ids=["lockstep", "batches"])

@@ -193,7 +193,7 @@ def test_the_record_verb_writes_the_episodes_asked_for(tmp_path, capsys):
     assert "env2-episode1.mp4" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit:
         main(["record", NULL_ENV, "-n", "3", "--env-index", "3"])
-    assert exit.value.code == 1
+    assert exit.value.code == 2  # a usage error, with record's usage
     assert "--env-index 3 is not one of the 3 envs" in capsys.readouterr().err
 
 

@@ -104,7 +104,8 @@ def _piped(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def test_run_image_needs_a_container_backend():
     result = _piped("run", "CartPole-v1", "--image", "portal-shm/ale")
-    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("usage: portal-shm run ")
     assert "--backend process runs no image: add --backend docker" in result.stderr
 
 

@@ -30,4 +30,5 @@ def test_build_without_a_target_or_list_says_what_it_needs(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["build"])
     assert exit.value.code == 2
-    assert "--list" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert err.startswith("usage: portal-shm build ") and "name what to build (NAME|DIR|base), or --list" in err

@@ -59,3 +59,22 @@ def test_servers_share_the_cores_among_their_ale_threads():
     batch = batch_of(make_batched(atari_vector, 4, {"env_id": "ALE/Pong-v5", "num_threads": 3}, 2))
     assert batch.num_threads == 3  # (asked for: as it is)
     batch.close()
+
+
+def test_per_env_wrappers_wrap_each_env_and_cannot_wrap_a_batched_entry_point(tmp_path):
+    """``make_vec(wrappers=...)``: the server loads them (cloudpickled) and wraps each env it makes;
+    a batched entry point makes all its envs at once, which per-env wrappers cannot wrap."""
+    import cloudpickle
+
+    from portal_shm.server.startup import _create_envs
+
+    path = tmp_path / "wrappers.pkl"
+    path.write_bytes(cloudpickle.dumps([gym.wrappers.RecordEpisodeStatistics]))
+    config = {"env_indices": [0, 1], "env": {"id": "CartPole-v1", "kwargs": {}, "wrappers": str(path)}}
+    envs = _create_envs(config, None)
+    assert [type(env) for env in envs] == [gym.wrappers.RecordEpisodeStatistics] * 2
+    for env in envs:
+        env.close()
+    config["env"]["id"] = f"{__name__}:plain"
+    with pytest.raises(TypeError, match="native vector env .* per-env wrappers cannot wrap it"):
+        _create_envs(config, None)

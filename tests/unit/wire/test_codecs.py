@@ -85,6 +85,35 @@ def test_arbitrary_objects_cannot_be_sent():
         P.packb({"x": object()})
 
 
+class Registered(gym.Env):
+    """An env registered by its class, not by a path (``gym.register(id, entry_point=cls)``)."""
+
+
+def test_gymnasiums_env_spec_crosses_as_data_and_comes_back_equal():
+    """``env.spec`` (``get_attr("spec")``): its fields, entry points as ``module:name`` paths."""
+    wrapped = gym.wrappers.ClipReward(gym.make("CartPole-v1", render_mode="rgb_array"), 0.0, 0.5)
+    spec = wrapped.spec
+    assert spec.additional_wrappers and spec.kwargs == {"render_mode": "rgb_array"}
+    assert P.unpackb(P.packb({"specs": [spec, (spec,)]})) == {"specs": [spec, (spec,)]}
+    assert P.unpackb(P.packb(spec), unpickle=True) == spec
+    by_class = gym.envs.registration.EnvSpec("Registered-v0", entry_point=Registered, max_episode_steps=3)
+    back = P.unpackb(P.packb(by_class))
+    assert back.entry_point == f"{__name__}:Registered" and back.max_episode_steps == 3
+    with pytest.raises(TypeError, match="cannot cross"):  # its kwargs are sent as any value is
+        P.packb(gym.envs.registration.EnvSpec("X-v0", kwargs={"f": object()}))
+
+
+def test_an_env_spec_is_rebuilt_only_from_checked_fields(monkeypatch):
+    fields = P.env_spec_fields(gym.spec("CartPole-v1"))
+    for bad in ({**fields, "id": 3}, {**fields, "extra": 1}, {**fields, "additional_wrappers": [[1, 2]]}, []):
+        with pytest.raises(P.ProtocolError):
+            P.unpackb(msgpack.packb(msgpack.ExtType(5, msgpack.packb(bad))))
+    with pytest.raises(P.ProtocolError, match="gymnasium refuses"):
+        P.unpackb(msgpack.packb(msgpack.ExtType(5, msgpack.packb({**fields, "id": "a/b/c-v1-v2"}))))
+    monkeypatch.setitem(sys.modules, "gymnasium.envs.registration", None)  # an env runtime without gymnasium
+    assert P.unpackb(msgpack.packb(msgpack.ExtType(5, msgpack.packb(fields)))) == fields
+
+
 SPACES = [
     gym.spaces.Box(0, 255, (210, 160, 3), np.uint8),
     gym.spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, 2.0]), dtype=np.float64),
