@@ -508,6 +508,7 @@ KWARGS_ATTACKS = [
 @pytest.mark.parametrize("kwargs, text", KWARGS_ATTACKS)
 def test_vector_and_env_kwargs_are_bounded_plain_data_with_declared_names(host, keys, lair, kwargs, text, monkeypatch):
     # An agent that skips its own checks of the options (an honest one refuses them before it connects).
+    monkeypatch.setattr("portal_shm.api._check_vector_kwargs", lambda vector_kwargs, allowed: dict(vector_kwargs or {}))
     monkeypatch.setattr(RemoteVectorPortal, "_checked_options", lambda self, n, vector: VectorOptions())
     assert_refused(host, keys, lair, text, "CartPole-v1", **kwargs)
 
