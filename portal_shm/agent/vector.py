@@ -126,6 +126,13 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
             ``InfoEncodingError`` naming env, key and type; ``"lossy"`` converts them (an enum
             member to its value, a namedtuple to a tuple, anything else to its repr()). Process,
             venv and micromamba runtimes carry them exactly either way (``docs/concepts/infos.md``).
+        server_start: ``"fork"`` (default): where two or more servers of one kind (backend, env
+            and envs per server) start on a backend whose servers are processes of this machine
+            (process, venv, micromamba), one zygote of that runtime makes the envs once and forks
+            every server from it: they share its pages copy-on-write and start in milliseconds,
+            each still a process of its own (``portal_shm.agent.local.zygotes``). Envs that start
+            threads or processes as they are made cannot be forked: detected, warned once, and
+            their servers start fresh. ``"fresh"``: every server a new interpreter.
     """
 
     _lockstep: Lockstep
@@ -159,6 +166,7 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
         recycle: Optional[Union[dict[str, Any], RecyclePolicy]] = None,
         max_ring_bytes: Optional[int] = None,
         infos: str = "exact",
+        server_start: str = "fork",
     ) -> None:
         check_options(context, worker, max_concurrency)
         specs, self._gymnasium_form = to_specs(env_fns, backend)
@@ -179,6 +187,7 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
                 "spin_wait": spin_wait,
                 "max_ring_bytes": max_ring_bytes,
                 "infos": infos,
+                "server_start": server_start,
             },
         )
         if self.options.spin_wait is None:  # resolved once, here: what the drivers and the servers get
@@ -209,7 +218,7 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
         self._health = Health(self._session, self._gymnasium_form)
         self._finalizer = weakref.finalize(self, self._session.shutdown)
         try:
-            self._session.launch(specs, groups, startup_timeout)
+            self._session.launch(specs, groups, startup_timeout, fork=self.options.server_start == "fork")
             self._ring = self._attach(specs, startup_timeout, info_capacity)
             self._health.watch(self._ring)
             self._compose(self.options)

@@ -63,12 +63,16 @@ class SlowEnv(gym.Env):
 
 class RandomWalkEnv(gym.Env):
     """A noisy walk (the noise from ``np_random``) with ``get_state``/``set_state`` of its own:
-    the state of the env, its generator and its wrappers travel in ``portal_shm`` env states."""
+    the state of the env, its generator and its wrappers travel in ``portal_shm`` env states.
+    ``draw_at_make``: draw the generator as the env is made, as envs that lay out a level or seed
+    an emulator there do (ALE): copies forked after that share it until seeded."""
 
-    def __init__(self, episode_length: int = 50):
+    def __init__(self, episode_length: int = 50, draw_at_make: bool = False):
         self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
         self.action_space = spaces.Discrete(2)
         self.episode_length, self.position, self.t = int(episode_length), 0.0, 0
+        if draw_at_make:
+            self.np_random.random()
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)

@@ -207,7 +207,9 @@ class Zygote:
             numpy = sys.modules.get("numpy")
             if numpy is not None:
                 numpy.random.seed()
-            code = self.serve(decode_config(config) if isinstance(config, str) else config, self.envs)
+            config = decode_config(config) if isinstance(config, str) else dict(config)
+            config["forked"] = True  # (its envs' generators are its siblings' too: ``Stepper``)
+            code = self.serve(config, self.envs)
         except BaseException:
             traceback.print_exc()
         finally:

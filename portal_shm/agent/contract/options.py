@@ -27,6 +27,7 @@ KEYS = ("episodes", "rss_mb", "seconds", "slowdown", "jitter", "wait_steps", "ma
 SPARES = ("fork", "start")
 RULES = ("episodes", "rss_mb", "seconds", "slowdown")
 INFOS = ("exact", "lossy")
+SERVER_STARTS = ("fork", "fresh")
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ CHECKS: dict[str, Check] = {
     "spin_wait": _seconds(lambda b: None, none=True, zero=True),
     "max_ring_bytes": _integer(1, lambda n, b: None, none=True),
     "infos": _choice(*INFOS),
+    "server_start": _choice(*SERVER_STARTS),
 }
 #: The options an agent's hosts apply (the others are the agent's own, or the host operator's).
 HOSTED = (
@@ -211,6 +213,7 @@ HOSTED = (
     "max_restarts",
     "recycle",
     "infos",
+    "server_start",
 )
 
 
@@ -235,6 +238,9 @@ class VectorOptions:
     #: them (an enum member to its value, a namedtuple to a tuple, anything else to its repr()).
     #: Process, venv and micromamba runtimes carry them exactly either way (``wire/info_codec.py``).
     infos: str = "exact"
+    #: How env servers start: "fork" (default) forks them from a warm zygote of their runtime
+    #: where it can (``agent/local/zygotes.py``); "fresh" starts each as a new interpreter.
+    server_start: str = "fork"
 
     @classmethod
     def of(

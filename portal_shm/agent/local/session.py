@@ -46,7 +46,7 @@ from ...wire.ring import Ring
 from ..contract.validate import check_error, check_hello, info_refusal
 from .control import ControlChannel
 from .spec import EnvSpec
-from .zygotes import Zygotes
+from .zygotes import Zygotes, server_kind
 
 
 class Spare:
@@ -240,24 +240,22 @@ class PortalSession:
         self._generations += 1
         return self._generations
 
-    def launch(
-        self,
-        specs: Sequence[EnvSpec],
-        groups: list[list[int]],
-        timeout: float,
-    ) -> None:
+    def launch(self, specs: Sequence[EnvSpec], groups: list[list[int]], timeout: float, fork: bool = False) -> None:
         """Start every server, then wait for each one's hello (its envs exist by then). ``groups``:
-        the env indices of each server (``server_groups.plan_groups``)."""
+        the env indices of each server (``server_groups.plan_groups``). ``fork``: servers of a
+        kind two or more servers share are forked from one zygote where it can (``zygotes.py``)."""
         self.specs = list(specs)
         owners = {owner for spec in specs if (owner := spec.backend.runtime_owner()) is not None}
         if len(owners) > 1:
             raise ValueError(f"the envs' runtimes run as different users {sorted(owners)}: one portal, one user")
         self.resources.hand_over(owners.pop() if owners else None)
         self.num_servers = len(groups)
+        kinds = [server_kind(specs[g[0]], specs[g[0]].to_config(), len(g)) if fork else None for g in groups]
         for index, env_indices in enumerate(groups):
             server = ServerLink(index, env_indices, specs[env_indices[0]])
             self.servers.append(server)
-            self._start_server(server)
+            shared = kinds[index] is not None and kinds.count(kinds[index]) > 1
+            server.adopt(self.start_runtime(server, server.generation, fork=shared, spare=False))
         for server in self.servers:
             self._handshake(server, timeout)
 
@@ -265,9 +263,10 @@ class PortalSession:
         """Start the server's runtime for its current generation."""
         server.adopt(self.start_runtime(server, server.generation))
 
-    def start_runtime(self, server: ServerLink, generation: int, fork: bool = False) -> Spare:
+    def start_runtime(self, server: ServerLink, generation: int, fork: bool = False, spare: bool = True) -> Spare:
         """Bind a control socket (a new path per generation) and start a runtime for ``server``'s envs
-        (``fork``: forked from a zygote where one can fork it, ``zygotes.py``)."""
+        (``fork``: forked from a zygote where one can fork it, ``zygotes.py``; ``spare``: it is a
+        spare for recycling, else a server the portal starts with)."""
         resources = self.resources
         channel = ControlChannel(self.context, resources.socket_address(server.index, generation), server.describe)
         try:
@@ -306,7 +305,7 @@ class PortalSession:
                 resources.log_path(server.index),
                 generation,
             )
-            handle = self.zygotes.fork(server.spec, launch) if fork else None
+            handle = self.zygotes.fork(server.spec, launch, spare) if fork else None
             return Spare(generation, channel, token, launch, handle or server.spec.backend.start(launch))
         except BaseException:
             channel.close()

@@ -1,15 +1,20 @@
-"""Spares forked from zygotes: fresh env servers for recycling at a few milliseconds of CPU.
+"""Servers forked from zygotes: fresh env servers at a few milliseconds of CPU, sharing pages.
 
-A spare started as a fresh runtime costs an interpreter, its imports and the making of its envs
-(Pong: ~0.65 CPU-s, about one random-action episode), so recycling every episode would halve the
-throughput of a busy machine. A zygote (``server/zygote.py``) is one runtime per kind of server,
-started through the server's own backend, that makes the envs once and forks spares from them.
+A server started as a fresh runtime costs an interpreter, its imports and the making of its envs
+(Pong: ~0.65 CPU-s, about one random-action episode) and holds all of that in memory of its own:
+64 servers of one env each took 15 s to start and 1.5 GiB here, where AsyncVectorEnv's forked
+workers took 0.5 s and 0.3 GiB. A zygote (``server/zygote.py``) is one runtime per kind of server
+(backend, env config, envs per server), started through the server's own backend, that makes the
+envs once and forks servers from them: at start-up where a portal starts two or more servers of
+a kind (``server_start="fork"``, the default), and as spares for recycling.
 
 Only backends whose servers are processes of this machine fork (``Backend.forks_servers``: process,
-venv, micromamba); docker containers and Ray actors start their spares fresh, as before. The first
-spare of a kind waits for its zygote to warm up (a zygote costs what one fresh start does); a
-zygote that finds its envs unsafe to fork (they started threads or processes) says so, and its
-spares start fresh from then on (warned once).
+venv, micromamba). A docker container or a Ray actor is one server, so each starts fresh: a zygote
+inside a container would serve one server only. Env factories and wrappers (code the agent ships)
+are loaded by fresh runtimes only. Forks asked for while the zygote makes its envs wait for it
+(a zygote costs what one fresh start does); a zygote that finds its envs unsafe to fork (they
+started threads or processes) says so, and its servers start fresh from then on (warned once,
+naming the option that starts them so without trying).
 """
 
 from __future__ import annotations
@@ -173,6 +178,7 @@ class ZygoteLink:
         self.requests = 0
         self.forks: dict[int, ForkedHandle] = {}  # request -> its server, until it exits
         self.waiting: list[ForkedHandle] = []  # asked for before the zygote was ready
+        self.refused: Callable[[str], None] = lambda why: None  # told why, once forks waited in vain
 
     def _connect(self) -> None:
         status = self.handle.exit_status()
@@ -240,6 +246,8 @@ class ZygoteLink:
     def _release_waiting(self) -> None:
         """Fork the servers asked for while the zygote warmed up (or start them fresh)."""
         waiting, self.waiting = self.waiting, []
+        if waiting and self.state != READY_STATE:
+            self.refused(self.why or "its zygote ended")
         for handle in waiting:
             if self.state != READY_STATE or not self._request(handle):
                 handle.start_fresh()
@@ -295,8 +303,17 @@ class ZygoteLink:
         self.handle.stop(timeout=1.0)
 
 
+def server_kind(spec: EnvSpec, env_config: dict[str, Any], envs: int) -> Optional[str]:
+    """The kind of a server of ``spec`` with ``env_config`` and ``envs`` envs, which one zygote
+    forks; None where none can (a backend that does not fork, factories, wrappers)."""
+    if spec.factory is not None or spec.wrappers or not spec.backend.forks_servers():
+        return None
+    env = hashlib.sha256(packb(env_config)).hexdigest()  # (kwargs may be megabytes)
+    return repr((spec.backend.key(), env, envs))
+
+
 class Zygotes:
-    """A session's zygotes, one per kind of server (backend, env config and envs per server)."""
+    """A session's zygotes, one per kind of server (``server_kind``)."""
 
     def __init__(self, resources: PortalResources) -> None:
         self.resources = resources
@@ -304,37 +321,40 @@ class Zygotes:
         self.failed: dict[str, str] = {}  # kinds whose zygote could not start: not tried again
         self.warned: set[str] = set()
 
-    def fork(self, spec: EnvSpec, launch: ServerLaunch) -> Optional[ServerHandle]:
-        """A forked server for ``launch`` (a spare of a server of ``spec``), or None: then the
-        caller starts a fresh runtime (no zygote for this kind of server, or it is warming up)."""
-        if spec.factory is not None or spec.wrappers or not spec.backend.forks_servers():
-            return None  # (shipped code, factories or wrappers, is loaded by fresh runtimes only)
-        env = hashlib.sha256(packb(launch.config["env"])).hexdigest()  # (kwargs may be megabytes)
-        key = repr((spec.backend.key(), env, len(launch.env_indices)))
-        if key in self.failed:
+    def fork(self, spec: EnvSpec, launch: ServerLaunch, spare: bool = True) -> Optional[ServerHandle]:
+        """A forked server for ``launch`` (a spare of a server of ``spec``, or with ``spare=False``
+        one a portal starts with), or None: then the caller starts a fresh runtime (no zygote for
+        this kind of server, or one that cannot fork)."""
+        key = server_kind(spec, launch.config["env"], len(launch.env_indices))
+        if key is None or key in self.failed:
             return None
+        if spare:
+            what, instead = f"spares of env server {launch.server_index}", "recycle={..., 'spare': 'start'}"
+        else:
+            what, instead = f"the env servers of {spec.id} ({spec.backend.name})", "server_start='fresh'"
+
+        def warn(why: str) -> None:
+            if key not in self.warned:
+                self.warned.add(key)
+                warnings.warn(
+                    f"{what} start as fresh runtimes, not forks: {why}; {instead} starts them so without trying",
+                    RuntimeWarning,
+                    stacklevel=7,
+                )
+
         link = self.links.get(key)
         if link is None:
             try:
                 link = self.links[key] = self._start(spec, launch)
             except (PortalError, OSError) as exc:
                 self.failed[key] = str(exc)
-                self._warn(key, launch, f"its zygote failed to start: {str(exc).splitlines()[0][:300]}")
+                warn(f"its zygote failed to start: {str(exc).splitlines()[0][:300]}")
                 return None
+            link.refused = warn
         handle = link.fork(launch, lambda: spec.backend.start(launch))
         if handle is None and link.state in (UNFORKABLE, GONE):
-            self._warn(key, launch, link.why or "its zygote ended")
+            warn(link.why or "its zygote ended")
         return handle
-
-    def _warn(self, key: str, launch: ServerLaunch, why: str) -> None:
-        if key not in self.warned:
-            self.warned.add(key)
-            warnings.warn(
-                f"spares of env server {launch.server_index} start as fresh runtimes, not forks: {why}; "
-                "recycle={..., 'spare': 'start'} starts them so without trying",
-                RuntimeWarning,
-                stacklevel=6,
-            )
 
     def _start(self, spec: EnvSpec, launch: ServerLaunch) -> ZygoteLink:
         number = len(self.links)

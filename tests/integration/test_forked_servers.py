@@ -1,0 +1,107 @@
+"""Servers forked from a warm zygote at start-up (``server_start="fork"``, the default): each is a
+process of its own that steps exactly as a fresh one, shares nothing with its siblings that a new
+process would not (seeds, generators, sockets), and nothing is left once the portal closes."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import portal_shm
+from testkit.compare import assert_same, snapshot
+
+pytestmark = pytest.mark.integration
+
+WALK = "portal_shm.server.example_envs:RandomWalkEnv"
+THREADING = "portal_shm.server.example_envs:ThreadingEnv"
+
+
+def _runtimes(envs) -> list[str]:
+    return [server["runtime"] for server in envs.servers]
+
+
+def _rollout(envs, seed: int, steps: int) -> list:
+    envs.action_space.seed(seed)
+    records = [snapshot(envs.reset(seed=seed))]
+    for _ in range(steps):
+        records.append(snapshot(envs.step(envs.action_space.sample())))
+    return records
+
+
+@pytest.mark.parametrize("batch_size", [None, 3], ids=["lockstep", "batches"])
+def test_forked_servers_step_exactly_as_fresh_ones(batch_size):
+    runs = {}
+    for start in ("fork", "fresh"):
+        vector = {"envs_per_server": 1, "server_start": start}
+        if batch_size is None:
+            envs = portal_shm.make_vec(WALK, 6, vector_kwargs=vector)
+        else:
+            envs = portal_shm.make_vec("CartPole-v1", 6, vector_kwargs=vector)
+        try:
+            runtimes = _runtimes(envs)
+            runs[start] = _rollout(envs, 7, 120)
+        finally:
+            envs.close()
+        forked = ["forked from a zygote" in runtime for runtime in runtimes]
+        assert all(forked) if start == "fork" else not any(forked), runtimes
+    assert_same(runs["fork"], runs["fresh"])
+
+
+def test_siblings_share_no_generator_pid_or_socket_with_each_other():
+    # An env that draws its generator as it is made (as ALE seeds its emulator): the zygote made it
+    # once, so every fork holds the same generator; an unseeded reset must not show it.
+    envs = portal_shm.make_vec(WALK, 8, draw_at_make=True, vector_kwargs={"envs_per_server": 1})
+    try:
+        assert all("forked from a zygote" in runtime for runtime in _runtimes(envs))
+        pids = [server["pid"] for server in envs.servers]
+        assert len(set(pids)) == 8, pids
+        first, _ = envs.reset()
+        assert len({float(x) for x in first[:, 0]}) == 8, first  # eight draws, not one draw eight times
+        for _ in range(5):
+            obs, *_ = envs.step(np.ones(8, np.int64))
+        assert len({float(x) for x in obs[:, 0]}) == 8, obs
+        # a seeded reset is the seed's, in a fork as anywhere
+        seeded, _ = envs.reset(seed=[3] * 8)
+        assert len({float(x) for x in seeded[:, 0]}) == 1, seeded
+        # no fork holds another's control socket: each has its own connection to the agent only
+        for pid in pids:
+            sockets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            assert sum(target.startswith("socket:") for target in sockets) <= 4, (pid, sockets)
+    finally:
+        envs.close()
+    assert all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in pids)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ")[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def test_a_single_server_of_a_kind_starts_fresh_and_server_start_fresh_never_forks():
+    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"envs_per_server": 2})
+    try:
+        assert not any("zygote" in runtime for runtime in _runtimes(envs))
+    finally:
+        envs.close()
+
+
+def test_envs_that_start_threads_are_started_fresh_with_a_warning_naming_the_option():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        envs = portal_shm.make_vec(THREADING, 4, leak_mb=0.0, vector_kwargs={"envs_per_server": 1})
+    try:
+        assert not any("zygote" in runtime for runtime in _runtimes(envs))
+        envs.reset(seed=0)
+        envs.step(np.zeros(4, np.int64))
+    finally:
+        envs.close()
+    texts = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert any(
+        "start as fresh runtimes, not forks: 1 Python thread(s); server_start='fresh'" in text for text in texts
+    ), texts
