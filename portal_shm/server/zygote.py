@@ -5,11 +5,13 @@ about 0.65 CPU-s, of which 0.2 is the env alone, nearly the CPU of a whole rando
 A server forked from a zygote shares the zygote's memory copy-on-write and its envs are copies of
 envs that were made and never stepped, so it is as fresh as a new process (nothing a stepped env
 leaked or slowed down is in it) for a few milliseconds of CPU. The zygote itself never steps,
-resets or renders its envs; it only forks.
+resets or renders its envs; it only forks. Where code the agent ships makes the envs (factories,
+wrappers: ``zygote_envs="imports"``), one factory may differ from the next, so the zygote makes one
+server's envs only to import what they need and closes them; each fork makes its own.
 
 Forking copies one thread. A zygote whose envs started threads of their own (Python threads,
 or native ones beyond those its imports started: a game engine's) or child processes reports
-itself not forkable, and the agent then starts its spares as fresh runtimes. Each forked server
+itself not forkable, and the agent then starts those servers as fresh runtimes. Each forked server
 redirects its output to its own log, reseeds Python's and numpy's global generators (as a new
 process would draw them) and serves exactly as ``startup.run`` does, with the copied envs.
 
@@ -35,6 +37,7 @@ from typing import Any, Callable, Optional, Union
 from ..wire.launch import decode_config
 from ..wire.protocol import ProtocolError
 from ..wire.zygote_frames import EXITED, FORK, FORKED, READY, SIGNAL, send_frame, take_frames
+from .errors import close_envs
 from .state import warm
 
 POLL_SECONDS = 0.5
@@ -87,7 +90,9 @@ def describe_status(status: int) -> str:
 class Zygote:
     """The zygote's loop: accept the agent, fork servers on request, report their exits."""
 
-    def __init__(self, config: dict, envs: list, blockers: str, serve: Callable[[dict, list], int]) -> None:
+    def __init__(
+        self, config: dict, envs: Optional[list], blockers: str, serve: Callable[[dict, Optional[list]], int]
+    ) -> None:
         self.config = config
         self.envs = envs
         self.blockers = blockers
@@ -220,7 +225,7 @@ class Zygote:
                 os._exit(code)
 
 
-def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dict, list], Any]) -> int:
+def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dict, Optional[list]], Any]) -> int:
     """The zygote's life: bind its socket, make the envs, tell the agent, fork until it goes."""
     threads_before = _native_threads()
     zygote = Zygote(config, [], "", serve)
@@ -231,8 +236,13 @@ def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dic
         except Exception as exc:
             zygote.blockers = f"its envs could not be made: {type(exc).__name__}: {exc}"[:500]
         else:
+            if config.get("zygote_envs") == "imports":
+                # Made to import what they need: each fork makes its own (the agent's code may differ per env).
+                close_envs(zygote.envs, config["env_indices"])
+                zygote.envs = None
             zygote.blockers = fork_blockers(threads_before)
-            warm(zygote.envs)  # (read once here, not in every fork's first set_state)
+            if zygote.envs is not None:
+                warm(zygote.envs)  # (read once here, not in every fork's first set_state)
         import gc
 
         gc.collect()

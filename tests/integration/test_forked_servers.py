@@ -105,3 +105,36 @@ def test_envs_that_start_threads_are_started_fresh_with_a_warning_naming_the_opt
     assert any(
         "start as fresh runtimes, not forks: 1 Python thread(s); server_start='fresh'" in text for text in texts
     ), texts
+
+
+def test_env_factories_fork_from_a_zygote_that_imported_them_and_each_fork_makes_its_own():
+    import gymnasium as gym
+
+    fns = [lambda i=i: gym.make("CartPole-v1", max_episode_steps=50 + i) for i in range(4)]
+    envs = portal_shm.VectorPortal(fns, envs_per_server=1)
+    try:
+        assert all("forked from a zygote" in runtime for runtime in _runtimes(envs)), _runtimes(envs)
+        assert [spec.max_episode_steps for spec in envs.get_attr("spec")] == [50, 51, 52, 53]
+        reference = gym.vector.SyncVectorEnv(fns)
+        try:
+            assert_same(_rollout(envs, 3, 60), _rollout(reference, 3, 60))
+        finally:
+            reference.close()
+    finally:
+        envs.close()
+
+
+def test_the_sb3_drop_in_forks_its_one_env_servers():
+    pytest.importorskip("stable_baselines3")
+    import gymnasium as gym
+
+    from portal_shm.sb3 import SubprocVecEnv
+
+    envs = SubprocVecEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    try:
+        runtimes = _runtimes(envs.venv)
+        assert len(runtimes) == 4 and all("forked from a zygote" in runtime for runtime in runtimes), runtimes
+        envs.reset()
+        envs.step(np.zeros(4, np.int64))
+    finally:
+        envs.close()

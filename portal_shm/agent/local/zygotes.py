@@ -10,8 +10,9 @@ a kind (``server_start="fork"``, the default), and as spares for recycling.
 
 Only backends whose servers are processes of this machine fork (``Backend.forks_servers``: process,
 venv, micromamba). A docker container or a Ray actor is one server, so each starts fresh: a zygote
-inside a container would serve one server only. Env factories and wrappers (code the agent ships)
-are loaded by fresh runtimes only. Forks asked for while the zygote makes its envs wait for it
+inside a container would serve one server only. Where code the agent ships makes the envs
+(factories, wrappers), the zygote made one server's envs to import what they need and closed them:
+its forks share the imports and make their own envs from their own code. Forks asked for while the zygote makes its envs wait for it
 (a zygote costs what one fresh start does); a zygote that finds its envs unsafe to fork (they
 started threads or processes) says so, and its servers start fresh from then on (warned once,
 naming the option that starts them so without trying).
@@ -303,11 +304,20 @@ class ZygoteLink:
         self.handle.stop(timeout=1.0)
 
 
+def ships_code(spec: EnvSpec) -> bool:
+    """Its envs are made by code the agent ships (factories, wrappers): each fork makes its own."""
+    return spec.factory is not None or bool(spec.wrappers)
+
+
 def server_kind(spec: EnvSpec, env_config: dict[str, Any], envs: int) -> Optional[str]:
     """The kind of a server of ``spec`` with ``env_config`` and ``envs`` envs, which one zygote
-    forks; None where none can (a backend that does not fork, factories, wrappers)."""
-    if spec.factory is not None or spec.wrappers or not spec.backend.forks_servers():
+    forks; None where none can (a backend that does not fork). Servers whose envs shipped code
+    makes share one zygote per backend: it made one server's envs to import what they need, then
+    closed them, and each fork makes its own from its own code (a factory may differ per env)."""
+    if not spec.backend.forks_servers():
         return None
+    if ships_code(spec):
+        return repr((spec.backend.key(), "each fork makes its envs"))
     env = hashlib.sha256(packb(env_config)).hexdigest()  # (kwargs may be megabytes)
     return repr((spec.backend.key(), env, envs))
 
@@ -364,6 +374,7 @@ class Zygotes:
             for key in ("protocol", "server_index", "env_indices", "env", "lock_path", "run_dir")
         }
         config["zygote_socket"] = path
+        config["zygote_envs"] = "imports" if ships_code(spec) else "copies"
         zygote_launch = ServerLaunch(
             launch.server_index,
             launch.env_indices,
