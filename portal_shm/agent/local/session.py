@@ -43,10 +43,11 @@ from ...wire.protocol import (
     packb,
 )
 from ...wire.ring import Ring
+from ..contract.start_progress import StartProgress
 from ..contract.validate import check_error, check_hello, info_refusal
 from .control import ControlChannel
 from .spec import EnvSpec
-from .zygotes import Zygotes, server_kind
+from .zygotes import ForkedHandle, Zygotes, server_kind
 
 
 class Spare:
@@ -69,6 +70,8 @@ class Spare:
         self.go: Optional[Bell] = None
         self.done: Optional[Waiter] = None
         self.ready = False
+        self.started = time.monotonic()
+        self.startup_s: Optional[float] = None  # from its start to its hello
 
     def check_alive(self) -> None:
         status = self.handle.exit_status()
@@ -107,6 +110,9 @@ class ServerLink:
         self.owed: Optional[Callable[[], None]] = None
         #: Its envs' rows of the ring (a server's envs are consecutive).
         self.rows = slice(env_indices[0], env_indices[-1] + 1)
+        self.started = time.monotonic()  # (its current runtime's start: ``adopt``)
+        #: Seconds from its runtime's start to its hello (``stats()``), None before it said hello.
+        self.startup_s: Optional[float] = None
 
     def post(self, cmd: int, slot: int = 0, pending: bool = False, early: bool = False) -> None:
         """Post ``cmd`` in the server's mailbox and ring it awake; ``pending`` first marks its
@@ -142,6 +148,7 @@ class ServerLink:
         self.token = started.token
         self.launch = started.launch
         self.handle = started.handle
+        self.started, self.startup_s = started.started, started.startup_s
         if started.hello is not None:
             self.hello = started.hello
 
@@ -153,6 +160,10 @@ class ServerLink:
         """Ring the server for a control message (counted apart: its steps are ``seq - controls``)."""
         self.controls += 1
         self.post(CMD_CONTROL)
+
+    def forked(self) -> bool:
+        """Whether its runtime was forked from a zygote (not started fresh)."""
+        return isinstance(self.handle, ForkedHandle) and self.handle.fresh is None
 
     def describe(self) -> str:
         """'env server 1 (envs [2, 3]) [runtime: ...]': what every error about this server names."""
@@ -256,8 +267,13 @@ class PortalSession:
             self.servers.append(server)
             shared = kinds[index] is not None and kinds.count(kinds[index]) > 1
             server.adopt(self.start_runtime(server, server.generation, fork=shared, spare=False))
-        for server in self.servers:
-            self._handshake(server, timeout)
+        progress = StartProgress(f"{len(specs)} envs", len(self.servers), "env servers")
+        try:
+            for server in self.servers:
+                self._handshake(server, timeout)
+                progress.update()
+        finally:
+            progress.close()
 
     def _start_server(self, server: ServerLink) -> None:
         """Start the server's runtime for its current generation."""
@@ -313,6 +329,7 @@ class PortalSession:
 
     def _handshake(self, server: ServerLink, timeout: float) -> None:
         server.hello = self.checked_hello(server, server.expect(HELLO, timeout, "start-up"))
+        server.startup_s = time.monotonic() - server.started
 
     def checked_hello(self, server: ServerLink, hello: dict[str, Any], spaces: bool = True) -> dict[str, Any]:
         if hello.get("protocol") != PROTOCOL_VERSION:

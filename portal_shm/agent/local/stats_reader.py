@@ -189,6 +189,8 @@ class StatsReader:
                     "cpu": cpu,
                     "rss_mb": None if rss is None else rss / 2**20,
                     "hosting": (getattr(server, "hello", None) or {}).get("hosting"),
+                    "startup_s": server.startup_s,
+                    "forked": server.forked(),
                 }
             )
         envs = []

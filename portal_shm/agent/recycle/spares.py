@@ -10,6 +10,7 @@ portal that dies stops them too; this module is their lifecycle.
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 from ...errors import ServerProtocolError
@@ -58,6 +59,7 @@ class Spares:
             assert server.hello is not None
             session.check_spaces(server, server.hello, message, "spare of")  # (spaces already checked once)
             spare.hello = session.checked_hello(server, message, spaces=False)
+            spare.startup_s = time.monotonic() - spare.started
             if spare.hello.get("standby") is True:
                 self._attach_standby(spare)
                 return False

@@ -16,6 +16,7 @@ import numpy as np
 import zmq
 
 from ... import errors
+from ...agent.contract.start_progress import StartProgress
 from ...agent.contract.validate import check_schema, is_hosting
 from ...wire.protocol import packb
 from .. import codecs
@@ -119,12 +120,17 @@ class Hosts:
         for index, (address, count) in enumerate(zip(addresses, counts)):
             self.hosts.append(RemoteHost(index, offset, count, self._open(index, address, offset, count)))
             offset += count
-        wait(
-            self.links,
-            lambda: [host.link for host in self.hosts if 1 not in _results(host.link)],
-            deadline,
-            "starting the envs",
-        )
+        progress = StartProgress(f"{num_envs} envs on {len(self.hosts)} env host(s)", len(self.hosts), "hosts")
+
+        def waiting() -> list[HostLink]:
+            left = [host.link for host in self.hosts if 1 not in _results(host.link)]
+            progress.update(len(self.hosts) - len(left))
+            return left
+
+        try:
+            wait(self.links, waiting, deadline, "starting the envs")
+        finally:
+            progress.close()
         return [self._welcome(host) for host in self.hosts]
 
     def _open(self, index: int, address: str, offset: int, count: int, proven: bool = False) -> HostLink:
