@@ -372,7 +372,7 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
             "columns": True,
         }
         ring = session.attach(layout, settings, timeout)
-        return RingViews(
+        views = RingViews(
             ring.views,
             spaces.obs_schema,
             spaces.act_schema,
@@ -383,6 +383,9 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
             # whose infos may hold pickles: servers whose runtime is no trust boundary (``wire/info_codec.py``)
             [spec.backend.trust_boundary() is None for spec in specs],
         )
+        if self.copy and not self.batched:  # (async batches hand out rows of several slots: copies)
+            views.use_private_slots(ring.fd, layout)
+        return views
 
     maps_agent_memory = True
 
@@ -441,6 +444,8 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
         if terminate:
             self._session.graceful = False
         self._finalizer()
+        if getattr(self, "_ring", None) is not None and self._ring.private is not None:
+            self._ring.private.close()
 
     # -- for a driver outside this portal's thread (an env host's router steps lockstep itself) --------
     def doorbells(self) -> list[Waiter]:

@@ -111,9 +111,14 @@ class Lockstep:
     def _next_slot(self) -> int:
         """The slot the next call writes; with ``copy=False``, a client still holding its views
         from ``ring_depth`` calls ago is reported first (``kept_views``)."""
-        k = (self.slot + 1) % self.ring.ring_depth
+        ring = self.ring
+        private = ring.private
+        k = private.free_after(self.slot) if private is not None else None
+        if k is None:
+            k = (self.slot + 1) % ring.ring_depth
         if not self.copy:
-            self.ring.kept.check(k)
+            ring.kept.check(k)
+        ring.previous[k] = max(self.slot, 0)
         return k
 
     # -- reset -------------------------------------------------------------------------------
@@ -309,7 +314,7 @@ class Lockstep:
             {
                 "cmd": protocol.SET_STATE,
                 "slot": k,
-                "prev_slot": (k - 1) % self.ring.ring_depth,
+                "prev_slot": self.ring.previous[k],
                 "envs": list(states),
                 "states": list(states.values()),
                 "allow_pickle": False,

@@ -299,7 +299,7 @@ class Recovery(FailurePolicy):
             return False
         self.ring.clear_results(k, server.rows)
         try:
-            server.channel.send(self._reset_message(server, k, (k - 1) % self.ring.ring_depth), server.check_alive)
+            server.channel.send(self._reset_message(server, k, self.ring.previous[k]), server.check_alive)
         except RESTARTABLE as exc:  # the fresh server died already: handled as a failure of this step
             self.resetting.discard(server.index)
             self.failed_early[server.index] = exc
@@ -323,7 +323,7 @@ class Recovery(FailurePolicy):
         """Restart ``server`` (after a failure in step ``k``) and end its envs' episodes in slot ``k``."""
         ring = self.ring
         cause = self._restart_for(server, cause)
-        prev = (k - 1) % ring.ring_depth
+        prev = ring.previous[k]
         final = self._final_obs(server, prev) if self.mode is AutoresetMode.SAME_STEP else {}
         ring.truncate(k, prev, server.rows)
         if self.mode is AutoresetMode.SAME_STEP:

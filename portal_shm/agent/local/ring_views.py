@@ -21,6 +21,7 @@ from ..contract.actions import ActionLeaves
 from ..contract.infos import add_info
 from ..contract.kept_views import KeptViews, anchored, holders
 from ..contract.validate import decode_infos
+from .private_slots import PrivateSlots
 from .reused_copies import ReusedCopies
 
 #: ``pick(leaf index, ring array of that leaf)``: the part of a fixed leaf a batch returns.
@@ -75,6 +76,12 @@ class RingViews:
         self.refused: list[InfoEncodingError] = []
         #: ``copy=True``'s arrays, reused once the caller dropped them (``reused_copies.py``).
         self.copies = ReusedCopies()
+        #: ``copy=True``'s observations over private mappings of the slots, where the lockstep
+        #: driver chooses free slots (``private_slots.py``; set by the portal); None: copies.
+        self.private: Optional[PrivateSlots] = None
+        #: The slot handed out before each slot was written: a masked reset's and a restart's
+        #: "last observation" (the lockstep driver sets it as it chooses slots).
+        self.previous = [(k - 1) % ring_depth for k in range(ring_depth)]
         # Actions of spaces without a fixed layout are sent as a message (one per server and step):
         # then ``actions`` is None and the ring has no action leaves.
         fixed_actions = is_fixed(act_schema)
@@ -144,7 +151,27 @@ class RingViews:
             obs = self._obs_slots[k]
         else:
             obs = self.build(lambda index, array: self._leaf_slots[index][k], self.var_obs)
-        return self.copies.tree(obs) if copy else obs
+        if not copy:
+            return obs
+        if self.private is not None:
+            private = self.private.hand_out(k)
+            if private is not None:
+                return private
+        return self.copies.tree(obs)
+
+    def use_private_slots(self, fd: Optional[int], layout: dict[str, Any]) -> bool:
+        """Hand out ``copy=True`` observations over private mappings of the ring segment ``fd``
+        (fixed-layout observations only); False where they cannot be made (then every batch is copied)."""
+        if self._obs_slots is None:
+            return False
+        fields = {field["name"]: field for field in layout["fields"]}
+        self.private = PrivateSlots.of(
+            fd,
+            {index: fields[f"obs.{index}"] for index in self.obs_by_index},
+            self.ring_depth,
+            lambda leaf: self._build((lambda index, array: leaf(index), None)),
+        )
+        return self.private is not None
 
     def results(self, k: int, copy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(reward, terminated, truncated) of slot ``k``: views of the ring unless ``copy``."""

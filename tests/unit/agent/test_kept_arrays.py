@@ -84,8 +84,12 @@ def test_the_default_returns_fresh_writable_arrays(vector_kwargs):
         else:
             obs, reward, terminated, truncated, _ = envs.step(np.zeros(4, np.int64))
         for array in (obs, reward, terminated, truncated):
-            assert array.flags.writeable and array.flags.owndata
-        obs[:] = 0  # the client's own array: writing it touches nothing of the portal's
+            assert array.flags.writeable
+        for array in (reward, terminated, truncated):
+            assert array.flags.owndata
+        # The observations: fresh arrays, or (lockstep) a private copy-on-write mapping of the slot
+        # (``private_slots.py``): the client's own either way; writing touches nothing of the portal's.
+        obs[:] = 0
         assert envs.copy is True
     finally:
         envs.close()
@@ -96,7 +100,11 @@ def test_vector_portal_of_env_fns_copies_as_async_vector_env_does():
     try:
         assert envs.copy is True
         obs, _ = envs.reset(seed=0)
-        assert obs.flags.owndata
+        seen = obs.copy()
+        assert obs.flags.writeable
+        for _ in range(3 * envs.ring_depth):
+            envs.step(np.zeros(2, np.int64))
+        np.testing.assert_array_equal(obs, seen)
     finally:
         envs.close()
 

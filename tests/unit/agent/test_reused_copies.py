@@ -78,6 +78,7 @@ def test_a_portal_reuses_dropped_batches_and_never_changes_kept_ones():
             seen.add(address(obs))
             del obs
         assert (kept == snapshot).all()  # the caller's, unchanged
-        assert len(seen) <= 2  # dropped batches came back: no fresh array each step
+        # dropped batches came back (lockstep: the ring slots' private mappings): no fresh array each step
+        assert len(seen) <= envs.ring_depth
     finally:
         envs.close()
