@@ -168,7 +168,8 @@ def make_vec(
             (default: spread over the CPU cores), ``ring_depth`` (4), ``step_timeout`` (None),
             ``startup_timeout`` (120 s), ``on_env_failure`` (``"raise"`` or ``"restart"``),
             ``max_restarts`` (3), ``recycle`` (None), ``info_capacity`` (4096 bytes), ``infos``
-            (``"exact"``), ``spin_wait``, ``max_ring_bytes``, ``observation_mode``,
+            (``"exact"``), ``server_start`` (``"fork"``: servers of a kind forked from one warm
+            zygote where the backend allows; ``"fresh"``), ``spin_wait``, ``max_ring_bytes``, ``observation_mode``,
             ``shared_memory``, ``max_concurrency``. Envs on hosts (``"remote"``, ``"ray"``) take
             ``copy`` and what their hosts apply (not ``spin_wait``, ``max_ring_bytes`` nor the
             AsyncVectorEnv ones). A key that is none of these is refused, naming the one it is
