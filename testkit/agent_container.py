@@ -22,5 +22,13 @@ def report(output: str) -> dict:
 
 
 def env_containers(client: Any) -> list:
-    """The env containers (running or not) that agent containers started."""
+    """The env containers (running or not) that agent containers started. ``list`` inspects each
+    container it found, so one removed in between (the agent's gc at work) fails it: list again."""
+    import docker.errors
+
+    for _ in range(10):
+        try:
+            return client.containers.list(all=True, filters={"label": LABEL_AGENT_CONTAINER})
+        except docker.errors.NotFound:
+            continue
     return client.containers.list(all=True, filters={"label": LABEL_AGENT_CONTAINER})

@@ -220,7 +220,7 @@ PLAIN_TEXT_AGENT = textwrap.dedent("""
         started = time.monotonic()
         try:
             portal_shm.make_vec("CartPole-v1", 1, backend="remote", hosts=[address], insecure=True,
-                                startup_timeout=3.0)
+                                vector_kwargs={"startup_timeout": 3.0})
             print("connected", flush=True)
         except portal_shm.PortalError as exc:
             print("refused %.3f %s" % (time.monotonic() - started, exc), flush=True)
