@@ -33,8 +33,8 @@ import numpy as np
 from ..contract.kept_views import anchored
 
 PAGE = mmap.PAGESIZE
-_PRESENT_FILE = 0xA0  # byte 7 of a pagemap entry: bit 63 (present) | bit 61 (file page or shared)
-_PRESENT = 0x80
+_PRESENT_FILE = 0xA0  # of an entry's top byte: present (bit 63) and file page (bit 61)
+_ANONYMOUS, _ANONYMOUS_ONCE = 0x80, 0x81  # present, not a file page (bit 56: mapped once)
 
 
 class PrivateLeaf:
@@ -49,17 +49,20 @@ class PrivateLeaf:
         whole = np.frombuffer(self.map, np.uint8)
         self.array = anchored(whole[offset - start : offset - start + nbytes].view(dtype).reshape(shape))
         address = int(whole.ctypes.data)
-        self.pages = (len(self.map) + PAGE - 1) // PAGE
-        self.entries = (8 * (address // PAGE), 8 * self.pages)  # where its pagemap entries are
+        pages = (len(self.map) + PAGE - 1) // PAGE
+        self.where = 8 * (address // PAGE)  # its pagemap entries' offset
         self.pagemap = pagemap
+        self.buffers = [bytearray(8 * pages)]  # read into memory allocated once
 
     def written(self) -> list[int]:
-        """The pages the caller wrote (its own copies now, no longer the ring's)."""
-        offset, size = self.entries
-        flags = os.pread(self.pagemap, size, offset)[7::8]
-        if flags.count(_PRESENT) + flags.count(_PRESENT | 1) == 0:  # (bit 56: mapped once)
+        """The pages the caller wrote: present and anonymous (its own copies), where the pages it
+        only read are the ring's file pages (``/proc/self/pagemap``, the top byte of an entry: bit
+        63 present, 61 file page, 56 mapped once)."""
+        os.preadv(self.pagemap, self.buffers, self.where)
+        flags = self.buffers[0][7::8]  # each entry's top byte: its flags (no frame number)
+        if flags.find(_ANONYMOUS) < 0 and flags.find(_ANONYMOUS_ONCE) < 0:
             return []
-        return [page for page, byte in enumerate(flags) if (byte & _PRESENT_FILE) == _PRESENT]
+        return [page for page, byte in enumerate(flags) if (byte & _PRESENT_FILE) == _ANONYMOUS]
 
     def refresh(self) -> None:
         """Drop the pages the caller wrote: they show the ring's contents again."""
@@ -78,7 +81,12 @@ class PrivateSlots:
         self.depth = len(leaves)
         self.out = [False] * self.depth  # handed out since its last write
         self._watched = [[obj for leaf in slot.values() for obj in (leaf.array, leaf.array.base)] for slot in leaves]
-        self._baseline = [self._counts(k) for k in range(self.depth)]
+        self._arrays = [self._getter(slot) for slot in leaves]  # leaf index -> its array, per slot
+        # A one-array observation (a Box) is handed out as that array: no tree to build each step.
+        single = [build(getter) for getter in self._arrays]
+        self._single = single if all(isinstance(tree, np.ndarray) for tree in single) else None
+        del single
+        self._baseline = [self._counts(k) for k in range(self.depth)]  # (with every reference of ours)
         self.closer: Optional[weakref.finalize[Any, Any]] = None
 
     @classmethod
@@ -116,6 +124,11 @@ class PrivateSlots:
         slots.closer = weakref.finalize(slots, _close_quietly, pagemap)  # (also a portal never closed)
         return slots
 
+    @staticmethod
+    def _getter(slot: dict[int, PrivateLeaf]) -> Callable[[int], np.ndarray]:
+        arrays = {index: leaf.array for index, leaf in slot.items()}
+        return arrays.__getitem__
+
     def _counts(self, k: int) -> list[int]:
         watched = self._watched[k]
         return [sys.getrefcount(watched[i]) for i in range(len(watched))]
@@ -123,7 +136,13 @@ class PrivateSlots:
     def held(self, k: int) -> bool:
         """Whether the caller still holds something of slot ``k``'s last batch (an array, a slice
         of it, a tensor over it: each holds the array or its base)."""
-        return self.out[k] and self._counts(k) != self._baseline[k]
+        if not self.out[k]:
+            return False
+        watched, baseline = self._watched[k], self._baseline[k]
+        for i in range(len(watched)):
+            if sys.getrefcount(watched[i]) != baseline[i]:
+                return True
+        return False
 
     def free_after(self, k: int) -> Optional[int]:
         """The first slot after ``k`` (round the ring) that nothing of the caller's holds."""
@@ -136,7 +155,11 @@ class PrivateSlots:
     def hand_out(self, k: int) -> Optional[Any]:
         """Slot ``k``'s observation tree over its private mappings, or None when the caller holds
         every other slot (then the batch must be copied, and slot ``k`` stays free)."""
-        if sum(self.held(j) for j in range(self.depth) if j != k) >= self.depth - 1:
+        held = 0
+        for j in range(self.depth):
+            if j != k and self.held(j):
+                held += 1
+        if held >= self.depth - 1:
             self.out[k] = False
             return None
         slot = self.leaves[k]
@@ -144,7 +167,7 @@ class PrivateSlots:
             for leaf in slot.values():
                 leaf.refresh()
         self.out[k] = True
-        return self.build(lambda index: slot[index].array)
+        return self._single[k] if self._single is not None else self.build(self._arrays[k])
 
     def close(self) -> None:
         """Close the pagemap (once); the mappings go with the last array over them."""
