@@ -4,8 +4,9 @@ portal-env, on a noisy shared machine.
 Modules, one idea each: ``scenarios`` (what is stepped), ``systems`` (+ ``envpool_system``,
 ``portal_env_system``: what steps it), ``ceiling`` (raw speed and the N-core ceiling),
 ``measure`` (timed runs, CPU share, allocations), ``stats`` (medians, pair-by-pair ratios),
-``runner`` (interleaved cells), ``report``/``machine`` (the JSON and its schema), ``table``,
-``plot``, ``live`` (what people see), ``cli`` (the verb).
+``runner`` (interleaved cells), ``load`` (other work on the machine meanwhile), ``cheap_env``
+(envs too cheap to rank runners by more than their transports), ``report``/``machine`` (the JSON
+and its schema), ``table``, ``plot``, ``live`` (what people see), ``cli`` (the verb).
 
 Library use::
 

@@ -30,6 +30,9 @@ AtariVectorEnv, C++ threads), portal-env (where installed; else skipped with why
 method: per (scenario, N) every system is built, then they run interleaved round by round (A B A B ...),
 each run a warm-up then --seconds of random actions; game scenarios add raw (one env, plain loop) and
 ceiling (one plain loop per core, summed). Ratios to --baseline are taken pair by pair per round.
+Between runs the machine's CPU time is read: when other processes took enough of it to skew the figures,
+the table, the JSON (load) and the plot say how much; where a game's env steps too cheaply to rank the runners
+by more than their transports, one line says that too (JSON: transport_bound).
 example: portal-shm bench null:210x160x3 ALE/Pong-v5 --num-envs 8 --against async --json out.json --plot out.png
 """
 
@@ -157,7 +160,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-references", action="store_true", help="skip the raw and ceiling loops")
     p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of resets and action samples (default 0)")
     p.add_argument("--json", metavar="FILE", help="write the report (schema: benchmarks/SCHEMA.md)")
-    p.add_argument("--plot", metavar="FILE.png", help="write steps/s against N, one line per system (matplotlib)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write steps/s against N, one line per system; a scenario run at one N gets a bar per system (matplotlib)",
+    )
     p.add_argument("--table", metavar="FILE", help="write the final table as plain text")
     p.add_argument("--markdown", metavar="FILE", help="write the summary as a Markdown table")
     p.add_argument("-q", "--quiet", action="store_true", help="no live progress display")

@@ -28,10 +28,15 @@ def _stat_fields(pid: int) -> Optional[list]:
     return data[data.rfind(b")") + 2 :].split()
 
 
+def process_ticks(pid: int) -> Optional[int]:
+    """User plus system CPU time of a process (all its threads) in clock ticks; None once it is gone."""
+    fields = _stat_fields(pid)
+    return int(fields[11]) + int(fields[12]) if fields else None
+
+
 def process_cpu(pid: int) -> float:
     """User plus system CPU seconds of a process (all its threads); 0 once it is gone."""
-    fields = _stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / _TICK if fields else 0.0
+    return (process_ticks(pid) or 0) / _TICK
 
 
 def descendants(roots: Iterable[int]) -> set:

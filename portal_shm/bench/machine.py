@@ -41,13 +41,22 @@ def version(package: str) -> Optional[str]:
         return None
 
 
+def cpu_fields(line: str) -> Optional[list]:
+    """The ticks of /proc/stat's aggregate ``cpu`` line (user nice system idle iowait irq softirq
+    steal ...), or None for any other line."""
+    fields = line.split()
+    try:
+        return [int(v) for v in fields[1:]] if fields and fields[0] == "cpu" else None
+    except ValueError:
+        return None
+
+
 def read_cpu_times() -> Optional[list]:
     """The aggregate ``cpu`` line of /proc/stat (user nice system idle iowait irq softirq steal ...)."""
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()
-        return [int(v) for v in fields[1:]] if fields and fields[0] == "cpu" else None
-    except (OSError, ValueError):
+            return cpu_fields(f.readline())
+    except OSError:
         return None
 
 

@@ -15,6 +15,8 @@ changing its meaning, bumps it. Readers should ignore fields they do not know.
   ``platform``, ``python`` (str), ``cpu_steal_share`` (float or null: steal time over the run),
   ``load_average_at_end`` (list of 3 floats), ``docker_engine`` (str or null), ``versions``
   (object: package -> version or null).
+- ``load``: other work on the machine during the run (``load.judge``; null off Linux): ``{cores,
+  seconds, readings, own_cores, other_cores, other_cores_max, skewed, warning (str or null)}``.
 - ``systems``: list of ``{name, label, role, package, version}``; ``role`` is "portal",
   "alternative" or "reference" (``raw``: one env in a plain loop in the agent process;
   ``ceiling``: ``cpu_count`` such loops in parallel processes, summed).
@@ -41,6 +43,8 @@ changing its meaning, bumps it. Readers should ignore fields they do not know.
 - ``errors``: ``{system, scenario, num_envs, round, error}``: runs that raised mid-cell.
 - ``notes``: ``{system, scenario, note}``: what differs in how a system runs a scenario.
 - ``targets``: ``{target, value, ok}``: the project's checks at N=8, where measured.
+- ``transport_bound``: per scenario whose env is too cheap to tell runners apart by more than their
+  transports (``cheap_env``): ``{scenario, num_envs (list), env_step_us, env_share, text}``.
 - ``leftover_shm``: /dev/shm names of this process still present at the end (should be empty).
 """
 
@@ -52,6 +56,7 @@ import os
 import time
 from typing import Any, Optional
 
+from .cheap_env import transport_bound
 from .machine import machine_info, read_cpu_times, version  # noqa: F401  (read_cpu_times: runner)
 from .options import BenchOptions
 from .stats import summarize, targets
@@ -112,10 +117,12 @@ def build_report(
     command: Optional[list],
     started: float,
     cpu_before: Optional[list],
+    load: Optional[dict] = None,
 ) -> dict:
     baseline = options.resolved_baseline()
     order = options.systems() + ["raw", "ceiling"]
     rows = summarize(samples, baseline, order, allocations, startups)
+    machine = machine_info(cpu_before, with_docker="docker" in options.backends)
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": "portal-shm bench",
@@ -124,7 +131,8 @@ def build_report(
         "command": command,
         "interrupted": interrupted,
         "options": options.as_json(),
-        "machine": machine_info(cpu_before, with_docker="docker" in options.backends),
+        "machine": machine,
+        "load": load,
         "systems": systems_info(options, registry),
         "samples": samples,
         "summary": rows,
@@ -134,6 +142,7 @@ def build_report(
         "errors": errors,
         "notes": notes,
         "targets": targets(rows, samples),
+        "transport_bound": transport_bound(rows, machine["cpu_count"] or 1),
         "leftover_shm": own_leftovers(),
     }
 

@@ -12,6 +12,8 @@ import numpy as np
 
 from . import measure
 from .ceiling import CeilingPool, raw_run, sample_actions, single_env
+from .cpu import server_pids
+from .load import LoadMeter
 from .options import REFERENCES, BenchOptions, is_portal
 from .report import build_report, read_cpu_times
 from .scenarios import Scenario
@@ -82,14 +84,30 @@ def run_bench(
     cpu_before, started = read_cpu_times(), time.time()
     progress.start(sum(len(systems + refs) * options.repeat for _, _, systems, refs in cells))
     lat = np.zeros(measure.LATENCY_CAPACITY, np.int64)  # allocated once, reused by every timed run
+    load = LoadMeter()
+    load.read()
     try:
         for sc, n, systems, refs in cells:
             run_cell(
-                sc, n, systems, refs, options, registry, lat, progress, samples, allocations, skipped, errors, startups
+                sc,
+                n,
+                systems,
+                refs,
+                options,
+                registry,
+                lat,
+                progress,
+                samples,
+                allocations,
+                skipped,
+                errors,
+                startups,
+                load,
             )
     except KeyboardInterrupt:
         interrupted = True
         progress.log("interrupted: every env was closed; reporting what was measured")
+    load.read()
     notes = [
         {"system": name, "scenario": sc.name, "note": note}
         for sc in options.scenarios
@@ -111,6 +129,7 @@ def run_bench(
         command,
         started,
         cpu_before,
+        load.result(),
     )
 
 
@@ -128,8 +147,10 @@ def run_cell(
     skipped: list,
     errors: list,
     startups: list,
+    load: LoadMeter,
 ) -> None:
-    """Build every system of one cell, run them interleaved, close them all."""
+    """Build every system of one cell, run them interleaved, close them all; ``load`` reads the
+    machine after every timed run (and follows the systems' env servers)."""
     built: dict = {}
     per_run: set = set()
     single, pool, failed = None, None, True
@@ -154,6 +175,7 @@ def run_cell(
                 progress.log(f"{sc.name} N={n} {name}: {reason}")
                 continue
             built[name] = envs
+            load.follow(server_pids(envs))
             startups.append(
                 {"scenario": sc.name, "num_envs": n, "system": name, "seconds": time.perf_counter() - begin}
             )
@@ -172,11 +194,12 @@ def run_cell(
                 progress.status(f"{sc.name} N={n}: {name} round {r + 1}/{options.repeat}")
                 try:
                     if name in per_run:
-                        result, startup = run_fresh(registry[name], sc, n, options, lat)
+                        result, startup = run_fresh(registry[name], sc, n, options, lat, load)
                         if r == 0:
                             startups.append({"scenario": sc.name, "num_envs": n, "system": name, "seconds": startup})
                     else:
                         result = run_one(name, built.get(name), actions.get(name), single, pool, options, lat)
+                        load.read()
                 except Exception as exc:
                     errors.append(
                         {
@@ -214,16 +237,18 @@ def run_cell(
             pool.close(failed)
 
 
-def run_fresh(system: Any, sc: Scenario, n: int, options: BenchOptions, lat: np.ndarray) -> tuple:
+def run_fresh(system: Any, sc: Scenario, n: int, options: BenchOptions, lat: np.ndarray, load: LoadMeter) -> tuple:
     """Build, reset, run and close a system that must not idle beside the others; returns the
-    run's result and the seconds its build and reset took."""
+    run's result and the seconds its build and reset took. ``load`` reads before it closes."""
     begin = time.perf_counter()
     envs = system.build(sc, n, options)
     failed = True
     try:
+        load.follow(server_pids(envs))
         envs.reset(seed=options.seed)
         startup = time.perf_counter() - begin
         result = run_one(system.name, envs, sample_actions(envs.action_space, options.seed), None, None, options, lat)
+        load.read()
         failed = False
         return result, startup
     finally:

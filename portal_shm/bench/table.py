@@ -95,6 +95,11 @@ def footer_lines(report: dict) -> list:
             f", CPU steal {machine['cpu_steal_share']:.0%} during the run"
             if machine.get("cpu_steal_share") is not None
             else ""
+        )
+        + (
+            f", other processes {report['load']['other_cores']:.1f} cores on average during the run"
+            if report.get("load")
+            else ""
         ),
     ]
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items() if v)
@@ -115,8 +120,22 @@ def footer_lines(report: dict) -> list:
     return lines
 
 
+def meaning_lines(report: dict) -> list:
+    """What to read the figures as: ``(style, line)`` for other work that skewed the run and for
+    each scenario whose env is too cheap to tell runners apart by anything but their transports."""
+    lines = []
+    load = report.get("load") or {}
+    if load.get("warning"):
+        lines.append(("bold yellow", f"warning: {load['warning']}"))
+    for found in report.get("transport_bound") or []:
+        lines.append(("bold", found["text"]))
+    return lines
+
+
 def print_report(report: dict, console: Console) -> None:
     console.print(rich_table(report))
+    for style, line in meaning_lines(report):
+        console.print(line, style=style, highlight=False, markup=False, soft_wrap=True)
     for line in footer_lines(report):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 

@@ -14,6 +14,7 @@ from ..version import __version__
 from ..wire.protocol import PROTOCOL_VERSION
 from .args import add_kwarg_argument, non_negative_int, parse_kwargs, positive_int, positive_seconds
 from .backend_args import BACKEND_NAMES, with_image
+from .bottleneck import compare_command, verdict_lines
 from .console import error_text, make_console
 from .parser import Parser, UsageError
 
@@ -78,6 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     rate = env_steps / (time.perf_counter() - begin)
                     status.update(f"stepping: {rate:,.0f} env-steps/s")
         elapsed = time.perf_counter() - begin
+        stats = envs.stats(window=min(max(elapsed, 0.1), 3600.0))  # the stepping, not the start-up
     finally:
         envs.close()
     table = Table(title=escape(f"portal-shm run {args.id}"))
@@ -92,6 +94,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{np.mean(finished):.2f}" if finished else "-",
     )
     console.print(table)
+    for line in verdict_lines(stats, args.batch_size):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    compare = compare_command(args.id, args.num_envs, args.backend, args.batch_size, args.envs_per_server, args.image)
+    console.print(f"compare: {escape(compare)}", highlight=False, soft_wrap=True)
     return 0
 
 

@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .args import bounded, non_negative_int
+from .bottleneck import next_step
 from .console import make_console
 from .top_model import ONCE_WAIT_S, PortalView, Rates, TopModel, number, sparkline
 
@@ -48,7 +49,8 @@ def _share(value: Any) -> str:
 
 
 def _header(view: PortalView, rates: Optional[Rates], live: bool) -> Text:
-    """Who the portal is; when it reports, its rate, the agent's shares and the verdict with its why."""
+    """Who the portal is; when it reports, its rate, the agent's shares, the verdict with its why and
+    the next step it calls for."""
     info, stats = view.info, view.stats or {}
     text = Text()
     if info.get("env_id"):
@@ -78,6 +80,10 @@ def _header(view: PortalView, rates: Optional[Rates], live: bool) -> Text:
     text.append(str(what or "none yet"), style=VERDICT_STYLE.get(str(what), "dim"))
     if bound.get("why"):
         text.append(f": {bound['why']}")
+    step = next_step(stats, number(info.get("batch_size")) and int(info["batch_size"]))
+    if step:
+        text.append("\n  next step ")
+        text.append(step)
     return text
 
 

@@ -234,9 +234,15 @@ def test_report_follows_the_schema(tiny_report, tmp_path):
             "errors": list,
             "notes": list,
             "targets": list,
+            "transport_bound": list,
             "leftover_shm": list,
         },
     )
+    load = report["load"]  # read between the runs: the machine's busy time against this benchmark's
+    check(load, {"cores": int, "seconds": float, "readings": int, "own_cores": float, "other_cores": float})
+    assert load["readings"] == 2 * 2 + 2 and load["own_cores"] > 0  # first, after each of 4 runs, last
+    assert isinstance(load["skewed"], bool) and (load["warning"] is None) == (not load["skewed"])
+    assert report["transport_bound"] == []  # a null env has no raw loop to weigh the runners by
     assert report["schema_version"] == SCHEMA_VERSION == 1 and not report["interrupted"]
     check(
         report["options"],
@@ -301,6 +307,43 @@ def test_tables_and_plot_render(tiny_report, tmp_path):
         assert note and "matplotlib" in note
     else:
         assert note is None and (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_plot_of_one_n_is_a_bar_per_system(tiny_report, tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import BarContainer
+
+    from portal_shm.bench.plot import figure, plot_report
+
+    assert plot_report(tiny_report, str(tmp_path / "bars.png")) is None and (tmp_path / "bars.png").stat().st_size
+    fig = figure(tiny_report)
+    try:
+        (ax,) = [ax for ax in fig.axes if ax.get_visible()]
+        containers = [c for c in ax.containers if isinstance(c, BarContainer)]
+        assert [c.get_label() for c in containers] == ["portal-process", "sync"]  # one per runner, in order
+        medians = [row["steps_per_s"]["median"] for row in tiny_report["summary"]]
+        assert [c.patches[0].get_height() for c in containers] == pytest.approx(medians)
+        assert ax.get_title() == "null:8x8x1, N=2"
+        assert not {line.get_label() for line in ax.get_lines()} & {"portal-process", "sync"}  # no curves
+    finally:
+        plt.close(fig)
+
+
+def test_plot_of_several_n_is_a_curve_per_system(tiny_report):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from portal_shm.bench.plot import figure
+
+    at_four = [{**row, "num_envs": 4} for row in tiny_report["summary"]]
+    fig = figure({**tiny_report, "summary": tiny_report["summary"] + at_four})
+    try:
+        (ax,) = [ax for ax in fig.axes if ax.get_visible()]
+        assert not ax.containers and [line.get_label() for line in ax.get_lines()] == ["portal-process", "sync"]
+        assert [list(line.get_xdata()) for line in ax.get_lines()] == [[2, 4], [2, 4]]
+    finally:
+        plt.close(fig)
 
 
 def test_cli_runs_and_writes_json_and_table(tmp_path, capsys):
