@@ -197,9 +197,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _progress_lines(args: argparse.Namespace) -> None:
+    """A portal's start-up progress as lines on stderr where it is no terminal (a terminal gets a
+    status line: ``agent/contract/start_progress.py``); an env host logs it with the rest."""
+    import logging
+
+    log = logging.getLogger("portal_shm.start")
+    if getattr(args.func, "__name__", "") != "cmd_host" and not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("portal-shm: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
 def main(argv: Optional[list] = None) -> None:
     args = build_parser().parse_args(argv)
     from ..errors import PortalError
+
+    _progress_lines(args)
 
     try:
         code = args.func(args)

@@ -2,7 +2,7 @@
 
 Starting 64 fresh servers took 15 s and 256 remote envs 99 s, in silence. A start that takes
 longer than ``QUIET_S`` shows where it is: on a terminal a rich status line on stderr (replaced
-in place, gone once the portal is up), elsewhere a line of the ``portal_shm`` logger every
+in place, gone once the portal is up), elsewhere a line of the ``portal_shm.start`` logger every
 ``LOG_EVERY_S`` seconds and one at the end. Quick starts print nothing.
 """
 
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Optional
 
-log = logging.getLogger("portal_shm")
+log = logging.getLogger("portal_shm.start")
 
 QUIET_S = 2.0  # a start quicker than this says nothing
 LOG_EVERY_S = 10.0  # off a terminal: one line this often
