@@ -6,10 +6,11 @@ The emulators run in containers of the ``portal-shm/ale`` image (or local proces
 the last two max-pooled, 84x84 grayscale, 4 frames stacked), so the ring carries 28 KB per env and
 step and the agent never sees a raw 210x160 RGB frame.
 
+    pip install -e '.[train,atari]' && python examples/ppo_atari.py --backend process   # no Docker
     pip install -e '.[train,docker]' && portal-shm build ale
     python examples/ppo_atari.py --env-id ALE/Breakout-v5 --total-timesteps 10000000
 
-Observations reach torch without a copy (``copy=False``: ring views, read-only, instead of the
+Observations reach torch without a copy (``copy=False``: views of the ring instead of the
 default's fresh arrays): ``torch.from_numpy`` of the ring view shares its memory,
 and the only copy is the one into the rollout buffer (on the GPU when there is one). A ring view
 stays valid for ``ring_depth - 1`` (3) further steps, and this loop copies it before the next step.
@@ -24,8 +25,8 @@ import argparse
 import csv
 import dataclasses
 import os
+import sys
 import time
-import warnings
 from collections import deque
 
 import numpy as np
@@ -34,6 +35,7 @@ import torch.nn as nn
 from torch.distributions import Categorical
 
 import portal_shm
+from portal_shm.errors import DockerUnavailableError
 
 
 @dataclasses.dataclass
@@ -199,6 +201,14 @@ def make_envs(args: Args) -> portal_shm.VectorPortal:
     backend_options = {"image": args.image} if args.backend == "docker" else {}
     try:
         return _make_vec(args, backend_options)
+    except DockerUnavailableError as exc:  # no docker SDK, or no engine to reach: one line, no traceback
+        reason = " ".join(str(exc).split())
+        print(
+            f"{os.path.basename(__file__)}: no Docker: run the envs as local processes with --backend process "
+            f"(needs pip install 'portal-shm[atari]'). Docker: {reason}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
     except portal_shm.errors.EnvNotFoundError as exc:
         if args.backend != "docker":
             raise
@@ -269,8 +279,7 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
     logprobs, rewards, starts, values = (torch.zeros((steps, n), device=device) for _ in range(4))
 
     ring_obs, _ = envs.reset(seed=args.seed)
-    # zero copy: shares memory with the (read-only) ring slot; the loop only reads it
-    warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+    # zero copy: shares memory with the ring slot, which the loop only reads
     next_obs = torch.from_numpy(ring_obs)
     next_start = torch.zeros(n, device=device)  # 1 where next_obs begins an episode after a done
     episode_return, episode_length = np.zeros(n), np.zeros(n, dtype=np.int64)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import sys
 import time
 
 import numpy as np
@@ -25,6 +27,7 @@ import torch.nn as nn
 from torch.distributions import Categorical
 
 import portal_shm.envpool as envpool  # was: import envpool
+from portal_shm.errors import DockerUnavailableError
 
 
 @dataclasses.dataclass
@@ -116,6 +119,29 @@ class GameScores:
         return ended
 
 
+def make_envs(args: Args) -> envpool.EnvPool:
+    """envpool's ``make``, as the script had it, plus where the games run."""
+    backend = {"backend": args.backend, **({"image": args.image} if args.backend == "docker" else {})}
+    try:
+        return envpool.make(
+            args.env_id,
+            env_type="gym",
+            num_envs=args.num_envs,
+            episodic_life=True,
+            reward_clip=True,
+            seed=args.seed,
+            **backend,
+        )
+    except DockerUnavailableError as exc:  # no docker SDK, or no engine to reach: one line, no traceback
+        reason = " ".join(str(exc).split())
+        print(
+            f"{os.path.basename(__file__)}: no Docker: run the envs as local processes with --backend process "
+            f"(needs pip install 'portal-shm[atari]'). Docker: {reason}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
 def main() -> None:
     args = parse_args()
     np.random.seed(args.seed)
@@ -124,16 +150,7 @@ def main() -> None:
         torch.set_num_threads(args.torch_threads)
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda" if cuda else "cpu")
-    backend = {"backend": args.backend, **({"image": args.image} if args.backend == "docker" else {})}
-    envs = envpool.make(
-        args.env_id,
-        env_type="gym",
-        num_envs=args.num_envs,
-        episodic_life=True,
-        reward_clip=True,
-        seed=args.seed,
-        **backend,
-    )
+    envs = make_envs(args)
     # (scripts for envpool 0.x set num_envs and single_*_space here; envpool 1.x has them, as does the drop-in)
     assert envs.single_action_space.n > 1, "only discrete action spaces"
     writer = None

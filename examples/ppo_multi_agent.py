@@ -27,6 +27,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import sys
 import time
 from collections import deque
 
@@ -37,6 +39,7 @@ from gymnasium import spaces
 from torch.distributions import Categorical
 
 import portal_shm
+from portal_shm.errors import DockerUnavailableError
 from portal_shm.multi_agent import MultiAgentResult
 
 
@@ -134,21 +137,34 @@ def last_obs(result: MultiAgentResult, group: str, row: int, k: int) -> np.ndarr
     return np.asarray(result.groups[group].obs[row])
 
 
+def make_envs(args: Args) -> portal_shm.MultiAgentPortal:
+    try:
+        return portal_shm.make_vec_ma(
+            args.env,
+            args.num_envs,
+            api=args.api,
+            backend=args.backend,
+            env_kwargs=json.loads(args.env_kwargs),
+            vector_kwargs={"autoreset_mode": "SameStep"},
+            **({"image": args.image} if args.backend == "docker" else {}),
+        )
+    except DockerUnavailableError as exc:  # no docker SDK, or no engine to reach: one line, no traceback
+        reason = " ".join(str(exc).split())
+        print(
+            f"{os.path.basename(__file__)}: no Docker: run the envs as local processes with --backend process "
+            f"(needs pip install 'portal-shm[multiagent]'). Docker: {reason}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
 def main() -> None:
     args = parse_args()
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
-    envs = portal_shm.make_vec_ma(
-        args.env,
-        args.num_envs,
-        api=args.api,
-        backend=args.backend,
-        env_kwargs=json.loads(args.env_kwargs),
-        vector_kwargs={"autoreset_mode": "SameStep"},
-        **({"image": args.image} if args.backend == "docker" else {}),
-    )
+    envs = make_envs(args)
     try:
         train(args, envs)
     except KeyboardInterrupt:

@@ -5,10 +5,11 @@ The envs run in containers of the ``portal-shm/vizdoom`` image (or local process
 and 4 frames stacked inside the env's runtime (``portal_shm.presets:vizdoom``), so every step
 moves 19 KB per env through the shared-memory ring instead of a 230 KB RGB frame.
 
+    pip install -e '.[train,vizdoom]' && python examples/ppo_vizdoom.py --backend process   # no Docker
     pip install -e '.[train,docker]' && portal-shm build vizdoom
     python examples/ppo_vizdoom.py --total-timesteps 200000 --save-curve runs/vizdoom_basic
 
-Observations reach torch without a copy (``copy=False``: ring views, read-only, instead of the
+Observations reach torch without a copy (``copy=False``: views of the ring instead of the
 default's fresh arrays): ``torch.from_numpy`` of the ring view shares its memory,
 and the only copy is the one into the rollout buffer (on the GPU when there is one). A ring view
 stays valid for ``ring_depth - 1`` (3) further steps, and this loop copies it before the next step.
@@ -22,8 +23,8 @@ import argparse
 import csv
 import dataclasses
 import os
+import sys
 import time
-import warnings
 from collections import deque
 
 import numpy as np
@@ -32,6 +33,7 @@ import torch.nn as nn
 from torch.distributions import Categorical
 
 import portal_shm
+from portal_shm.errors import DockerUnavailableError
 
 
 @dataclasses.dataclass
@@ -198,6 +200,14 @@ def make_envs(args: Args) -> portal_shm.VectorPortal:
     backend_options = {"image": args.image} if args.backend == "docker" else {}
     try:
         return _make_vec(args, backend_options)
+    except DockerUnavailableError as exc:  # no docker SDK, or no engine to reach: one line, no traceback
+        reason = " ".join(str(exc).split())
+        print(
+            f"{os.path.basename(__file__)}: no Docker: run the envs as local processes with --backend process "
+            f"(needs pip install 'portal-shm[vizdoom]'). Docker: {reason}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
     except portal_shm.errors.EnvNotFoundError as exc:
         if args.backend != "docker":
             raise
@@ -267,8 +277,7 @@ def train(args: Args, envs: portal_shm.VectorPortal, curve: Curve, device: torch
     logprobs, rewards, starts, values = (torch.zeros((steps, n), device=device) for _ in range(4))
 
     ring_obs, _ = envs.reset(seed=args.seed)
-    # zero copy: shares memory with the (read-only) ring slot; the loop only reads it
-    warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+    # zero copy: shares memory with the ring slot, which the loop only reads
     next_obs = torch.from_numpy(ring_obs)
     next_start = torch.zeros(n, device=device)  # 1 where next_obs begins an episode after a done
     episode_return, episode_length = np.zeros(n), np.zeros(n, dtype=np.int64)

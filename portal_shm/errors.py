@@ -22,6 +22,7 @@ __all__ = [
     "RestartLimitError",
     "HostPolicyError",
     "HostLostError",
+    "DockerUnavailableError",
 ]
 
 
@@ -269,3 +270,8 @@ def _span(indices: list[int]) -> str:
     if len(indices) > 2 and indices == list(range(indices[0], indices[-1] + 1)):
         return f"{indices[0]}-{indices[-1]}"
     return ", ".join(map(str, indices))
+
+
+class DockerUnavailableError(PortalError):
+    """The docker SDK is missing or the Docker daemon cannot be reached (the docker backend, the
+    image commands): the message says how to get it, or to use another backend."""

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from ..errors import PortalError
+from ..errors import DockerUnavailableError, PortalError
 from .agent_container import LABEL_AGENT_CONTAINER, host_path, own_container_id, socket_problem
 from .backend import Backend, ServerHandle, ServerLaunch
 from .config_file import CONFIG_ENV_VAR, remove_config, write_launch_config
@@ -84,10 +84,6 @@ def warn_if_stale(image: str, labels: dict) -> None:
         UserWarning,
         stacklevel=2,
     )
-
-
-class DockerUnavailableError(PortalError):
-    """The docker SDK is missing or the Docker daemon cannot be reached."""
 
 
 def docker_client() -> Any:

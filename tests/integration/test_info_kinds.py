@@ -48,7 +48,8 @@ class FencedProcess(ProcessBackend):
 
 
 def _docker_client():
-    from portal_shm.runtimes.docker import DockerUnavailableError, docker_client
+    from portal_shm.errors import DockerUnavailableError
+    from portal_shm.runtimes.docker import docker_client
 
     try:
         return docker_client()

@@ -263,3 +263,39 @@ def test_readme_links_point_at_files_that_exist():
     links = re.findall(r"\]\(((?:docs/|[A-Z]+\.md)[^)#\s]*)(?:#[^)\s]*)?\)", README.read_text())
     assert links
     assert [link for link in links if not (ROOT / link).exists()] == []
+
+
+# What the site may load from other hosts: nothing. Links a reader follows (<a href>) are not loads.
+LOADS = re.compile(r"<(script|link|img|iframe|source)\b[^>]*?\b(?:src|href)=\"((?:https?:)?//[^\"]+)\"", re.I)
+
+
+def test_built_site_loads_nothing_from_other_hosts(tmp_path):
+    """The site works offline and tells no third party who reads it: no page loads a script, a style
+    sheet, a font or an image from another host (Material's web fonts are off, Mermaid is vendored
+    in docs/assets/vendor), and the pages with diagrams load that copy. A broken link is not this
+    test's to find (``--no-strict``): CI's strict build is."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--no-strict", "--quiet", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= len(_nav_pages())
+    loads = [(p.relative_to(site).as_posix(), m.group(2)) for p in pages for m in LOADS.finditer(p.read_text())]
+    assert loads == [], "pages load from other hosts"
+    named = [
+        p.relative_to(site).as_posix() for p in pages if re.search(r"cdn\.|unpkg|jsdelivr|googleapis", p.read_text())
+    ]
+    assert named == [], "pages name a CDN"
+    with_diagrams = [p for p in pages if 'class="mermaid"' in p.read_text()]
+    assert with_diagrams, "no page has a diagram: is the mermaid fence still configured?"
+    for page in with_diagrams:
+        scripts = re.findall(r'<script src="([^"]*mermaid[^"]*)"', page.read_text())
+        assert scripts and (page.parent / scripts[0]).resolve().is_file(), page
