@@ -122,6 +122,7 @@ def cell(system: str, scenario: str, n: int, mode: str, seconds: float, seed: in
         out["close_s"] = time.perf_counter() - begin
         if problem:
             out["error"] = problem
+    out["loadavg_1m"] = os.getloadavg()[0]  # (other work on the machine shows here)
     time.sleep(0.5)  # (a process that exits as close returns is not a leftover)
     left = [f"pid {pid}" for pid in descendants([me])] + [f"/dev/shm/{name}" for name in shm_entries() - shm_before]
     out["left"] = left

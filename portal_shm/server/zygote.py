@@ -76,6 +76,14 @@ def fork_blockers(threads_before: int) -> str:
     return ", ".join(reasons)
 
 
+def _drained(fd: int) -> bool:
+    """Read what the wake-up pipe holds; False once it is empty."""
+    try:
+        return bool(os.read(fd, 512))
+    except BlockingIOError:
+        return False
+
+
 def describe_status(status: int) -> str:
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
@@ -102,6 +110,7 @@ class Zygote:
         self.conn: Optional[socket.socket] = None
         self.buffer = bytearray()
         self._lock_fd: Optional[int] = None
+        self.wake: tuple = ()  # the pipe a child's exit (SIGCHLD) writes to
 
     def bind(self) -> None:
         path = self.config["zygote_socket"]
@@ -139,10 +148,20 @@ class Zygote:
             return 0
         assert self.conn is not None
         send_frame(self.conn, {"cmd": READY, "forkable": not self.blockers, "why": self.blockers, "pid": os.getpid()})
+        # A child's exit wakes the loop at once (its pipe), so the agent learns of it within
+        # milliseconds: a portal's close waits for its servers' exits.
+        self.wake = os.pipe()
+        for end in self.wake:
+            os.set_blocking(end, False)
+        signal.set_wakeup_fd(self.wake[1])
+        signal.signal(signal.SIGCHLD, lambda number, frame: None)
         while True:
-            ready, _, _ = select.select([self.conn], [], [], POLL_SECONDS)
+            ready, _, _ = select.select([self.conn, self.wake[0]], [], [], POLL_SECONDS)
+            if self.wake[0] in ready:
+                while _drained(self.wake[0]):
+                    pass
             self._reap()
-            if ready:
+            if self.conn in ready:
                 data = self.conn.recv(1 << 16)
                 if not data:
                     return 0  # the agent closed: its servers go on with their own lives
@@ -200,6 +219,9 @@ class Zygote:
             self.listener.close()
             if self.conn is not None:
                 self.conn.close()
+            signal.set_wakeup_fd(-1)
+            for end in self.wake:
+                os.close(end)
             for number in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
                 signal.signal(number, signal.SIG_DFL)
             log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

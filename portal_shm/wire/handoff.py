@@ -14,6 +14,7 @@ import array
 import os
 import socket
 import threading
+import time
 from typing import Optional
 
 _TOKEN_BYTES = 64
@@ -37,7 +38,7 @@ class SegmentOffer:
         try:
             self._socket.bind(path)
             os.chmod(path, 0o600)
-            self._socket.listen(64)
+            self._socket.listen(socket.SOMAXCONN)  # (hundreds of servers attach at once)
         except BaseException:
             self._socket.close()
             raise
@@ -113,9 +114,19 @@ def fetch_descriptors(path: str, token: str, count: int, timeout: float) -> list
     """Server side: present ``token`` on the agent's socket and return the ``count`` descriptors
     it sends (the ring's first)."""
     fd_size = array.array("i").itemsize
+    deadline = time.monotonic() + timeout
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         connection.settimeout(timeout)
-        connection.connect(path)
+        pause = 0.001
+        while True:
+            try:
+                connection.connect(path)
+                break
+            except BlockingIOError:  # its backlog is full (hundreds of servers at once): again shortly
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(2 * pause, 0.05)
         connection.sendall(token.encode())
         data, ancillary, _, _ = connection.recvmsg(1, socket.CMSG_SPACE(count * fd_size))
     fds = array.array("i")

@@ -138,3 +138,20 @@ def test_the_sb3_drop_in_forks_its_one_env_servers():
         envs.step(np.zeros(4, np.int64))
     finally:
         envs.close()
+
+
+def test_256_one_env_servers_start_step_in_batches_and_close_leaving_nothing():
+    # Hundreds of servers: descriptors above select()'s 1024 in the agent, and all of them fetching
+    # their ring from the agent's socket at once (a full backlog answers EAGAIN: they try again).
+    envs = portal_shm.make_vec("CartPole-v1", 256, vector_kwargs={"envs_per_server": 1, "batch_size": 128})
+    try:
+        pids = [server["pid"] for server in envs.servers]
+        assert len(set(pids)) == 256
+        envs.async_reset()
+        for _ in range(10):
+            _, _, _, _, infos = envs.recv()
+            envs.send(np.zeros(len(infos["env_id"]), np.int64), infos["env_id"])
+        envs.recv()
+    finally:
+        envs.close()
+    assert all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in pids)

@@ -42,6 +42,15 @@ STARTING, READY_STATE, UNFORKABLE, GONE = "starting", "ready", "unforkable", "go
 STARTUP_S = 120.0  # a zygote not ready by then is given up on: its spares start fresh
 
 
+def _readable(fds: list[int], timeout: float) -> bool:
+    """Whether one of ``fds`` is readable within ``timeout`` seconds. ``poll``, not ``select``: a
+    portal of hundreds of servers holds descriptors above select's limit of 1024."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return bool(poller.poll(int(timeout * 1000)))
+
+
 class ForkedHandle(ServerHandle):
     """An env server a zygote forked: its pid and exit status come from the zygote's frames.
 
@@ -99,7 +108,7 @@ class ForkedHandle(ServerHandle):
         if self.pid is None:
             self.ended(f"never forked: its zygote ended first ({self.zygote.why})")
         elif self.pidfd is not None:
-            if select.select([self.pidfd], [], [], 0)[0]:
+            if _readable([self.pidfd], 0.0):
                 self.ended("exited (its zygote ended first, so its exit status is unknown)")
         elif not os.path.exists(f"/proc/{self.pid}"):
             self.ended("exited (its zygote ended first, so its exit status is unknown)")
@@ -207,7 +216,7 @@ class ZygoteLink:
             self._connect()
             if self.sock is None:
                 return
-        while select.select([self.sock], [], [], wait)[0]:
+        while _readable([self.sock.fileno()], wait):
             wait = 0.0
             try:
                 data = self.sock.recv(1 << 16)

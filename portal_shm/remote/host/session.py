@@ -340,7 +340,10 @@ class HostSession(threading.Thread):
                 requests.ship_batch()
                 return None
             done = [waiter for waiter in portal.doorbells() if not waiter.closed]
-            readable = select.select([self._wake_r] + [w.fd for w in done], [], [], remaining)[0]
+            poller = select.poll()  # (not select: hundreds of servers hold descriptors above 1024)
+            for fd in [self._wake_r] + [w.fd for w in done]:
+                poller.register(fd, select.POLLIN)
+            readable = {fd for fd, _ in poller.poll(int(remaining * 1000) + 1)}
             for waiter in done:
                 if waiter.fd in readable:
                     waiter.take()  # the status words say who finished; the rings only wake us
