@@ -78,7 +78,8 @@ def test_the_errors_namespace_exports_every_error_it_defines():
 
 def test_every_moved_name_is_in_its_namespace():
     assert {name for name, place in MOVED if place == "backends"} == BACKENDS
-    assert {name for name, place in MOVED if place == "errors"} == set(errors.__all__) - EVERYDAY
+    newer = {"DockerUnavailableError"}  # (in portal_shm.errors since, never a top-level name)
+    assert {name for name, place in MOVED if place == "errors"} == set(errors.__all__) - EVERYDAY - newer
 
 
 @pytest.mark.parametrize(("name", "place"), MOVED, ids=[name for name, _ in MOVED])
