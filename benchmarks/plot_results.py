@@ -14,6 +14,7 @@ hand: change a result file and the picture follows. The mkdocs build runs this s
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -31,6 +32,8 @@ BARS = [
 ]
 # (output name, results file): env-steps/s against N, every system of the run
 SWEEPS = [("sweep", "bench_2core.json")]
+# (output name, results file of benchmarks/scaling.py): throughput, memory, start-up, close against N
+SCALING = [("scaling", "scaling_2core.json")]
 # (output name, an example's --save-curve CSV under examples/results, title: what ran, where, when)
 CURVES = [
     (
@@ -215,7 +218,19 @@ def write_all(folder: str) -> list:
         path = os.path.join(folder, f"{name}.png")
         learning_curve(os.path.join(ROOT, "examples", "results", results), title, path)
         written.append(path)
+    for name, results in SCALING:
+        path = os.path.join(folder, f"{name}.png")
+        scaling_chart(load(results), path)
+        written.append(path)
     return written
+
+
+def scaling_chart(report: dict, path: str) -> None:
+    """``benchmarks/scaling.py``'s four panels per scenario, drawn by that script's own ``plot``."""
+    spec = importlib.util.spec_from_file_location("scaling", os.path.join(ROOT, "benchmarks", "scaling.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.plot(report["results"], path, f"{report['machine']['cpu_model']}, {report['created'][:10]}")
 
 
 def main() -> None:

@@ -34,6 +34,8 @@ from typing import Any, Optional
 import numpy as np
 
 SYSTEMS = ("portal", "portal-1", "portal-1-fresh", "async", "envpool", "ale-vector")
+#: One color per system in every panel (lockstep solid, batches dashed).
+COLORS = dict(zip(SYSTEMS, ("#d62728", "#ff7f0e", "#e377c2", "#1f77b4", "#2ca02c", "#9467bd")))
 MIB = 1 << 20
 
 
@@ -168,7 +170,7 @@ def line(result: dict) -> str:
     )
 
 
-def plot(results: list, path: str) -> None:
+def plot(results: list, path: str, where: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -192,14 +194,24 @@ def plot(results: list, path: str) -> None:
                     (r["num_envs"], value(r, key)) for r in cells if (r["system"], r["mode"]) == (system, mode)
                 )
                 style = "-" if mode == "lockstep" else "--"
-                ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=f"{system} {mode}")
+                color = COLORS.get(system)
+                ax.plot(
+                    [p[0] for p in points],
+                    [p[1] for p in points],
+                    style,
+                    marker="o",
+                    color=color,
+                    label=f"{system} {mode}",
+                )
             ax.set_xscale("log", base=2)
             if log:
                 ax.set_yscale("log")
             ax.set_xlabel("N envs")
             ax.set_title(f"{scenario}: {label}", fontsize=10)
             ax.grid(True, alpha=0.3)
-        axes[row][3].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        axes[row][3].legend(fontsize=9, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    if where:
+        fig.suptitle(f"benchmarks/scaling.py: {where}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
@@ -269,7 +281,7 @@ def main(argv: Optional[list] = None) -> int:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=1)
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, f"{report['machine']['cpu_model']}, {report['created'][:10]}")
     return 0
 
 
