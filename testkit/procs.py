@@ -101,6 +101,31 @@ def pid_gone(pid: int) -> bool:
         return True
 
 
+ZYGOTE = "psm-zygote"  # the name a zygote gives itself (``portal_shm/server/zygote.py``)
+
+
+def is_zygote(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            return handle.read().strip() == ZYGOTE
+    except OSError:
+        return False
+
+
+def server_children(pid: int) -> list:
+    """The env servers ``pid`` (an env host, an agent) started: its children, a zygote's in its place."""
+    found = []
+    for child in children(pid):
+        found += children(child) if is_zygote(child) else [child]
+    return found
+
+
+def server_parent(pid: int) -> int:
+    """Who started env server ``pid``: its parent, or its zygote's."""
+    above = parent(pid)
+    return parent(above) if is_zygote(above) else above
+
+
 def parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as handle:
         return int(handle.read().split(")")[-1].split()[1])

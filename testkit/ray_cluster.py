@@ -12,7 +12,7 @@ import time
 import ray
 from ray.cluster_utils import Cluster
 
-from testkit.procs import children
+from testkit.procs import server_children
 
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1"}
 
@@ -34,7 +34,7 @@ def shutdown(cluster: Cluster) -> None:
 
 def server_pids(envs) -> list:
     """The env servers of a Ray portal's hosts: their processes' children (hosts tell agents no pids)."""
-    return [child for host in envs.host_endpoints() for child in children(host["pid"])]
+    return [child for host in envs.host_endpoints() for child in server_children(host["pid"])]
 
 
 def worker_host(cluster: Cluster, nodes: list) -> int:
@@ -69,7 +69,10 @@ DRIVER = textwrap.dedent("""
     envs.reset(seed=0)
     envs.step(np.zeros(4, np.int64))
     hosts = [e["pid"] for e in envs.host_endpoints()]
-    servers = [c for h in hosts for t in os.listdir(f"/proc/{h}/task") for c in open(f"/proc/{h}/task/{t}/children").read().split()]
+    def under(p):  # every process under p: its env servers, their zygote too
+        kids = [int(c) for t in os.listdir(f"/proc/{p}/task") for c in open(f"/proc/{p}/task/{t}/children").read().split()]
+        return kids + [g for k in kids for g in under(k)]
+    servers = [s for h in hosts for s in under(h)]
     print(*hosts, *servers, flush=True)
     while True:
         envs.step(np.zeros(4, np.int64))

@@ -111,6 +111,7 @@ class Zygote:
         self.buffer = bytearray()
         self._lock_fd: Optional[int] = None
         self.wake: tuple = ()  # the pipe a child's exit (SIGCHLD) writes to
+        self.runtime_name = ""  # the process name it had before it named itself a zygote
 
     def bind(self) -> None:
         path = self.config["zygote_socket"]
@@ -222,6 +223,8 @@ class Zygote:
             signal.set_wakeup_fd(-1)
             for end in self.wake:
                 os.close(end)
+            if self.runtime_name:
+                _name(self.runtime_name)
             for number in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
                 signal.signal(number, signal.SIG_DFL)
             log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -247,10 +250,26 @@ class Zygote:
                 os._exit(code)
 
 
+ZYGOTE_NAME = "psm-zygote"  # its /proc/PID/comm (what ps shows): its forks take the runtime's back
+
+
+def _name(name: str) -> str:
+    """Set this process's name (``/proc/self/comm``); returns the one it had ("" off Linux)."""
+    try:
+        with open("/proc/self/comm") as handle:
+            before = handle.read().strip()
+        with open("/proc/self/comm", "w") as handle:
+            handle.write(name)
+        return before
+    except OSError:
+        return ""
+
+
 def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dict, Optional[list]], Any]) -> int:
     """The zygote's life: bind its socket, make the envs, tell the agent, fork until it goes."""
     threads_before = _native_threads()
     zygote = Zygote(config, [], "", serve)
+    zygote.runtime_name = _name(ZYGOTE_NAME)
     zygote.bind()
     try:
         try:

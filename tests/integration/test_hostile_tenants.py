@@ -25,7 +25,7 @@ from portal_shm.wire import protocol as P
 from testkit.compare import assert_same
 from testkit.hostile import HonestAgent, RawClient, action_frames, host_leaks, texts, zstd_bomb
 from testkit.hosts import EXAMPLE_ENVS, HostProcess, Keys, add_agent_key
-from testkit.procs import descendants, eventually, fd_count, peak_rss_bytes, rss_bytes
+from testkit.procs import descendants, eventually, fd_count, is_zygote, peak_rss_bytes, rss_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -200,6 +200,12 @@ class Stepper:
             self.envs.step(np.zeros(2, np.int64))
 
 
+def _a_server(servers: set) -> int:
+    """One env server of ``servers`` (the processes a session added under its host): not the zygote
+    that forked them, whose death ends no server."""
+    return min(pid for pid in servers if not is_zygote(pid))
+
+
 def _fault(stepper, how, servers):
     """Bring the fault on; the error the victim's portal raised (None: none within a few steps)."""
     if how == "kill_mid_step":
@@ -215,11 +221,11 @@ def _fault(stepper, how, servers):
         stepping = threading.Thread(target=step)
         stepping.start()
         time.sleep(0.15)  # the step is past the router's handover: on the session's thread
-        os.kill(min(servers), signal.SIGKILL)
+        os.kill(_a_server(servers), signal.SIGKILL)
         stepping.join(30)
         return outcome[0] if outcome else TimeoutError("the step never returned")
     if how == "kill":
-        os.kill(min(servers), signal.SIGKILL)
+        os.kill(_a_server(servers), signal.SIGKILL)
     for _ in range(6):
         try:
             stepper.step()
@@ -700,7 +706,7 @@ def test_welcomes_and_errors_tell_no_host_pids_or_paths(start_host, keys):
                 envs.reset(seed=0)
                 servers = descendants(pid) - before
                 if how == "kill":
-                    os.kill(min(servers), signal.SIGKILL)
+                    os.kill(_a_server(servers), signal.SIGKILL)
                 with pytest.raises(portal_shm.PortalError) as info:
                     for _ in range(3):
                         envs.step(np.zeros(2, np.int64))
