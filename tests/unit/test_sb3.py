@@ -97,7 +97,11 @@ def test_terminal_observation_is_a_copy_the_ring_cannot_overwrite(cartpole):
 
 def test_observations_are_fresh_by_default_and_ring_views_only_when_asked(cartpole):
     cartpole.seed(0)
-    assert cartpole.reset().flags.owndata  # a default portal copies out of the ring
+    first = cartpole.reset()  # a default portal's: the caller's, never changed by later steps
+    seen = first.copy()
+    for _ in range(8):
+        cartpole.step(np.zeros(4, np.int64))
+    np.testing.assert_array_equal(first, seen)
     viewing = SB3VecEnv(portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={**SAME_STEP, "copy": False}))
     try:
         obs = viewing.reset()
