@@ -194,7 +194,6 @@ class EnvServer:
             "link": self.link,
             "mailbox": self.mailbox,
             "autoreset": autoreset,
-            "forked": self.config.get("forked") is True,
         }
         self.stepper = Stepper(**parts) if native is None else NativeStepper(native, self.columns, self.early, **parts)
         self.step = self.stepper.step  # what the loop calls, bound once

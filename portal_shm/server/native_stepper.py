@@ -137,7 +137,7 @@ class NativeStepper(Stepper):
         if not chosen:
             return [], extras
         try:
-            obs, infos = self.batch.reset(np.array(chosen), [self.seed_of(j, seeds[j]) for j in chosen])
+            obs, infos = self.batch.reset(np.array(chosen), [seeds[j] for j in chosen])
             obs = writer.whole_check(obs)
         except Exception as exc:
             return [error_message(exc, self.env_indices[chosen[0]], protocol.RESET)], extras

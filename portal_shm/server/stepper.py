@@ -6,7 +6,6 @@ Python 3.9 syntax: this runs in env runtimes.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
 from ..wire import protocol
@@ -43,7 +42,6 @@ class Stepper:
         link: AgentLink,
         mailbox: Any,
         autoreset: list,
-        forked: bool = False,
     ) -> None:
         self.envs = envs
         self.env_indices = env_indices
@@ -57,10 +55,6 @@ class Stepper:
         self.autoreset = autoreset
         # What ``step`` steps: ``envs``, with ``Recorded`` stand-ins while their frames are captured.
         self.stepping = list(envs)
-        # A server forked from a zygote holds copies of envs made there, whose generators (a
-        # gymnasium env's once drawn, ALE's seeded as it is made) its siblings hold too: each env's
-        # first reset without a seed is given one drawn from the OS, as a new process draws it.
-        self.unseeded = [forked] * len(envs)
 
     def record(self, chosen: list, on: bool, rings: dict) -> None:
         """Capture the frames of envs ``chosen`` from now on (``on``), or stop (``recording.py``)."""
@@ -155,13 +149,6 @@ class Stepper:
         self.answered(extras)
         return False
 
-    def seed_of(self, j: int, seed: Any) -> Any:
-        """The seed env ``j`` resets with: ``seed``, or a fresh one for a forked copy's first reset."""
-        if seed is None and self.unseeded[j]:
-            seed = int.from_bytes(os.urandom(4), "little") >> 1  # (31 bits: what every env takes)
-        self.unseeded[j] = False
-        return seed
-
     def failed(self, errors: list) -> bool:
         """A step in which envs raised: their error messages go to the agent, the status says ERROR."""
         self.link.send(dict(errors[0], more=errors[1:]))
@@ -209,7 +196,6 @@ class Stepper:
                         # from the same generators, so it gives the same observation.
                         obs, info = env.reset()
                     self.autoreset[j] = pending  # a state taken at an episode's end resets at the next step
-                    self.unseeded[j] = False  # (its state set its generators)
                     if in_ring:
                         if writer.obs_var:
                             writer.remember(j, obs)
@@ -223,7 +209,7 @@ class Stepper:
                     counters.resets[j] += 1
                     if self.autoreset[j] and self.mode != SAME_STEP:
                         counters.episodes[j] += 1  # an ended episode not autoreset yet ends here
-                    obs, info = env.reset(seed=self.seed_of(j, seeds[j]), options=options)
+                    obs, info = env.reset(seed=seeds[j], options=options)
                     self.autoreset[j] = False
                     writer.write(k, j, i, obs, payload)
                     writer.publish(k, i, [info], payload, extras)

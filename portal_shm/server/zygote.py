@@ -76,6 +76,29 @@ def fork_blockers(threads_before: int) -> str:
     return ", ".join(reasons)
 
 
+def redraw_generators(envs: list) -> None:
+    """Give each copied env generators of its own, drawn from the OS as a new process draws them.
+
+    The envs were made once, in the zygote: a generator one drew as it was made (a gymnasium env
+    that read ``np_random`` in its constructor; ALE seeds its emulator there) is every sibling's
+    too, and unseeded resets would show it (eight forks, one random walk). A gymnasium env's
+    generator is replaced by a fresh one where it was drawn (one not drawn yet is drawn at first
+    use, from the OS, as in any process); an env that seeds an engine of its own from it as it is
+    made (``seed_game``: ALE) does that again. The env is not reset and sees no seed: an unseeded
+    first reset stays unseeded.
+    """
+    import numpy
+
+    for env in envs:
+        inner = getattr(env, "unwrapped", env)
+        if callable(getattr(inner, "seed_game", None)):
+            inner.seed_game()  # (ALE, as its constructor does: a fresh generator, the emulator's seed...
+            if callable(getattr(inner, "load_game", None)):
+                inner.load_game()  # ... which takes effect as the game is loaded)
+        elif getattr(inner, "_np_random", None) is not None:  # (drawn already: gymnasium's Env keeps it there)
+            inner.np_random = numpy.random.Generator(numpy.random.PCG64(numpy.random.SeedSequence()))
+
+
 def _drained(fd: int) -> bool:
     """Read what the wake-up pipe holds; False once it is empty."""
     try:
@@ -238,7 +261,8 @@ class Zygote:
             if numpy is not None:
                 numpy.random.seed()
             config = decode_config(config) if isinstance(config, str) else dict(config)
-            config["forked"] = True  # (its envs' generators are its siblings' too: ``Stepper``)
+            if self.envs is not None:
+                redraw_generators(self.envs)
             code = self.serve(config, self.envs)
         except BaseException:
             traceback.print_exc()

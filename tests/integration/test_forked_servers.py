@@ -155,3 +155,21 @@ def test_256_one_env_servers_start_step_in_batches_and_close_leaving_nothing():
     finally:
         envs.close()
     assert all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in pids)
+
+
+def test_forked_ale_envs_draw_their_own_emulator_seeds_and_see_no_seed_of_ours():
+    pytest.importorskip("ale_py")
+    envs = portal_shm.make_vec("ALE/Pong-v5", 4, vector_kwargs={"envs_per_server": 1})
+    try:
+        assert all("forked from a zygote" in runtime for runtime in _runtimes(envs))
+        _, infos = envs.reset()
+        assert "seeds" not in infos  # (ALE reports the seeds of a seeded reset: this one was not)
+        for t in range(200):  # sticky actions draw from the emulator's generator: siblings must differ
+            obs, *_ = envs.step(np.full(4, 2 + t % 2))
+        assert len({frame.tobytes() for frame in obs}) > 1
+        envs.reset(seed=[1] * 4)
+        for t in range(200):
+            obs, *_ = envs.step(np.full(4, 2 + t % 2))
+        assert len({frame.tobytes() for frame in obs}) == 1
+    finally:
+        envs.close()
