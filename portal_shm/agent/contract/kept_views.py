@@ -91,6 +91,16 @@ class KeptViews:
         """Take ``place``'s counts now: nothing of it may be out (the portal's caches are built)."""
         self._counts[place] = _counts(self._objects[place])
 
+    def held(self, place: Hashable) -> bool:
+        """Whether a client holds one of ``place``'s objects now (a count above the settled one);
+        allocates nothing, for a check every step."""
+        objects, counts = self._objects[place], self._counts[place]
+        assert counts is not None  # (settled once the portal's own references were made)
+        for i in range(len(objects)):
+            if sys.getrefcount(objects[i]) > counts[i]:
+                return True
+        return False
+
     def check(self, place: Hashable) -> None:
         """Before ``place`` is written again: warn once if a client still holds one of its views."""
         objects = self._objects.get(place)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..contract.kept_views import anchored
+from ..contract.kept_views import KeptViews, anchored, holders
 
 PAGE = mmap.PAGESIZE
 _PRESENT_FILE = 0xA0  # of an entry's top byte: present (bit 63) and file page (bit 61)
@@ -80,13 +80,16 @@ class PrivateSlots:
         self.build = build  # a fresh tree of the slot's arrays (the caller may change the tree itself)
         self.depth = len(leaves)
         self.out = [False] * self.depth  # handed out since its last write
-        self._watched = [[obj for leaf in slot.values() for obj in (leaf.array, leaf.array.base)] for slot in leaves]
+        self.kept = KeptViews("ring slot", "while the caller holds it")  # what the caller still holds
+        for k, slot in enumerate(leaves):
+            self.kept.watch(k, holders([leaf.array for leaf in slot.values()]))
         self._arrays = [self._getter(slot) for slot in leaves]  # leaf index -> its array, per slot
         # A one-array observation (a Box) is handed out as that array: no tree to build each step.
         single = [build(getter) for getter in self._arrays]
         self._single = single if all(isinstance(tree, np.ndarray) for tree in single) else None
         del single
-        self._baseline = [self._counts(k) for k in range(self.depth)]  # (with every reference of ours)
+        for k in range(self.depth):
+            self.kept.settle(k)  # (with every reference of ours)
         self.closer: Optional[weakref.finalize[Any, Any]] = None
 
     @classmethod
@@ -129,20 +132,10 @@ class PrivateSlots:
         arrays = {index: leaf.array for index, leaf in slot.items()}
         return arrays.__getitem__
 
-    def _counts(self, k: int) -> list[int]:
-        watched = self._watched[k]
-        return [sys.getrefcount(watched[i]) for i in range(len(watched))]
-
     def held(self, k: int) -> bool:
         """Whether the caller still holds something of slot ``k``'s last batch (an array, a slice
         of it, a tensor over it: each holds the array or its base)."""
-        if not self.out[k]:
-            return False
-        watched, baseline = self._watched[k], self._baseline[k]
-        for i in range(len(watched)):
-            if sys.getrefcount(watched[i]) != baseline[i]:
-                return True
-        return False
+        return self.out[k] and self.kept.held(k)
 
     def free_after(self, k: int) -> Optional[int]:
         """The first slot after ``k`` (round the ring) that nothing of the caller's holds."""
