@@ -29,6 +29,20 @@ def failures(errors: list[EnvError]) -> list[EnvError]:
     return [error for error in errors if not isinstance(error, NOT_FAILURES)]
 
 
+def repairing(exc: BaseException) -> BaseException:
+    """A failure kept until the policy repairs it, without its traceback: the traceback's frames
+    hold every local of the agent's call stack, the caller's last batch among them, in a cycle with
+    the exception that only the cyclic GC breaks (a ring slot held that long is a slot the next
+    steps cannot use). What is reported of it is its type and message (and its causes')."""
+    seen: set[int] = set()
+    link: Optional[BaseException] = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return exc
+
+
 class FailurePolicy(Protocol):
     """What a driver asks when a server (or a host) fails; one of ``RaisesFailures`` and ``RestartsFailures``."""
 

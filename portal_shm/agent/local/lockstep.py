@@ -24,6 +24,7 @@ from ...wire import protocol
 from ...wire.doorbell import spin_until
 from ...wire.layout import EXTRA, STATUS, STATUS_ERROR, STATUS_PENDING, STATUS_WRITING
 from ...wire.payoff import SpinPayoff
+from ..contract.failure import repairing
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos
 from ..contract.validate import check_blobs
@@ -272,7 +273,7 @@ class Lockstep:
                     infos = self.ring.gather(k, extras, infos, server.env_indices)
             except RESTARTABLE as exc:
                 if recovery.handles(exc):
-                    failed.append((server, exc))
+                    failed.append((server, repairing(exc)))
                     redoable.add(server.index)
                 elif isinstance(exc, EnvError):
                     errors.append(exc)

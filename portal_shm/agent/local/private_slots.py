@@ -10,9 +10,11 @@ ring's own page: nothing is copied. A page the caller writes becomes the caller'
 write never reaches the ring (the servers, a masked reset's kept rows, a restart's last
 observation read the ring as the envs wrote it). And a slot whose arrays the caller still holds
 (their reference counts say so, as ``kept_views`` reads them) is never written again: the lockstep
-driver steps into a free slot instead (``Lockstep._next_slot``). At most ``ring_depth - 1`` slots
-are held at once: when the caller holds all the others, that batch is copied (``ReusedCopies``)
-and its slot stays free. Before a slot is handed out again, the pages the caller wrote last time
+driver steps into a free slot instead (``Lockstep._next_slot``), never into the slot of the batch
+before, which a restart's last observation and a masked reset's kept rows are read from. So at
+most ``ring_depth - 2`` slots are held at once: when the caller holds that many others, the batch
+is copied (``ReusedCopies``) and its slot stays free, and the next call still finds a free slot
+that is not this one. Before a slot is handed out again, the pages the caller wrote last time
 (found in ``/proc/self/pagemap``: anonymous where the ring's are file pages) are dropped, so they
 show the ring again.
 
@@ -79,7 +81,7 @@ class PrivateSlots:
         self.leaves = leaves  # [slot] -> leaf index -> its private mapping
         self.build = build  # a fresh tree of the slot's arrays (the caller may change the tree itself)
         self.depth = len(leaves)
-        self.out = [False] * self.depth  # handed out since its last write
+        self.out = [False] * self.depth  # handed out since its last refresh (may show the caller's writes)
         self.kept = KeptViews("ring slot", "while the caller holds it")  # what the caller still holds
         for k, slot in enumerate(leaves):
             self.kept.watch(k, holders([leaf.array for leaf in slot.values()]))
@@ -138,8 +140,9 @@ class PrivateSlots:
         return self.out[k] and self.kept.held(k)
 
     def free_after(self, k: int) -> Optional[int]:
-        """The first slot after ``k`` (round the ring) that nothing of the caller's holds."""
-        for step in range(1, self.depth + 1):
+        """The first slot after ``k`` (round the ring) that nothing of the caller's holds; never
+        ``k`` itself (it holds the batch before, read while the next one is made)."""
+        for step in range(1, self.depth):
             j = (k + step) % self.depth
             if not self.held(j):
                 return j
@@ -147,13 +150,14 @@ class PrivateSlots:
 
     def hand_out(self, k: int) -> Optional[Any]:
         """Slot ``k``'s observation tree over its private mappings, or None when the caller holds
-        every other slot (then the batch must be copied, and slot ``k`` stays free)."""
+        ``ring_depth - 2`` other slots (then the batch must be copied, and slot ``k`` stays free:
+        handed out, the next call would find no free slot but ``k``, the batch before it). A slot
+        handed out before drops the pages the caller wrote then, whenever it is handed out next."""
         held = 0
         for j in range(self.depth):
             if j != k and self.held(j):
                 held += 1
-        if held >= self.depth - 1:
-            self.out[k] = False
+        if held >= self.depth - 2:
             return None
         slot = self.leaves[k]
         if self.out[k]:

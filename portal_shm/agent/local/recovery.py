@@ -90,7 +90,7 @@ from ...errors import (
 )
 from ...wire.end_states import end_states_path, max_file_bytes, read_record
 from ...wire.protocol import ERROR, REPLY, RESET, ProtocolError, unpackb
-from ..contract.failure import NOT_FAILURES, FailurePolicy, failures
+from ..contract.failure import NOT_FAILURES, FailurePolicy, failures, repairing
 from ..contract.infos import add_info
 from ..contract.restarts import restart_infos, restart_seed
 from ..contract.validate import check_end_states, check_reply
@@ -302,7 +302,7 @@ class Recovery(FailurePolicy):
             server.channel.send(self._reset_message(server, k, self.ring.previous[k]), server.check_alive)
         except RESTARTABLE as exc:  # the fresh server died already: handled as a failure of this step
             self.resetting.discard(server.index)
-            self.failed_early[server.index] = exc
+            self.failed_early[server.index] = repairing(exc)
             return True
         server.post_control()
         return True

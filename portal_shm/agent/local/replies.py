@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from ...errors import EnvError, ServerProtocolError
 from ...wire.protocol import CALL, ERROR, GET_STATE, RECORD, RENDER, REPLY, SET_ATTR, packb
 from ..contract.drivers import Request
-from ..contract.failure import FailurePolicy
+from ..contract.failure import FailurePolicy, repairing
 from ..contract.validate import check_reply
 from .health import Health
 from .recovery import RESTARTABLE, Recovery
@@ -53,7 +53,7 @@ def send_all(
         except RESTARTABLE as exc:
             if not policy.handles(exc):
                 raise
-            failed[server] = exc
+            failed[server] = repairing(exc)
     return sent, failed
 
 
@@ -93,7 +93,7 @@ def collect(
         except RESTARTABLE as exc:
             if not policy.handles(exc):
                 raise
-            failed[server] = exc
+            failed[server] = repairing(exc)
     return extras, results, errors, failed
 
 

@@ -95,10 +95,14 @@ def test_a_caller_holding_every_slot_gets_copies_and_the_portal_steps_on():
         obs, _ = envs.reset(seed=0)
         kept = [obs]
         for _ in range(3 * envs.ring_depth):
+            before = envs._lockstep.slot
             obs, *_ = envs.step(np.zeros(2, np.int64))
             kept.append(obs)
+            # never the slot of the batch before: a restart reads its last observation there
+            assert envs._lockstep.slot != before
+            assert envs._ring.previous[envs._lockstep.slot] == before
         private = envs._ring.private
-        assert sum(private.held(k) for k in range(envs.ring_depth)) == envs.ring_depth - 1
+        assert sum(private.held(k) for k in range(envs.ring_depth)) == envs.ring_depth - 2
         assert sum(array.flags.owndata for array in kept) >= 2 * envs.ring_depth  # the copies
         del kept, obs
         gc.collect()
