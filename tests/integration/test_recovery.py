@@ -5,6 +5,7 @@ step by step against its own gymnasium SyncVectorEnv replica driven with the sam
 restarted env's new episode against a replica reset with ``restart_seed``.
 """
 
+import gc
 import os
 import signal
 import threading
@@ -383,3 +384,33 @@ def test_failures_outside_steps_restart_in_async_batches_too():
         assert envs.get_attr("gravity") == (9.8,) * 4  # ... and the portal goes on
     finally:
         envs.close()
+
+
+def test_a_restart_keeps_none_of_the_callers_batches():
+    """The failure a restart repairs is kept without its traceback: its frames would hold the
+    step's batch (and the private ring slot under it) until the cyclic GC ran."""
+    gc.disable()
+    envs = portal_shm.make_vec("CartPole-v1", 2, vector_kwargs={"on_env_failure": "restart", "envs_per_server": 1})
+    try:
+        envs.reset(seed=0)
+        victim = _server_pids(envs)[1]
+        os.kill(victim, signal.SIGKILL)
+        while _pid_alive(victim):
+            time.sleep(0.01)
+        _, _, _, _, infos = envs.step(np.zeros(2, np.int64))
+        assert infos["env_restarted"].tolist() == [False, True]
+        del infos
+        obs, *_ = envs.step(np.zeros(2, np.int64))
+        private = envs._ring.private
+        assert [k for k in range(envs.ring_depth) if private.held(k)] == [envs._lockstep.slot]
+    finally:
+        gc.enable()
+        envs.close()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
