@@ -82,6 +82,9 @@ class PrivateSlots:
         self.build = build  # a fresh tree of the slot's arrays (the caller may change the tree itself)
         self.depth = len(leaves)
         self.out = [False] * self.depth  # handed out since its last refresh (may show the caller's writes)
+        #: Slots handed out and not seen dropped since: only these can be held (nothing hands out a
+        #: reference to a slot again but ``hand_out``), so a step counts one or two, not every slot.
+        self.holding: set[int] = set()
         self.kept = KeptViews("ring slot", "while the caller holds it")  # what the caller still holds
         for k, slot in enumerate(leaves):
             self.kept.watch(k, holders([leaf.array for leaf in slot.values()]))
@@ -137,7 +140,12 @@ class PrivateSlots:
     def held(self, k: int) -> bool:
         """Whether the caller still holds something of slot ``k``'s last batch (an array, a slice
         of it, a tensor over it: each holds the array or its base)."""
-        return self.out[k] and self.kept.held(k)
+        if k not in self.holding:
+            return False
+        if self.kept.held(k):
+            return True
+        self.holding.discard(k)
+        return False
 
     def free_after(self, k: int) -> Optional[int]:
         """The first slot after ``k`` (round the ring) that nothing of the caller's holds; never
@@ -154,7 +162,7 @@ class PrivateSlots:
         handed out, the next call would find no free slot but ``k``, the batch before it). A slot
         handed out before drops the pages the caller wrote then, whenever it is handed out next."""
         held = 0
-        for j in range(self.depth):
+        for j in tuple(self.holding):
             if j != k and self.held(j):
                 held += 1
         if held >= self.depth - 2:
@@ -164,6 +172,7 @@ class PrivateSlots:
             for leaf in slot.values():
                 leaf.refresh()
         self.out[k] = True
+        self.holding.add(k)
         return self._single[k] if self._single is not None else self.build(self._arrays[k])
 
     def close(self) -> None:
