@@ -55,14 +55,19 @@ class PrivateLeaf:
         self.where = 8 * (address // PAGE)  # its pagemap entries' offset
         self.pagemap = pagemap
         self.buffers = [bytearray(8 * pages)]  # read into memory allocated once
+        self.clean = b""  # the entries as last read with no page written: the same again, none is
 
     def written(self) -> list[int]:
         """The pages the caller wrote: present and anonymous (its own copies), where the pages it
         only read are the ring's file pages (``/proc/self/pagemap``, the top byte of an entry: bit
         63 present, 61 file page, 56 mapped once)."""
         os.preadv(self.pagemap, self.buffers, self.where)
-        flags = self.buffers[0][7::8]  # each entry's top byte: its flags (no frame number)
+        entries = self.buffers[0]
+        if entries == self.clean:  # (a compare of memory: most steps end here)
+            return []
+        flags = entries[7::8]  # each entry's top byte: its flags (no frame number)
         if flags.find(_ANONYMOUS) < 0 and flags.find(_ANONYMOUS_ONCE) < 0:
+            self.clean = bytes(entries)
             return []
         return [page for page, byte in enumerate(flags) if (byte & _PRESENT_FILE) == _ANONYMOUS]
 
