@@ -92,6 +92,8 @@ def cell(system: str, scenario: str, n: int, mode: str, seconds: float, seed: in
     batch = max(1, n // 2) if mode == "batches" else None
     options = BenchOptions([sc], num_envs=[n], batch_size=batch, seed=seed, against=[])
     out: dict = {"system": system, "scenario": scenario, "num_envs": n, "mode": mode}
+    if system.startswith("portal"):
+        import portal_shm.api  # noqa: F401  (what make_vec imports: timed no more than gymnasium's own imports)
     shm_before, me = shm_entries(), os.getpid()
     out["base_mib"] = pss_bytes(me) / MIB  # this process before the system: Python, numpy, gymnasium
     begin = time.perf_counter()

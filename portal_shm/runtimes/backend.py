@@ -64,6 +64,11 @@ class Backend(ABC):
     #: What a host's refusal of any other option adds: what holds however the agent asks.
     operator_note: ClassVar[str] = ""
 
+    def start_zygote(self, launch: ServerLaunch) -> ServerHandle:
+        """Start a zygote of this backend's servers (``agent/local/zygotes.py``): as a server is
+        started, unless the backend knows a faster way (the process backend forks the agent)."""
+        return self.start(launch)
+
     @classmethod
     def for_agent(cls, options: dict[str, Any], offer: HostOffer) -> Backend:
         """This backend as an env host runs it for an agent elsewhere: built from the operator's

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from ..errors import PortalError
 from ..wire.launch import read_tail
+from . import agent_fork
 from .backend import Backend, ServerHandle, ServerLaunch, describe_returncode
 from .config_file import CONFIG_ENV_VAR, remove_config, write_launch_config
 from .import_path import agent_import_path
@@ -81,6 +82,19 @@ class ProcessBackend(Backend):
 
     def trust_boundary(self) -> Optional[str]:
         return None  # the agent's user, the agent's env code
+
+    def start_zygote(self, launch: ServerLaunch) -> ServerHandle:
+        """A zygote forked from the agent where the agent is quiet enough (``agent_fork.py``);
+        else started as any server is."""
+        if (self.python or sys.executable) != sys.executable or agent_fork.why_not() is not None:
+            return self.start(launch)
+        config = {**launch.config, "import_path": agent_import_path(True)}
+        ref = write_launch_config(launch, config)
+        try:
+            return agent_fork.fork_zygote(SERVER_MAIN, CONFIG_ENV_VAR, ref, launch.log_path)
+        except OSError as exc:
+            remove_config(ref)
+            raise PortalError(f"cannot fork the agent into a zygote: {exc}") from None
 
     def start(self, launch: ServerLaunch) -> ServerHandle:
         python = self.python or sys.executable

@@ -4,7 +4,12 @@ process would not (seeds, generators, sockets), and nothing is left once the por
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import tempfile
+import textwrap
 import warnings
 
 import numpy as np
@@ -12,6 +17,7 @@ import pytest
 
 import portal_shm
 from testkit.compare import assert_same, snapshot
+from testkit.procs import alive, eventually, pid_gone, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -173,3 +179,76 @@ def test_forked_ale_envs_draw_their_own_emulator_seeds_and_see_no_seed_of_ours()
         assert len({frame.tobytes() for frame in obs}) == 1
     finally:
         envs.close()
+
+
+AGENT_FORK = textwrap.dedent("""
+    import json, os, sys, threading, time
+    import numpy as np, gymnasium as gym, portal_shm
+    if sys.argv[1] == "thread":
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    from portal_shm.runtimes.agent_fork import why_not
+    why = why_not()
+    envs = portal_shm.make_vec("CartPole-v1", 4, vector_kwargs={"envs_per_server": 1})
+    (zygote,) = envs._session.zygotes.links.values()
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    obs, _ = envs.reset(seed=5)
+    expected, _ = sync.reset(seed=5)
+    same = bool(np.array_equal(obs, expected))
+    for t in range(300):
+        actions = np.array([t % 2, 1, 0, (t // 3) % 2])
+        obs, reward, terminated, truncated, _ = envs.step(actions)
+        expected, r2, te2, tr2, _ = sync.step(actions)
+        same = same and bool(np.array_equal(obs, expected) and np.array_equal(terminated, te2))
+    print(json.dumps({"handle": type(zygote.handle).__name__, "zygote": zygote.handle.host_pid(),
+                      "servers": [s["pid"] for s in envs.servers], "same": same, "tag": envs.tag, "why": why}), flush=True)
+    if sys.argv[1] == "killed":
+        time.sleep(60)
+    envs.close()
+    print("closed", flush=True)
+""")
+
+
+def leftovers() -> list:
+    """/dev/shm entries and run folders (where the agent's temporary files go)."""
+    return os.listdir("/dev/shm") + os.listdir(tempfile.gettempdir())
+
+
+def _agent(mode: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", AGENT_FORK, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_a_quiet_agent_forks_its_zygote_and_its_servers_step_as_sync_vector_env():
+    agent = _agent("quiet")
+    out, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0, err
+    report = json.loads(out.splitlines()[0])
+    assert report["handle"] == "AgentForkHandle" and report["same"], (report["why"], err)
+    assert out.splitlines()[1] == "closed"
+    assert all(pid_gone(pid) for pid in [report["zygote"], *report["servers"]])
+    assert not [name for name in leftovers() if report["tag"] in name]
+
+
+def test_an_agent_running_a_thread_starts_its_zygote_as_a_fresh_interpreter():
+    agent = _agent("thread")
+    out, err = agent.communicate(timeout=120)
+    assert agent.returncode == 0, err
+    report = json.loads(out.splitlines()[0])
+    assert report["handle"] == "ProcessHandle" and report["same"], report
+
+
+def test_the_zygote_forked_from_a_killed_agent_and_its_servers_exit_leaving_nothing():
+    agent = _agent("killed")
+    try:
+        report = json.loads(agent.stdout.readline())
+        assert report["handle"] == "AgentForkHandle"
+        pids = [report["zygote"], *report["servers"]]
+        assert all(alive(pid) for pid in pids)
+        agent.kill()
+        agent.wait(10)
+        assert wait_gone(pids, 30) < 30, [pid for pid in pids if not pid_gone(pid)]
+        assert eventually(lambda: not [name for name in leftovers() if report["tag"] in name], 10)
+    finally:
+        agent.kill()
+        agent.communicate()

@@ -392,7 +392,7 @@ class Zygotes:
             os.path.join(self.resources.run_dir, f"zygote-{number}.log"),
             launch.generation,
         )
-        return ZygoteLink(spec.backend.start(zygote_launch), path, spec.backend.name)
+        return ZygoteLink(spec.backend.start_zygote(zygote_launch), path, spec.backend.name)
 
     def close(self) -> None:
         for link in self.links.values():
