@@ -141,6 +141,7 @@ class Lockstep:
             )
         self.calls.send(messages)
         self.slot = k
+        self._prepare(k)
 
     def restore(self, states: dict[int, bytes], allow_pickle: bool) -> tuple[Any, dict[str, Any]]:
         """Restore the envs ``states`` names (env index -> state) into a new slot and wait for it; the
@@ -217,6 +218,13 @@ class Lockstep:
             for server in self.servers:
                 if server.index in plan.swapping:
                     self._post_step(server, cmd, k, messages)
+        self._prepare(k)
+
+    def _prepare(self, k: int) -> None:
+        """While the servers write slot ``k``: drop what the caller wrote into its private arrays
+        when it last had them (``PrivateSlots.prepare``), work ``hand_out`` would do after the wait."""
+        if self.copy and self.ring.private is not None:
+            self.ring.private.prepare(k)
 
     def _post_step(self, server: ServerLink, cmd: int, k: int, messages: Optional[list[dict[str, Any]]]) -> None:
         if server.owed is not None:  # (before its actions message too: a restart gives it a new channel)

@@ -16,7 +16,8 @@ most ``ring_depth - 2`` slots are held at once: when the caller holds that many 
 is copied (``ReusedCopies``) and its slot stays free, and the next call still finds a free slot
 that is not this one. Before a slot is handed out again, the pages the caller wrote last time
 (found in ``/proc/self/pagemap``: anonymous where the ring's are file pages) are dropped, so they
-show the ring again.
+show the ring again; the lockstep driver does it while the servers write the slot, where it would
+only wait for them (``prepare``).
 
 Linux only (``/proc/self/pagemap``, ``madvise``); elsewhere, or where a mapping cannot be made,
 ``PrivateSlots.of`` returns None and every batch is copied.
@@ -155,29 +156,40 @@ class PrivateSlots:
     def free_after(self, k: int) -> Optional[int]:
         """The first slot after ``k`` (round the ring) that nothing of the caller's holds; never
         ``k`` itself (it holds the batch before, read while the next one is made)."""
+        holding = self.holding
         for step in range(1, self.depth):
             j = (k + step) % self.depth
-            if not self.held(j):
+            if j not in holding or not self.held(j):
                 return j
         return None
+
+    def prepare(self, k: int) -> None:
+        """Drop the pages the caller wrote into slot ``k``'s arrays when it last had them, so they
+        show the ring again. The lockstep driver calls this for the slot a step writes once the
+        servers are told to step (the slot is free: nothing of the caller's holds it), where the
+        agent would only wait for them; ``hand_out`` does it for a slot not prepared so."""
+        if self.out[k]:
+            for leaf in self.leaves[k].values():
+                leaf.refresh()
+            self.out[k] = False
 
     def hand_out(self, k: int) -> Optional[Any]:
         """Slot ``k``'s observation tree over its private mappings, or None when the caller holds
         ``ring_depth - 2`` other slots (then the batch must be copied, and slot ``k`` stays free:
         handed out, the next call would find no free slot but ``k``, the batch before it). A slot
         handed out before drops the pages the caller wrote then, whenever it is handed out next."""
-        held = 0
-        for j in tuple(self.holding):
-            if j != k and self.held(j):
-                held += 1
-        if held >= self.depth - 2:
-            return None
-        slot = self.leaves[k]
+        holding = self.holding
+        if len(holding) - (k in holding) >= self.depth - 2:  # (only then can that many others be held)
+            held = 0
+            for j in tuple(holding):
+                if j != k and self.held(j):
+                    held += 1
+            if held >= self.depth - 2:
+                return None
         if self.out[k]:
-            for leaf in slot.values():
-                leaf.refresh()
+            self.prepare(k)
         self.out[k] = True
-        self.holding.add(k)
+        holding.add(k)
         return self._single[k] if self._single is not None else self.build(self._arrays[k])
 
     def close(self) -> None:

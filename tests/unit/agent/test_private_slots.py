@@ -128,3 +128,33 @@ def test_views_batches_and_variable_observations_do_not_use_private_slots():
 
 def test_no_ring_segment_no_private_slots():
     assert PrivateSlots.of(None, {0: {"offset": 0, "shape": [4, 2], "dtype": "float32"}}, 4, lambda leaf: None) is None
+
+
+def test_a_prepared_slot_shows_the_ring_again_and_is_handed_out_without_a_second_scan():
+    import mmap
+    import os
+
+    depth, shape = 4, (4, 3, 4096)
+    fd = os.memfd_create("private-slots-test")
+    try:
+        os.ftruncate(fd, int(np.prod(shape)))
+        ring = mmap.mmap(fd, int(np.prod(shape)))
+        slots = PrivateSlots.of(
+            fd, {0: {"offset": 0, "shape": list(shape), "dtype": "uint8"}}, depth, lambda leaf: leaf(0)
+        )
+        assert slots is not None
+        batch = slots.hand_out(1)
+        batch[1, 7] = 9  # the caller writes a page of its own...
+        assert ring[4096 * 3 + 4096 + 7] == 0  # ... which never reaches the ring
+        del batch
+        scans = []
+        leaf = slots.leaves[1][0]
+        original = leaf.written
+        leaf.written = lambda: scans.append(1) or original()
+        ring[4096 * 3 + 4096 + 7] = 5  # a server writes the slot
+        slots.prepare(1)  # (the driver, while the servers step)
+        again = slots.hand_out(1)
+        assert again[1, 7] == 5 and not again[0].any() and len(scans) == 1
+        ring.close()
+    finally:
+        os.close(fd)
