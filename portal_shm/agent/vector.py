@@ -131,7 +131,8 @@ class VectorPortal(PortalVectorEnv, VectorEnv):
             (process, venv, micromamba), one zygote of that runtime makes the envs once and forks
             every server from it: they share its pages copy-on-write and start in milliseconds,
             each still a process of its own (``portal_shm.agent.local.zygotes``). Envs that start
-            threads or processes as they are made cannot be forked: detected, warned once, and
+            threads or processes as they are made are closed in the zygote, and once those ended
+            each fork makes its own envs; where something still runs, that is warned once and
             their servers start fresh. ``"fresh"``: every server a new interpreter.
     """
 

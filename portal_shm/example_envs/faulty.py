@@ -125,20 +125,26 @@ class DyingRestoreEnv(LeakyEnv):
 
 class ThreadingEnv(LeakyEnv):
     """A ``LeakyEnv`` that runs a worker thread from its construction on, as simulators with a
-    render or physics thread do: unsafe to fork, so recycling starts its spares fresh."""
+    render or physics thread do: a process holding one is unsafe to fork. Its thread ends when it
+    closes (as ALE's vector env's pool does), unless ``stop_on_close=False`` (a thread that lives as
+    long as the process: a zygote of these envs cannot fork at all)."""
 
-    def __init__(self, leak_mb: float = 0.0, episode_length: int = 4, step_ms: float = 0.0):
+    def __init__(self, leak_mb: float = 0.0, episode_length: int = 4, step_ms: float = 0.0, stop_on_close: bool = True):
         super().__init__(leak_mb, episode_length, step_ms)
         self.ticks = 0
+        self.stop_on_close = bool(stop_on_close)
         self.stopping = threading.Event()
-        threading.Thread(target=self._tick, name="threading-env-worker", daemon=True).start()
+        self.worker = threading.Thread(target=self._tick, name="threading-env-worker", daemon=True)
+        self.worker.start()
 
     def _tick(self) -> None:
         while not self.stopping.wait(0.05):
             self.ticks += 1
 
     def close(self) -> None:
-        self.stopping.set()
+        if self.stop_on_close:
+            self.stopping.set()
+            self.worker.join()
 
 
 class SlowingEnv(LeakyEnv):

@@ -10,8 +10,10 @@ wrappers: ``zygote_envs="imports"``), one factory may differ from the next, so t
 server's envs only to import what they need and closes them; each fork makes its own.
 
 Forking copies one thread. A zygote whose envs started threads of their own (Python threads,
-or native ones beyond those its imports started: a game engine's) or child processes reports
-itself not forkable, and the agent then starts those servers as fresh runtimes. Each forked server
+or native ones beyond those its imports started: a game engine's, ALE's vector env's pool) or
+child processes closes them and, once those have ended, forks servers that make their own envs
+(``imports_only``); where something still runs, it reports itself not forkable, and the agent then
+starts those servers as fresh runtimes. Each forked server
 redirects its output to its own log, reseeds Python's and numpy's global generators (as a new
 process would draw them) and serves exactly as ``startup.run`` does, with the copied envs.
 
@@ -31,6 +33,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable, Optional, Union
 
@@ -41,6 +44,7 @@ from .errors import close_envs
 from .state import warm
 
 POLL_SECONDS = 0.5
+SETTLE_TURNS, SETTLE_SECONDS = 20, 0.05  # how long closed envs' threads get to end
 
 
 def _native_threads() -> int:
@@ -97,6 +101,28 @@ def redraw_generators(envs: list) -> None:
                 inner.load_game()  # ... which takes effect as the game is loaded)
         elif getattr(inner, "_np_random", None) is not None:  # (drawn already: gymnasium's Env keeps it there)
             inner.np_random = numpy.random.Generator(numpy.random.PCG64(numpy.random.SeedSequence()))
+
+
+def imports_only(envs: list, env_indices: list, threads_before: int) -> str:
+    """Close the envs whose making started threads or processes, and fork servers that make their own.
+
+    A simulator's thread pool (ALE's vector env) makes its process unsafe to fork, but it ends as
+    its envs close: what is left is the interpreter with everything the envs imported, as a zygote
+    of agent-made envs keeps (``zygote_envs="imports"``). Each fork then makes its own envs (and
+    their threads) after the fork. Where something still runs once they closed (a thread started
+    at import, a pool kept for the process's life), the servers start fresh: returns what still
+    runs ("" when nothing does).
+    """
+    import gc
+
+    close_envs(envs, env_indices)
+    gc.collect()  # (a pool may end only with the last reference to it)
+    for _ in range(SETTLE_TURNS):
+        blockers = fork_blockers(threads_before)
+        if not blockers:
+            return ""
+        time.sleep(SETTLE_SECONDS)
+    return blockers
 
 
 def _drained(fd: int) -> bool:
@@ -306,6 +332,9 @@ def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dic
                 close_envs(zygote.envs, config["env_indices"])
                 zygote.envs = None
             zygote.blockers = fork_blockers(threads_before)
+            if zygote.blockers and zygote.envs is not None:
+                zygote.blockers = imports_only(zygote.envs, config["env_indices"], threads_before)
+                zygote.envs = None
             if zygote.envs is not None:
                 warm(zygote.envs)  # (read once here, not in every fork's first set_state)
         import gc

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -97,10 +98,10 @@ def test_a_single_server_of_a_kind_starts_fresh_and_server_start_fresh_never_for
         envs.close()
 
 
-def test_envs_that_start_threads_are_started_fresh_with_a_warning_naming_the_option():
+def test_envs_whose_threads_outlive_them_are_started_fresh_with_a_warning_naming_the_option():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        envs = portal_shm.make_vec(THREADING, 4, leak_mb=0.0, vector_kwargs={"envs_per_server": 1})
+        envs = portal_shm.make_vec(THREADING, 4, leak_mb=0.0, stop_on_close=False, vector_kwargs={"envs_per_server": 1})
     try:
         assert not any("zygote" in runtime for runtime in _runtimes(envs))
         envs.reset(seed=0)
@@ -111,6 +112,25 @@ def test_envs_that_start_threads_are_started_fresh_with_a_warning_naming_the_opt
     assert any(
         "start as fresh runtimes, not forks: 1 Python thread(s); server_start='fresh'" in text for text in texts
     ), texts
+
+
+def test_envs_whose_threads_end_as_they_close_fork_servers_that_make_their_own():
+    """The zygote closes the envs that started a thread (as ALE's vector env does) and forks once the
+    thread ended; each server makes its envs after the fork, so each runs its own thread."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        envs = portal_shm.make_vec(THREADING, 4, leak_mb=0.0, vector_kwargs={"envs_per_server": 1})
+    try:
+        assert not [w for w in caught if "not forks" in str(w.message)]
+        assert all("forked from a zygote" in runtime for runtime in _runtimes(envs))
+        envs.reset(seed=0)
+        deadline = time.monotonic() + 10
+        while min(envs.get_attr("ticks")) == 0 and time.monotonic() < deadline:
+            envs.step(np.zeros(4, np.int64))
+            time.sleep(0.02)
+        assert min(envs.get_attr("ticks")) > 0  # (every server's env thread runs, after its fork)
+    finally:
+        envs.close()
 
 
 def test_env_factories_fork_from_a_zygote_that_imported_them_and_each_fork_makes_its_own():

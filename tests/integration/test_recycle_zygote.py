@@ -34,9 +34,9 @@ def _rollout(envs, seed, steps=None, recycles=0, limit=3000):
     return records
 
 
-def _recycled_run(env_id, spare, recycles=3, seed=5):
+def _recycled_run(env_id, spare, recycles=3, seed=5, **kwargs):
     vector = {"envs_per_server": 2, "recycle": {"episodes": 3, "spare": spare}}
-    envs = portal_shm.make_vec(env_id, 4, leak_mb=0.0, step_ms=1.0, vector_kwargs=vector)
+    envs = portal_shm.make_vec(env_id, 4, leak_mb=0.0, step_ms=1.0, vector_kwargs=vector, **kwargs)
     try:
         records = _rollout(envs, seed, recycles=recycles)
         runtimes = [server["runtime"] for server in envs.servers]
@@ -66,14 +66,24 @@ def test_forked_and_fresh_spares_give_every_transition_of_a_run_without_recyclin
     assert not any("zygote" in runtime for runtime in fresh_runtimes), fresh_runtimes
 
 
-def test_envs_that_start_threads_are_not_forked_but_started_fresh_with_a_warning():
+def test_envs_whose_threads_outlive_them_are_not_forked_but_started_fresh_with_a_warning():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        records, _, runtimes, recycles = _recycled_run(THREADING, "fork", recycles=2)
+        records, _, runtimes, recycles = _recycled_run(THREADING, "fork", recycles=2, stop_on_close=False)
     texts = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert any("start as fresh runtimes, not forks: 2 Python thread(s);" in text for text in texts), texts
     assert min(recycles) >= 2, recycles
     assert not any("zygote" in runtime for runtime in runtimes), runtimes
+    assert_same(records, _reference(THREADING, len(records) - 1))
+
+
+def test_envs_whose_threads_end_as_they_close_are_forked_and_each_spare_makes_its_own():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records, _, runtimes, recycles = _recycled_run(THREADING, "fork", recycles=2)
+    assert not [w for w in caught if "not forks" in str(w.message)]
+    assert min(recycles) >= 2, recycles
+    assert all("forked from a zygote" in runtime for runtime in runtimes), runtimes
     assert_same(records, _reference(THREADING, len(records) - 1))
 
 

@@ -13,9 +13,10 @@ venv, micromamba). A docker container or a Ray actor is one server, so each star
 inside a container would serve one server only. Where code the agent ships makes the envs
 (factories, wrappers), the zygote made one server's envs to import what they need and closed them:
 its forks share the imports and make their own envs from their own code. Forks asked for while the zygote makes its envs wait for it
-(a zygote costs what one fresh start does); a zygote that finds its envs unsafe to fork (they
-started threads or processes) says so, and its servers start fresh from then on (warned once,
-naming the option that starts them so without trying).
+(a zygote costs what one fresh start does). A zygote whose envs started threads or processes
+closes them and forks servers that make their own once those ended; one where something still runs
+says so, and its servers start fresh from then on (warned once, naming the option that starts them
+so without trying).
 """
 
 from __future__ import annotations

@@ -51,6 +51,23 @@ def test_a_process_whose_envs_started_no_threads_may_fork_and_one_whose_envs_did
     assert _blockers(child) == "1 child process(es)"
 
 
+def _after_closing(stop_on_close: bool) -> str:
+    """``imports_only`` in a fresh interpreter, over a ``ThreadingEnv`` (its thread started as it was made)."""
+    code = (
+        "from portal_shm.server.zygote import _native_threads, fork_blockers, imports_only\n"
+        "from portal_shm.example_envs import ThreadingEnv\n"
+        "before = _native_threads()\n"
+        f"envs = [ThreadingEnv(stop_on_close={stop_on_close})]\n"
+        "print(repr(fork_blockers(before)), repr(imports_only(envs, [0], before)), len(envs))"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_envs_whose_threads_end_as_they_close_leave_a_process_that_may_fork():
+    assert _after_closing(True) == "'1 Python thread(s)' '' 0"  # (closed, and the list emptied)
+    assert _after_closing(False) == "'1 Python thread(s)' '1 Python thread(s)' 0"
+
+
 def test_exit_statuses_read_as_the_process_backend_writes_them():
     assert describe_status(0) == "exit code 0"
     assert describe_status(3 << 8) == "exit code 3"
