@@ -13,9 +13,9 @@ Forking copies one thread. A zygote whose envs started threads of their own (Pyt
 or native ones beyond those its imports started: a game engine's, ALE's vector env's pool) or
 child processes closes them and, once those have ended, forks servers that make their own envs
 (``imports_only``); where something still runs, it reports itself not forkable, and the agent then
-starts those servers as fresh runtimes. Each forked server
-redirects its output to its own log, reseeds Python's and numpy's global generators (as a new
-process would draw them) and serves exactly as ``startup.run`` does, with the copied envs.
+starts those servers as fresh runtimes. Each forked server redirects its output to its own log,
+reseeds Python's and numpy's global generators (as a new process would draw them) and serves
+exactly as ``startup.run`` does, with the copied envs.
 
 The agent speaks to the zygote over one Unix socket in its private run directory (the peer must
 be the zygote's own user) in the frames of ``wire/zygote_frames.py``; each fork's config comes as
@@ -104,14 +104,14 @@ def redraw_generators(envs: list) -> None:
 
 
 def imports_only(envs: list, env_indices: list, threads_before: int) -> str:
-    """Close the envs whose making started threads or processes, and fork servers that make their own.
+    """Close the zygote's envs, keeping what they imported: each fork makes its own envs.
 
-    A simulator's thread pool (ALE's vector env) makes its process unsafe to fork, but it ends as
-    its envs close: what is left is the interpreter with everything the envs imported, as a zygote
-    of agent-made envs keeps (``zygote_envs="imports"``). Each fork then makes its own envs (and
-    their threads) after the fork. Where something still runs once they closed (a thread started
-    at import, a pool kept for the process's life), the servers start fresh: returns what still
-    runs ("" when nothing does).
+    For envs the agent's code makes (``zygote_envs="imports"``: one factory may differ from the
+    next), and for envs whose making started threads or processes: a simulator's thread pool
+    (ALE's vector env) makes its process unsafe to fork, but it ends as its envs close. Each fork
+    then makes its own envs (and their threads) after the fork. Where something still runs once
+    they closed (a thread started at import, a pool kept for the process's life), the servers start
+    fresh: returns what still runs ("" when nothing does).
     """
     import gc
 
@@ -327,12 +327,11 @@ def run_zygote(config: dict, make_envs: Callable[[], list], serve: Callable[[dic
         except Exception as exc:
             zygote.blockers = f"its envs could not be made: {type(exc).__name__}: {exc}"[:500]
         else:
-            if config.get("zygote_envs") == "imports":
-                # Made to import what they need: each fork makes its own (the agent's code may differ per env).
-                close_envs(zygote.envs, config["env_indices"])
-                zygote.envs = None
-            zygote.blockers = fork_blockers(threads_before)
-            if zygote.blockers and zygote.envs is not None:
+            # Made only to import what they need (the agent's code may differ per env), or they
+            # started threads or processes: closed, and each fork makes its own.
+            agent_code = config.get("zygote_envs") == "imports"
+            zygote.blockers = "" if agent_code else fork_blockers(threads_before)
+            if agent_code or zygote.blockers:
                 zygote.blockers = imports_only(zygote.envs, config["env_indices"], threads_before)
                 zygote.envs = None
             if zygote.envs is not None:
